@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# ferry's front door. `make` builds the modules; `make test` and `make demo` set
+# up everything they need on a fresh Debian machine first. See README.md.
+#
+# Variables:
+#   KDIR=<dir>     build against this Rust-enabled 7.3 tree instead of the
+#                  cached test kernel (built on first use)
+#   FERRY_CACHE=   where the kernel source, its build and tools are cached
+#   CLIPPY=1       lint the Rust code with clippy while building
+#   V=1            verbose kbuild
+
+SHELL := /bin/bash
+ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+SETUP := $(ROOT)/tools/testing/setup
+TESTING := $(ROOT)/tools/testing
+
+# The kernel tree: given, or the cached test kernel (set up and built if missing).
+ferry_kdir = $(if $(KDIR),$(KDIR),$$(bash $(SETUP)/kernel.sh))
+ferry_kvars = $$(. $(SETUP)/common.sh && kmake_vars) \
+	$(if $(CLIPPY),CLIPPY=1 CLIPPY_DRIVER=$$(. $(SETUP)/common.sh && echo $$FERRY_CLIPPY_DRIVER))
+
+.PHONY: all modules modules-test setup kernel ferryctl test test-self demo \
+	clippy nl-gen nl-check clean help
+
+all: modules ferryctl
+
+help:
+	@sed -n '3,12p' $(ROOT)/Makefile
+
+setup:
+	@bash $(SETUP)/deps.sh
+
+kernel: setup
+	@bash $(SETUP)/kernel.sh >/dev/null
+
+# Production build: no KUnit suites.
+modules: setup
+	@kdir=$(ferry_kdir) && \
+	$(MAKE) -C "$$kdir" M=$(ROOT) $(ferry_kvars) CONFIG_FERRY=m modules
+
+# Test build: the KUnit suites are compiled in and run when the module loads.
+modules-test: setup
+	@kdir=$(ferry_kdir) && \
+	$(MAKE) -C "$$kdir" M=$(ROOT) $(ferry_kvars) CONFIG_FERRY=m \
+		CONFIG_FERRY_KUNIT_TEST=y modules
+
+clippy:
+	@$(MAKE) --no-print-directory modules CLIPPY=1
+
+ferryctl:
+	@cd tools/ferryctl && cargo build --release --quiet
+
+test:
+	@bash $(TESTING)/run-tests.sh
+
+demo:
+	@bash $(TESTING)/demo.sh
+
+# Regenerate / check the netlink code generated from Documentation/netlink/specs.
+nl-gen nl-check: setup
+	@kdir=$(ferry_kdir) && . $(SETUP)/common.sh && \
+	PYTHON=$$FERRY_VENV/bin/python3 bash $(ROOT)/tools/netlink/ynl-gen.sh \
+		$$(readlink -f $$kdir/source) $(if $(filter nl-check,$@),--check)
+
+clean:
+	@kdir=$(if $(KDIR),$(KDIR),$$(. $(SETUP)/common.sh && ls -d $$FERRY_CACHE/kbuild/*/ 2>/dev/null | head -1)); \
+	[ -z "$$kdir" ] || $(MAKE) -C "$$kdir" M=$(ROOT) clean
+	@cd tools/ferryctl && cargo clean --quiet 2>/dev/null || true

@@ -1,0 +1,458 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Generic netlink families with operations.
+//!
+//! C headers: [`include/net/genetlink.h`](srctree/include/net/genetlink.h),
+//! [`include/net/netlink.h`](srctree/include/net/netlink.h).
+//!
+//! The kernel's own Rust netlink support only sends multicast messages. Here a
+//! family is defined by a YNL spec: the YNL generator writes the C family, its
+//! split ops and attribute policies, and the ops call `extern "C"` handlers that a
+//! module's glue forwards to safe Rust functions through [`doit`] and [`dumpit`].
+//! Genetlink has validated every attribute against the op's policy before a
+//! handler runs; handlers see a [`Request`] or a [`Dump`], answer through a
+//! [`Writer`], and report errors as values plus an extack message.
+
+use core::{marker::PhantomData, ptr::NonNull};
+use kernel::{
+    error::{from_err_ptr, to_result},
+    prelude::*,
+};
+
+use crate::bindings;
+
+/// A registered generic netlink family; unregistered when dropped.
+///
+/// # Invariants
+///
+/// `family` points to a family that `genl_register_family` accepted.
+pub struct Registration {
+    family: NonNull<bindings::genl_family>,
+}
+
+impl Registration {
+    /// Registers `family`.
+    ///
+    /// # Safety
+    ///
+    /// `family` must point to a valid `genl_family` that lives and stays in place
+    /// until the returned [`Registration`] is dropped, whose ops reference handlers
+    /// and policies of this module.
+    pub unsafe fn new(family: *mut bindings::genl_family) -> Result<Self> {
+        let family = NonNull::new(family).ok_or(EINVAL)?;
+        // SAFETY: `family` is valid and outlives the registration, per the
+        // function's safety requirements.
+        to_result(unsafe { bindings::genl_register_family(family.as_ptr()) })?;
+        Ok(Self { family })
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        // SAFETY: The family was registered (type invariant) and is still valid. Once
+        // this returns, genetlink calls none of its ops.
+        unsafe { bindings::genl_unregister_family(self.family.as_ptr()) };
+    }
+}
+
+// SAFETY: The registration is only a handle; genetlink's locks serialize its use.
+unsafe impl Send for Registration {}
+// SAFETY: As above; `&Registration` gives no access at all.
+unsafe impl Sync for Registration {}
+
+/// The payload of the attribute at `nla`, or `None` for a null pointer.
+///
+/// # Safety
+///
+/// `nla` must be null or point to a netlink attribute that genetlink parsed and
+/// that stays valid for `'a`.
+unsafe fn nla_payload<'a>(nla: *const bindings::nlattr) -> Option<&'a [u8]> {
+    if nla.is_null() {
+        return None;
+    }
+    // SAFETY: `nla` points to a valid attribute header (function safety requirement).
+    let total = usize::from(unsafe { (*nla).nla_len });
+    // NLA_HDRLEN: the header, padded to NLA_ALIGNTO (4).
+    let hdr = size_of::<bindings::nlattr>().next_multiple_of(4);
+    let len = total.checked_sub(hdr)?;
+    // SAFETY: The parser checked that `nla_len` bytes from `nla` lie inside the
+    // message, and the payload starts right after the aligned header.
+    Some(unsafe { core::slice::from_raw_parts(nla.cast::<u8>().add(hdr), len) })
+}
+
+/// A `doit` request: its parsed attributes, its extack and a way to reply.
+///
+/// # Invariants
+///
+/// `info` is valid for `'a` and `info.attrs` holds `maxattr + 1` entries.
+pub struct Request<'a> {
+    info: NonNull<bindings::genl_info>,
+    maxattr: u32,
+    _p: PhantomData<&'a mut bindings::genl_info>,
+}
+
+impl<'a> Request<'a> {
+    fn attr_raw(&self, ty: u32) -> *const bindings::nlattr {
+        if ty > self.maxattr {
+            return core::ptr::null();
+        }
+        // SAFETY: `info` is valid and `attrs` has `maxattr + 1` entries (type
+        // invariant); `ty <= maxattr`.
+        unsafe { *(*self.info.as_ptr()).attrs.add(ty as usize) }
+    }
+
+    fn payload(&self, ty: u32) -> Option<&'a [u8]> {
+        // SAFETY: The attribute pointer came from genetlink's parse of this request,
+        // which lives for `'a`.
+        unsafe { nla_payload(self.attr_raw(ty)) }
+    }
+
+    /// Whether attribute `ty` is present.
+    pub fn has(&self, ty: u32) -> bool {
+        !self.attr_raw(ty).is_null()
+    }
+
+    /// The value of the `u32` attribute `ty`, if present and four bytes long.
+    pub fn u32(&self, ty: u32) -> Option<u32> {
+        let p = self.payload(ty)?;
+        Some(u32::from_ne_bytes(p.get(..4)?.try_into().ok()?))
+    }
+
+    /// The string attribute `ty`, if present and NUL-terminated.
+    pub fn str(&self, ty: u32) -> Option<&'a CStr> {
+        CStr::from_bytes_until_nul(self.payload(ty)?).ok()
+    }
+
+    fn extack(&self) -> *mut bindings::netlink_ext_ack {
+        // SAFETY: `info` is valid (type invariant).
+        unsafe { (*self.info.as_ptr()).extack }
+    }
+
+    /// Fails with `EINVAL` and reports attribute `ty` as missing unless present.
+    pub fn require(&mut self, ty: u32) -> Result {
+        if self.has(ty) {
+            return Ok(());
+        }
+        // SAFETY: `extack` is the request's (or null, which the helper accepts).
+        unsafe { bindings::ferry_helper_nl_set_err_attr_miss(self.extack(), ty) };
+        Err(EINVAL)
+    }
+
+    /// Reports `msg` in the extack, pointing at attribute `ty` if present.
+    pub fn bad_attr(&mut self, ty: u32, msg: &'static CStr) {
+        // SAFETY: `extack` is the request's; the attribute (or null) belongs to the
+        // request; `msg` is static, as extack keeps the pointer.
+        unsafe {
+            bindings::ferry_helper_nl_set_err_msg_attr(self.extack(), self.attr_raw(ty), msg.as_char_ptr())
+        };
+    }
+
+    /// Reports `msg` in the extack.
+    pub fn error(&mut self, msg: &'static CStr) {
+        // SAFETY: As in `bad_attr`, with no attribute.
+        unsafe { bindings::ferry_helper_nl_set_err_msg(self.extack(), msg.as_char_ptr()) };
+    }
+
+    /// Starts a reply to this request, for the same command.
+    pub fn reply(&self) -> Result<Reply<'a>> {
+        // SAFETY: Allocating a netlink message has no preconditions.
+        let skb = unsafe { bindings::ferry_helper_genlmsg_new(bindings::ferry_helper_genlmsg_default_size()) };
+        let skb = NonNull::new(skb).ok_or(ENOMEM)?;
+        // SAFETY: `skb` is a fresh message and `info` is valid (type invariant).
+        let hdr = unsafe { bindings::ferry_helper_genlmsg_put_reply(skb.as_ptr(), self.info.as_ptr()) };
+        let reply = Reply {
+            skb,
+            hdr,
+            info: self.info,
+            _p: PhantomData,
+        };
+        if hdr.is_null() {
+            return Err(EMSGSIZE);
+        }
+        Ok(reply)
+    }
+}
+
+/// A reply message under construction; freed unless sent.
+///
+/// # Invariants
+///
+/// `skb` is owned by the reply; `hdr`, if non-null, is its genetlink header;
+/// `info` is the request's, valid for `'a`.
+pub struct Reply<'a> {
+    skb: NonNull<bindings::sk_buff>,
+    hdr: *mut c_void,
+    info: NonNull<bindings::genl_info>,
+    _p: PhantomData<&'a mut bindings::genl_info>,
+}
+
+impl Reply<'_> {
+    /// The writer for the reply's attributes.
+    pub fn writer(&mut self) -> Writer<'_> {
+        Writer {
+            skb: self.skb,
+            _p: PhantomData,
+        }
+    }
+
+    /// Finishes the message and sends it to the requester.
+    pub fn send(self) -> Result {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `skb` is owned and `hdr` is its header (type invariant); sending
+        // hands the skb to netlink, and `ManuallyDrop` keeps us from freeing it.
+        unsafe {
+            bindings::ferry_helper_genlmsg_end(this.skb.as_ptr(), this.hdr);
+            to_result(bindings::ferry_helper_genlmsg_reply(this.skb.as_ptr(), this.info.as_ptr()))
+        }
+    }
+}
+
+impl Drop for Reply<'_> {
+    fn drop(&mut self) {
+        // SAFETY: The reply owns `skb` (type invariant) and was not sent.
+        unsafe { bindings::ferry_helper_nlmsg_free(self.skb.as_ptr()) };
+    }
+}
+
+/// One round of a dump: fills an skb with as many entries as fit.
+///
+/// Entries are written with [`Dump::entry`]; the handler keeps its place in
+/// [`Dump::position`] and returns `EMSGSIZE` (as `entry` does) when the skb is
+/// full, which makes genetlink call it again with a fresh skb.
+///
+/// # Invariants
+///
+/// `skb` and `cb` are valid for `'a`, and `cb` belongs to a genetlink dump.
+pub struct Dump<'a> {
+    skb: NonNull<bindings::sk_buff>,
+    cb: NonNull<bindings::netlink_callback>,
+    _p: PhantomData<&'a mut bindings::netlink_callback>,
+}
+
+impl Dump<'_> {
+    /// Where the previous round stopped: zero at first, kept across rounds.
+    pub fn position(&mut self) -> &mut u64 {
+        // SAFETY: `cb` is valid (type invariant); `args` is an array of six
+        // `long`s that the dump owns, `long` is 64 bits on every architecture
+        // ferry builds for, and the returned borrow is tied to `&mut self`.
+        unsafe { &mut *bindings::ferry_helper_netlink_cb_args(self.cb.as_ptr()).cast::<u64>() }
+    }
+
+    /// Adds one entry, written by `f`. If `f` fails, the partial entry is removed
+    /// and its error returned; `EMSGSIZE` means the skb is full.
+    pub fn entry(&mut self, f: impl FnOnce(&mut Writer<'_>) -> Result) -> Result {
+        // SAFETY: `skb` and `cb` are valid (type invariant).
+        let hdr = unsafe { bindings::ferry_helper_genlmsg_put_dump(self.skb.as_ptr(), self.cb.as_ptr()) };
+        if hdr.is_null() {
+            return Err(EMSGSIZE);
+        }
+        let mut w = Writer {
+            skb: self.skb,
+            _p: PhantomData,
+        };
+        let res = f(&mut w);
+        // SAFETY: `hdr` is the header just put into `skb`.
+        unsafe {
+            if res.is_ok() {
+                bindings::ferry_helper_genlmsg_end(self.skb.as_ptr(), hdr)
+            } else {
+                bindings::ferry_helper_genlmsg_cancel(self.skb.as_ptr(), hdr)
+            }
+        };
+        res
+    }
+}
+
+/// Writes attributes into a message being built.
+///
+/// # Invariants
+///
+/// `skb` is a netlink message under construction, valid and exclusively ours
+/// for `'a`.
+pub struct Writer<'a> {
+    skb: NonNull<bindings::sk_buff>,
+    _p: PhantomData<&'a mut bindings::sk_buff>,
+}
+
+impl Writer<'_> {
+    /// Adds a `u32` attribute.
+    pub fn put_u32(&mut self, ty: u32, value: u32) -> Result {
+        // SAFETY: `skb` is valid (type invariant).
+        to_result(unsafe { bindings::ferry_helper_nla_put_u32(self.skb.as_ptr(), ty as c_int, value) })
+    }
+
+    /// Adds a `u64` attribute, 64-bit aligned with attribute `pad` if needed.
+    pub fn put_u64(&mut self, ty: u32, value: u64, pad: u32) -> Result {
+        // SAFETY: `skb` is valid (type invariant).
+        to_result(unsafe {
+            bindings::ferry_helper_nla_put_u64(self.skb.as_ptr(), ty as c_int, value, pad as c_int)
+        })
+    }
+
+    /// Adds a NUL-terminated string attribute.
+    pub fn put_str(&mut self, ty: u32, value: &CStr) -> Result {
+        // SAFETY: `skb` is valid (type invariant); `value` is NUL-terminated.
+        to_result(unsafe {
+            bindings::ferry_helper_nla_put_string(self.skb.as_ptr(), ty as c_int, value.as_char_ptr())
+        })
+    }
+
+    /// Adds a nested attribute whose contents `f` writes; on failure nothing of
+    /// it remains.
+    pub fn nest(&mut self, ty: u32, f: impl FnOnce(&mut Writer<'_>) -> Result) -> Result {
+        // SAFETY: `skb` is valid (type invariant).
+        let start = unsafe { bindings::ferry_helper_nla_nest_start(self.skb.as_ptr(), ty as c_int) };
+        if start.is_null() {
+            return Err(EMSGSIZE);
+        }
+        let res = f(self);
+        // SAFETY: `start` is the nest just opened in `skb`.
+        unsafe {
+            if res.is_ok() {
+                bindings::ferry_helper_nla_nest_end(self.skb.as_ptr(), start)
+            } else {
+                bindings::ferry_helper_nla_nest_cancel(self.skb.as_ptr(), start)
+            }
+        };
+        res
+    }
+}
+
+/// Runs a `doit` handler for genetlink.
+///
+/// # Safety
+///
+/// `info` must be the `genl_info` genetlink passed to the op, whose `attrs` hold
+/// `maxattr + 1` entries (the op's `maxattr`), valid for the call.
+pub unsafe fn doit(
+    info: *mut bindings::genl_info,
+    maxattr: u32,
+    handler: impl FnOnce(&mut Request<'_>) -> Result,
+) -> c_int {
+    let Some(info) = NonNull::new(info) else {
+        return EINVAL.to_errno();
+    };
+    // INVARIANT: guaranteed by the function's safety requirements.
+    let mut req = Request {
+        info,
+        maxattr,
+        _p: PhantomData,
+    };
+    match handler(&mut req) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// Runs one round of a `dumpit` handler for genetlink.
+///
+/// # Safety
+///
+/// `skb` and `cb` must be what genetlink passed to the dump op, valid for the call.
+pub unsafe fn dumpit(
+    skb: *mut bindings::sk_buff,
+    cb: *mut bindings::netlink_callback,
+    handler: impl FnOnce(&mut Dump<'_>) -> Result,
+) -> c_int {
+    let (Some(skb), Some(cb)) = (NonNull::new(skb), NonNull::new(cb)) else {
+        return EINVAL.to_errno();
+    };
+    // INVARIANT: guaranteed by the function's safety requirements.
+    let mut dump = Dump {
+        skb,
+        cb,
+        _p: PhantomData,
+    };
+    // A full skb (`EMSGSIZE`) with entries in it makes netlink call again.
+    match handler(&mut dump) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// Allocates an empty message, for building attributes outside a request.
+///
+/// Used by the tests; freed on drop.
+pub struct Message {
+    skb: NonNull<bindings::sk_buff>,
+}
+
+impl Message {
+    /// Allocates a message with room for `payload` bytes.
+    pub fn new(payload: usize) -> Result<Self> {
+        // SAFETY: No preconditions.
+        let skb = unsafe { bindings::ferry_helper_genlmsg_new(payload) };
+        let skb = from_err_ptr(skb)?;
+        Ok(Self {
+            skb: NonNull::new(skb).ok_or(ENOMEM)?,
+        })
+    }
+
+    /// The writer for this message.
+    pub fn writer(&mut self) -> Writer<'_> {
+        Writer {
+            skb: self.skb,
+            _p: PhantomData,
+        }
+    }
+
+    /// The attributes written so far, as bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `skb` is valid and owned; `data`/`len` describe its linear data,
+        // which a freshly allocated netlink skb keeps entirely linear.
+        unsafe {
+            let skb = self.skb.as_ptr();
+            core::slice::from_raw_parts(
+                bindings::ferry_helper_skb_data(skb),
+                bindings::ferry_helper_skb_len(skb) as usize,
+            )
+        }
+    }
+}
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        // SAFETY: The message owns `skb`.
+        unsafe { bindings::ferry_helper_nlmsg_free(self.skb.as_ptr()) };
+    }
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kunit_tests(ferry_genl)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writer_encodes_attributes() -> Result {
+        let mut msg = Message::new(256)?;
+        {
+            let mut w = msg.writer();
+            w.put_u32(1, 0xdead_beef)?;
+            w.nest(2, |w| w.put_str(3, c"rxe0"))?;
+        }
+        let b = msg.bytes();
+        // u32: len 8, type 1, value; nest: len 4 + (4 + "rxe0\0" padded to 8), type 2.
+        assert_eq!(b.len(), 8 + 4 + 12);
+        assert_eq!(&b[..4], &[8, 0, 1, 0]);
+        assert_eq!(&b[4..8], &0xdead_beef_u32.to_ne_bytes());
+        assert_eq!(&b[8..12], &[16, 0, 2, 0x80]);
+        assert_eq!(&b[12..16], &[9, 0, 3, 0]);
+        assert_eq!(&b[16..21], b"rxe0\0");
+        Ok(())
+    }
+
+    #[test]
+    fn failed_nest_leaves_nothing() -> Result {
+        let mut msg = Message::new(256)?;
+        {
+            let mut w = msg.writer();
+            w.put_u32(1, 1)?;
+            assert_eq!(w.nest(2, |w| {
+                w.put_u32(3, 3)?;
+                Err(EINVAL)
+            }), Err(EINVAL));
+        }
+        assert_eq!(msg.bytes().len(), 8);
+        Ok(())
+    }
+}

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * C shims for the static inline functions and macros ferry's Rust code needs.
+ * See helpers.h.
+ */
+#include <linux/netdevice.h>
+#include <net/genetlink.h>
+#include <net/netlink.h>
+#include <rdma/ib_verbs.h>
+
+#include "helpers.h"
+
+void ferry_helper_ib_dealloc_pd(struct ib_pd *pd)
+{
+	ib_dealloc_pd(pd);
+}
+
+u32 ferry_helper_rdma_start_port(const struct ib_device *device)
+{
+	return rdma_start_port(device);
+}
+
+u32 ferry_helper_rdma_end_port(const struct ib_device *device)
+{
+	return rdma_end_port(device);
+}
+
+void ferry_helper_ib_device_get(struct ib_device *device)
+{
+	get_device(&device->dev);
+}
+
+void ferry_helper_ib_device_put(struct ib_device *device)
+{
+	put_device(&device->dev);
+}
+
+/*
+ * ib_device.name is a fixed array that ib_device_rename() rewrites in place:
+ * copying it never touches freed memory, unlike dev_name() during a rename.
+ */
+void ferry_helper_ib_device_name(const struct ib_device *device, char *buf,
+				 size_t len)
+{
+	strscpy(buf, device->name, len);
+}
+
+int ferry_helper_ib_port_netdev_name(struct ib_device *device, u32 port,
+				     char *buf, size_t len)
+{
+	struct net_device *ndev = ib_device_get_netdev(device, port);
+
+	if (!ndev)
+		return -ENODEV;
+	/* A fixed array rewritten in place on rename, as ib_core's nldev reads it. */
+	strscpy(buf, ndev->name, len);
+	dev_put(ndev);
+	return 0;
+}
+
+size_t ferry_helper_genlmsg_default_size(void)
+{
+	return GENLMSG_DEFAULT_SIZE;
+}
+
+struct sk_buff *ferry_helper_genlmsg_new(size_t payload)
+{
+	return genlmsg_new(payload, GFP_KERNEL);
+}
+
+void ferry_helper_nlmsg_free(struct sk_buff *skb)
+{
+	nlmsg_free(skb);
+}
+
+void *ferry_helper_genlmsg_put_reply(struct sk_buff *skb,
+				     struct genl_info *info)
+{
+	return genlmsg_put_reply(skb, info, info->family, 0,
+				 info->genlhdr->cmd);
+}
+
+void *ferry_helper_genlmsg_put_dump(struct sk_buff *skb,
+				    struct netlink_callback *cb)
+{
+	const struct genl_dumpit_info *dinfo = genl_dumpit_info(cb);
+
+	return genlmsg_put(skb, NETLINK_CB(cb->skb).portid,
+			   cb->nlh->nlmsg_seq, dinfo->info.family, NLM_F_MULTI,
+			   dinfo->op.cmd);
+}
+
+void ferry_helper_genlmsg_end(struct sk_buff *skb, void *hdr)
+{
+	genlmsg_end(skb, hdr);
+}
+
+void ferry_helper_genlmsg_cancel(struct sk_buff *skb, void *hdr)
+{
+	genlmsg_cancel(skb, hdr);
+}
+
+int ferry_helper_genlmsg_reply(struct sk_buff *skb, struct genl_info *info)
+{
+	return genlmsg_reply(skb, info);
+}
+
+struct genl_info *ferry_helper_genl_info_dump(struct netlink_callback *cb)
+{
+	return (struct genl_info *)genl_info_dump(cb);
+}
+
+long *ferry_helper_netlink_cb_args(struct netlink_callback *cb)
+{
+	return cb->args;
+}
+
+const u8 *ferry_helper_skb_data(const struct sk_buff *skb)
+{
+	return skb->data;
+}
+
+unsigned int ferry_helper_skb_len(const struct sk_buff *skb)
+{
+	return skb->len;
+}
+
+int ferry_helper_nla_put_u32(struct sk_buff *skb, int type, u32 value)
+{
+	return nla_put_u32(skb, type, value);
+}
+
+int ferry_helper_nla_put_u64(struct sk_buff *skb, int type, u64 value, int pad)
+{
+	return nla_put_u64_64bit(skb, type, value, pad);
+}
+
+int ferry_helper_nla_put_string(struct sk_buff *skb, int type, const char *s)
+{
+	return nla_put_string(skb, type, s);
+}
+
+struct nlattr *ferry_helper_nla_nest_start(struct sk_buff *skb, int type)
+{
+	return nla_nest_start(skb, type);
+}
+
+void ferry_helper_nla_nest_end(struct sk_buff *skb, struct nlattr *start)
+{
+	nla_nest_end(skb, start);
+}
+
+void ferry_helper_nla_nest_cancel(struct sk_buff *skb, struct nlattr *start)
+{
+	nla_nest_cancel(skb, start);
+}
+
+void ferry_helper_nl_set_err_msg_attr(struct netlink_ext_ack *extack,
+				      const struct nlattr *attr,
+				      const char *msg)
+{
+	/* NL_SET_ERR_MSG_ATTR() wants a literal; msg is static on the Rust side. */
+	if (extack)
+		extack->_msg = msg;
+	NL_SET_BAD_ATTR(extack, attr);
+}
+
+void ferry_helper_nl_set_err_msg(struct netlink_ext_ack *extack,
+				 const char *msg)
+{
+	if (extack)
+		extack->_msg = msg;
+}
+
+void ferry_helper_nl_set_err_attr_miss(struct netlink_ext_ack *extack,
+				       unsigned int type)
+{
+	NL_SET_ERR_ATTR_MISS(extack, NULL, type);
+	NL_SET_ERR_MSG(extack, "Missing attribute");
+}

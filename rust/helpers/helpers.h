@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * C shims for the static inline functions and macros of ib_verbs.h, genetlink.h
+ * and netlink.h that ferry's Rust code calls: bindgen cannot see through those.
+ * Each does exactly what the function or macro it is named after does.
+ */
+#ifndef FERRY_RUST_HELPERS_H
+#define FERRY_RUST_HELPERS_H
+
+#include <linux/types.h>
+
+struct genl_info;
+struct ib_client;
+struct ib_device;
+struct ib_pd;
+struct netlink_callback;
+struct netlink_ext_ack;
+struct nlattr;
+struct sk_buff;
+
+/* rdma/ib_verbs.h */
+void ferry_helper_ib_dealloc_pd(struct ib_pd *pd);
+u32 ferry_helper_rdma_start_port(const struct ib_device *device);
+u32 ferry_helper_rdma_end_port(const struct ib_device *device);
+void ferry_helper_ib_device_get(struct ib_device *device);
+void ferry_helper_ib_device_put(struct ib_device *device);
+void ferry_helper_ib_device_name(const struct ib_device *device, char *buf,
+				 size_t len);
+int ferry_helper_ib_port_netdev_name(struct ib_device *device, u32 port,
+				     char *buf, size_t len);
+
+/* net/netlink.h, net/genetlink.h */
+size_t ferry_helper_genlmsg_default_size(void);
+struct sk_buff *ferry_helper_genlmsg_new(size_t payload);
+void ferry_helper_nlmsg_free(struct sk_buff *skb);
+void *ferry_helper_genlmsg_put_reply(struct sk_buff *skb,
+				     struct genl_info *info);
+void *ferry_helper_genlmsg_put_dump(struct sk_buff *skb,
+				    struct netlink_callback *cb);
+void ferry_helper_genlmsg_end(struct sk_buff *skb, void *hdr);
+void ferry_helper_genlmsg_cancel(struct sk_buff *skb, void *hdr);
+int ferry_helper_genlmsg_reply(struct sk_buff *skb, struct genl_info *info);
+struct genl_info *ferry_helper_genl_info_dump(struct netlink_callback *cb);
+long *ferry_helper_netlink_cb_args(struct netlink_callback *cb);
+const u8 *ferry_helper_skb_data(const struct sk_buff *skb);
+unsigned int ferry_helper_skb_len(const struct sk_buff *skb);
+int ferry_helper_nla_put_u32(struct sk_buff *skb, int type, u32 value);
+int ferry_helper_nla_put_u64(struct sk_buff *skb, int type, u64 value, int pad);
+int ferry_helper_nla_put_string(struct sk_buff *skb, int type, const char *s);
+struct nlattr *ferry_helper_nla_nest_start(struct sk_buff *skb, int type);
+void ferry_helper_nla_nest_end(struct sk_buff *skb, struct nlattr *start);
+void ferry_helper_nla_nest_cancel(struct sk_buff *skb, struct nlattr *start);
+void ferry_helper_nl_set_err_msg_attr(struct netlink_ext_ack *extack,
+				      const struct nlattr *attr,
+				      const char *msg);
+void ferry_helper_nl_set_err_msg(struct netlink_ext_ack *extack,
+				 const char *msg);
+void ferry_helper_nl_set_err_attr_miss(struct netlink_ext_ack *extack,
+				       unsigned int type);
+
+#endif /* FERRY_RUST_HELPERS_H */

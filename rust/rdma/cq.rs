@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Completion queues.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h) (`struct ib_cq`).
+
+use core::ptr::{null_mut, NonNull};
+use kernel::{error::from_err_ptr, prelude::*, sync::aref::ARef};
+
+use super::Device;
+use crate::bindings;
+
+/// A completion queue polled from `ib_comp_wq` (`IB_POLL_WORKQUEUE`), freed on
+/// drop with `ib_free_cq` (which also waits for rxe's late completions).
+///
+/// # Invariants
+///
+/// `cq` was returned by `__ib_alloc_cq` on `device` and is owned by this object.
+pub struct Cq {
+    cq: NonNull<bindings::ib_cq>,
+    device: ARef<Device>,
+}
+
+// SAFETY: A CQ may be used and freed from any thread.
+unsafe impl Send for Cq {}
+// SAFETY: `&Cq` only reads fields fixed at allocation.
+unsafe impl Sync for Cq {}
+
+impl Cq {
+    /// Allocates a CQ with at least `entries` entries on completion vector
+    /// `comp_vector` of `device`, attributed to `owner` in `rdma res show cq`.
+    ///
+    /// The CQ must be dropped before the device's `ib_client` remove callback
+    /// returns. May sleep.
+    pub fn new(device: &Device, entries: u32, comp_vector: u32, owner: &'static CStr) -> Result<Self> {
+        let entries = c_int::try_from(entries).map_err(|_| EINVAL)?;
+        let comp_vector = c_int::try_from(comp_vector).map_err(|_| EINVAL)?;
+        // SAFETY: `device` is valid; no private data is attached; `owner` is static,
+        // as ib_core keeps the pointer for resource tracking.
+        let cq = from_err_ptr(unsafe {
+            bindings::__ib_alloc_cq(
+                device.as_raw(),
+                null_mut(),
+                entries,
+                comp_vector,
+                bindings::ib_poll_context_IB_POLL_WORKQUEUE,
+                owner.as_char_ptr(),
+            )
+        })?;
+        Ok(Self {
+            cq: NonNull::new(cq).ok_or(ENOMEM)?,
+            device: device.into(),
+        })
+    }
+
+    /// The raw `ib_cq`.
+    pub fn as_raw(&self) -> *mut bindings::ib_cq {
+        self.cq.as_ptr()
+    }
+
+    /// The device this CQ belongs to.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The resource-tracking id, as "cqn" in `rdma res show cq`.
+    pub fn id(&self) -> u32 {
+        // SAFETY: `cq` is valid (type invariant); `res.id` is set at allocation.
+        unsafe { (*self.as_raw()).res.id }
+    }
+
+    /// The number of entries the device gave the CQ.
+    pub fn entries(&self) -> u32 {
+        // SAFETY: `cq` is valid (type invariant); `cqe` is set at allocation.
+        u32::try_from(unsafe { (*self.as_raw()).cqe }).unwrap_or(0)
+    }
+
+    /// The completion vector the CQ is bound to.
+    pub fn comp_vector(&self) -> u32 {
+        // SAFETY: `cq` is valid (type invariant); set at allocation.
+        unsafe { (*self.as_raw()).comp_vector }
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        // SAFETY: The CQ is owned (type invariant); its owner destroys every QP
+        // that uses it first.
+        unsafe { bindings::ib_free_cq(self.as_raw()) };
+    }
+}

@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA devices as ferry sees them: the ib_core client and the resources ferry
+//! holds on each device.
+//!
+//! On `add`, ferry allocates the device's protection domain and a completion
+//! queue; on `remove` it frees them before returning, as ib_core requires. The
+//! control plane reads devices through [`Ferry::devices`] and fills replies under
+//! the device's resource lock, so it never touches a device that is gone.
+
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{aref::ARef, Arc, Mutex},
+};
+
+use crate::{
+    ferry_nl::{cq as cq_attr, device as attr, port as port_attr},
+    genl::Writer,
+    rdma::{
+        client::{Client, ClientStatic},
+        Cq, Device, Pd,
+    },
+};
+
+/// The name ferry's RDMA resources are attributed to (`rdma res show`).
+pub(crate) const OWNER: &CStr = c"ferry";
+
+/// Entries of the per-device CQ, capped by the device's limit.
+const CQ_ENTRIES: u32 = 4096;
+
+/// ferry's ib_core client, reached from ib_core and netlink callbacks.
+pub(crate) static FERRY: ClientStatic<Ferry> = ClientStatic::new();
+
+/// Module-wide state: the devices ferry uses.
+#[pin_data]
+pub(crate) struct Ferry {
+    /// Every device between `add` and `remove`, in the order they came.
+    #[pin]
+    devices: Mutex<KVec<Arc<FerryDevice>>>,
+}
+
+impl Ferry {
+    /// Creates the state with no device.
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                devices <- new_mutex!(KVec::new()),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// The state of the loaded module, if it is loaded.
+    pub(crate) fn get() -> Option<Arc<Self>> {
+        FERRY.get()
+    }
+
+    /// A snapshot of the devices, ordered by device index.
+    pub(crate) fn devices(&self) -> Result<KVec<Arc<FerryDevice>>> {
+        let guard = self.devices.lock();
+        let mut list = KVec::with_capacity(guard.len(), GFP_KERNEL)?;
+        for d in guard.iter() {
+            list.push(d.clone(), GFP_KERNEL)?;
+        }
+        drop(guard);
+        list.sort_unstable_by_key(|d| d.device.index());
+        Ok(list)
+    }
+}
+
+/// What ferry holds on one device. Freed by `remove`, before the device goes.
+struct Resources {
+    // Field order is teardown order: the CQ before the PD.
+    cq: Cq,
+    pd: Pd,
+}
+
+impl Resources {
+    fn new(device: &Device) -> Result<Self> {
+        let pd = Pd::new(device, OWNER)?;
+        let entries = CQ_ENTRIES.min(device.caps().max_cqe);
+        let cq = Cq::new(device, entries, 0, OWNER)?;
+        Ok(Self { cq, pd })
+    }
+}
+
+/// An RDMA device that ferry uses.
+#[pin_data]
+pub(crate) struct FerryDevice {
+    device: ARef<Device>,
+    /// `None` once the device is removed: a reader that still holds the
+    /// `FerryDevice` then sees it gone.
+    #[pin]
+    resources: Mutex<Option<Resources>>,
+}
+
+impl FerryDevice {
+    /// The device index.
+    pub(crate) fn index(&self) -> u32 {
+        self.device.index()
+    }
+
+    /// Whether the device is called `name`.
+    pub(crate) fn has_name(&self, name: &CStr) -> bool {
+        self.device.name().as_cstr() == name
+    }
+
+    /// Writes the device's netlink attributes. Fails with `ENODEV` if the device
+    /// was removed meanwhile. May sleep.
+    pub(crate) fn fill(&self, w: &mut Writer<'_>) -> Result {
+        let resources = self.resources.lock();
+        let res = resources.as_ref().ok_or(ENODEV)?;
+        let dev = &*self.device;
+        let caps = dev.caps();
+        w.put_u32(attr::INDEX, dev.index())?;
+        w.put_str(attr::NAME, dev.name().as_cstr())?;
+        w.put_u64(attr::NODE_GUID, dev.node_guid(), attr::PAD)?;
+        if let Some(t) = dev.node_type() {
+            w.put_u32(attr::NODE_TYPE, t as u32)?;
+        }
+        w.put_u32(attr::NUM_COMP_VECTORS, dev.num_comp_vectors())?;
+        w.put_u32(attr::MAX_QP, caps.max_qp)?;
+        w.put_u32(attr::MAX_QP_WR, caps.max_qp_wr)?;
+        w.put_u32(attr::MAX_CQ, caps.max_cq)?;
+        w.put_u32(attr::MAX_CQE, caps.max_cqe)?;
+        w.put_u32(attr::MAX_MR, caps.max_mr)?;
+        w.put_u32(attr::MAX_PD, caps.max_pd)?;
+        w.put_u32(attr::MAX_SEND_SGE, caps.max_send_sge)?;
+        w.put_u32(attr::MAX_RECV_SGE, caps.max_recv_sge)?;
+        w.put_u32(attr::MAX_FAST_REG_PAGE_LIST_LEN, caps.max_fast_reg_page_list_len)?;
+        w.put_u64(attr::CAP_FLAGS, caps.cap_flags, attr::PAD)?;
+        for port in dev.ports() {
+            let pa = dev.query_port(port)?;
+            w.nest(attr::PORT, |w| {
+                w.put_u32(port_attr::INDEX, port)?;
+                if let Some(state) = pa.state {
+                    w.put_u32(port_attr::STATE, state as u32)?;
+                }
+                w.put_u32(port_attr::PHYS_STATE, u32::from(pa.phys_state))?;
+                w.put_u32(port_attr::ACTIVE_MTU, pa.active_mtu)?;
+                w.put_u32(port_attr::MAX_MTU, pa.max_mtu)?;
+                if let Some(ll) = pa.link_layer {
+                    w.put_u32(port_attr::LINK_LAYER, ll as u32)?;
+                }
+                w.put_u32(port_attr::GID_TBL_LEN, pa.gid_tbl_len)?;
+                if let Some(nd) = dev.port_netdev(port) {
+                    w.put_str(port_attr::NETDEV, nd.as_cstr())?;
+                }
+                Ok(())
+            })?;
+        }
+        w.put_u32(attr::PD_ID, res.pd.id())?;
+        w.nest(attr::CQ, |w| {
+            w.put_u32(cq_attr::ID, res.cq.id())?;
+            w.put_u32(cq_attr::CQE, res.cq.entries())?;
+            w.put_u32(cq_attr::COMP_VECTOR, res.cq.comp_vector())
+        })
+    }
+}
+
+impl Client for Ferry {
+    type DeviceData = Arc<FerryDevice>;
+
+    fn client_static() -> &'static ClientStatic<Self> {
+        &FERRY
+    }
+
+    fn add(&self, device: &Device) -> Result<Arc<FerryDevice>> {
+        let resources = Resources::new(device).inspect_err(|e| {
+            pr_warn!(
+                "{}: cannot allocate resources ({:?}), not using it\n",
+                device.name().as_cstr(),
+                e
+            )
+        })?;
+        let (pd_id, cq_id) = (resources.pd.id(), resources.cq.id());
+        let fdev = Arc::pin_init(
+            pin_init!(FerryDevice {
+                device: device.into(),
+                resources <- new_mutex!(Some(resources)),
+            }),
+            GFP_KERNEL,
+        )?;
+        self.devices.lock().push(fdev.clone(), GFP_KERNEL)?;
+        pr_info!(
+            "{}: added (pd {}, cq {})\n",
+            device.name().as_cstr(),
+            pd_id,
+            cq_id
+        );
+        Ok(fdev)
+    }
+
+    fn remove(&self, device: &Device, fdev: Arc<FerryDevice>) {
+        self.devices.lock().retain(|d| !Arc::ptr_eq(d, &fdev));
+        // Waits for any netlink reader of this device, then frees the CQ and PD
+        // while the device is still registered.
+        drop(fdev.resources.lock().take());
+        pr_info!("{}: removed\n", device.name().as_cstr());
+    }
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kunit_tests(ferry_device)]
+mod tests {
+    use super::*;
+
+    /// Runs when ferry loads after an RDMA device exists (the test harness
+    /// creates rxe0 first): every device ferry tracks holds a PD and a CQ that
+    /// ib_core attributes to ferry.
+    #[test]
+    fn every_device_holds_a_pd_and_a_cq() -> Result {
+        let ferry = Ferry::get().ok_or(ENODEV)?;
+        let devices = ferry.devices()?;
+        assert!(!devices.is_empty());
+        for d in devices.iter() {
+            let guard = d.resources.lock();
+            let res = guard.as_ref().ok_or(ENODEV)?;
+            assert!(res.cq.entries() >= CQ_ENTRIES.min(d.device.caps().max_cqe));
+            assert_eq!(res.pd.device().index(), d.index());
+            assert_eq!(res.cq.device().index(), d.index());
+            assert_eq!(res.cq.comp_vector(), 0);
+        }
+        Ok(())
+    }
+
+    /// A second CQ on a live device gets its own restrack id and at least the
+    /// entries asked for.
+    #[test]
+    fn cq_ids_are_distinct() -> Result {
+        let ferry = Ferry::get().ok_or(ENODEV)?;
+        let devices = ferry.devices()?;
+        let d = devices.first().ok_or(ENODEV)?;
+        let guard = d.resources.lock();
+        let res = guard.as_ref().ok_or(ENODEV)?;
+        let extra = Cq::new(&d.device, 16, 0, OWNER)?;
+        assert!(extra.id() != res.cq.id());
+        assert!(extra.entries() >= 16);
+        Ok(())
+    }
+}

@@ -1,0 +1,24 @@
+# SPDX-License-Identifier: GPL-2.0
+# Shared settings for ferry's setup and test scripts. Sourced, never run.
+
+FERRY_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+# Everything large lives outside the repository, in a cache that survives clones.
+FERRY_CACHE=${FERRY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ferry}
+FERRY_LLVM=${FERRY_LLVM:--19}
+FERRY_RUSTC=${FERRY_RUSTC:-/usr/bin/rustc}
+FERRY_CLIPPY_DRIVER=${FERRY_CLIPPY_DRIVER:-/usr/bin/clippy-driver}
+FERRY_BINDGEN=${FERRY_BINDGEN:-$FERRY_CACHE/cargo/bin/bindgen}
+FERRY_VENV=${FERRY_VENV:-$FERRY_CACHE/venv}
+export LIBCLANG_PATH=${LIBCLANG_PATH:-/usr/lib/llvm${FERRY_LLVM}/lib}
+
+step() { printf '==> %s\n' "$*" >&2; }
+die() {
+	printf 'ERROR: %s\n' "$1" >&2
+	[ -n "${2:-}" ] && printf '  fix: %s\n' "$2" >&2
+	exit 1
+}
+
+# Make variables every kernel and module build needs.
+kmake_vars() {
+	printf '%s\n' "LLVM=$FERRY_LLVM" "RUSTC=$FERRY_RUSTC" "BINDGEN=$FERRY_BINDGEN"
+}
