@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Guest agent of ferry's VM runner.
+
+Runs inside the test VM (as the virtme-ng --exec command) and serves the host
+over the virtio-serial port named ferry.ctl: one JSON request per line, one JSON
+reply per line, commands run one at a time with a timeout.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+
+def find_port(name):
+    for p in glob.glob('/sys/class/virtio-ports/*/name'):
+        with open(p) as f:
+            if f.read().strip() == name:
+                return '/dev/' + p.split('/')[-2]
+    return None
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ''
+
+
+def main():
+    port = find_port('ferry.ctl')
+    if not port:
+        print('agent: no ferry.ctl port', file=sys.stderr)
+        return 1
+    fd = os.open(port, os.O_RDWR)
+    rx = os.fdopen(fd, 'rb', buffering=0)
+    tx = os.fdopen(os.dup(fd), 'wb', buffering=0)
+
+    def send(obj):
+        tx.write((json.dumps(obj) + '\n').encode())
+
+    send({'ready': True,
+          'clocksource': read('/sys/devices/system/clocksource/clocksource0/current_clocksource'),
+          'kernel': os.uname().release})
+    buf = b''
+    while True:
+        chunk = rx.read(65536)
+        if not chunk:
+            continue
+        buf += chunk
+        while b'\n' in buf:
+            line, buf = buf.split(b'\n', 1)
+            req = json.loads(line)
+            if req.get('cmd') == '__exit__':
+                send({'id': req['id'], 'rc': 0, 'out': '', 'err': ''})
+                return 0
+            p = subprocess.Popen(['/bin/bash', '-c', req['cmd']],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                out, err = p.communicate(timeout=req.get('timeout', 60))
+                rep = {'rc': p.returncode}
+            except subprocess.TimeoutExpired:
+                # The whole command, children included, is its process group.
+                os.killpg(p.pid, 9)
+                out, err = p.communicate()
+                rep = {'rc': None, 'timeout': True}
+            rep['out'] = out.decode(errors='replace')
+            rep['err'] = err.decode(errors='replace')
+            rep['id'] = req['id']
+            send(rep)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,284 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Host side of ferry's VM runner.
+
+Boots the test kernel under QEMU (TCG) with virtme-ng, which shares the host's
+root filesystem into the guest over 9p, so host binaries (rdma, ferryctl, fio,
+perftest, the test scripts) run in the guest as they are. Each VM gets:
+
+- a guest agent on a virtio-serial port (agent.py): the host runs commands in
+  the guest through VM.run() and gets their exit status and output;
+- its console streamed to <outdir>/<name>.console;
+- its NICs as QEMU UDP socket netdevs on 127.0.0.1, so two VMs share one
+  Ethernet segment and either side can be killed and booted again.
+
+Every QEMU this module starts runs in its own session; kill() signals that
+session only, never another process.
+"""
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
+AGENT = os.path.join(ROOT, 'tools', 'testing', 'vm', 'agent.py')
+
+# Kernel reports that fail a test case wherever they appear in a console. Lines
+# from the kernel carry a printk timestamp, which keeps guest program output out.
+_KMSG = r'^\[\s*\d+\.\d+\]\s'
+BAD_PATTERNS = [
+    (re.compile(_KMSG + r'.*------------\[ cut here \]------------'), 'kernel WARN/BUG'),
+    (re.compile(_KMSG + r'WARNING:'), 'kernel WARNING'),
+    (re.compile(_KMSG + r'.*\bBUG:'), 'kernel BUG'),
+    (re.compile(_KMSG + r'.*kernel BUG at'), 'kernel BUG'),
+    (re.compile(_KMSG + r'.*\bOops\b'), 'kernel oops'),
+    (re.compile(_KMSG + r'.*general protection fault'), 'general protection fault'),
+    (re.compile(_KMSG + r'.*Kernel panic'), 'kernel panic'),
+    (re.compile(_KMSG + r'.*(possible circular locking|possible recursive locking|'
+                r'inconsistent lock state|possible irq lock inversion|'
+                r'suspicious RCU usage|lockdep)'), 'lockdep report'),
+    (re.compile(_KMSG + r'.*\b(KASAN|UBSAN|KFENCE):'), 'sanitizer report'),
+    (re.compile(_KMSG + r'.*kmemleak: \d+ new suspected memory leaks'), 'kmemleak report'),
+    (re.compile(_KMSG + r'.*(soft lockup|hard LOCKUP|rcu_\w+ detected stalls|'
+                r'blocked for more than)'), 'lockup or stall'),
+]
+
+JIFFIES_CLOCKSOURCES = ('jiffies', 'refined-jiffies')
+
+
+class VMError(Exception):
+    """A VM failed to boot, answer or behave."""
+
+
+def free_udp_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+class Link:
+    """One Ethernet segment between two VMs: a pair of UDP ports on 127.0.0.1."""
+
+    def __init__(self):
+        self.ports = (free_udp_port(), free_udp_port())
+
+    def netdev(self, side, ident):
+        local, remote = self.ports[side], self.ports[1 - side]
+        return (f'socket,id={ident},udp=127.0.0.1:{remote},'
+                f'localaddr=127.0.0.1:{local}')
+
+
+class Result:
+    def __init__(self, cmd, rep):
+        self.cmd = cmd
+        self.rc = rep.get('rc')
+        self.out = rep.get('out', '')
+        self.err = rep.get('err', '')
+        self.timed_out = bool(rep.get('timeout'))
+
+    def __repr__(self):
+        return f'<{self.cmd!r}: rc={self.rc} out={self.out[-300:]!r} err={self.err[-300:]!r}>'
+
+
+class VM:
+    """A test VM. `nics` is a list of (Link, side) or None for an unconnected NIC."""
+
+    def __init__(self, name, kernel, outdir, nics=(None,), cpus=2, memory='1G',
+                 append=(), boot_timeout=180, mac_base=0x10):
+        self.name = name
+        self.kernel = kernel
+        self.outdir = outdir
+        self.nics = list(nics)
+        self.cpus = cpus
+        self.memory = memory
+        self.append = list(append)
+        self.boot_timeout = boot_timeout
+        self.mac_base = mac_base
+        self.proc = None
+        self.sock = None
+        self.buf = b''
+        self.seq = 0
+        self.info = {}
+        self.boots = 0
+        self.console_path = os.path.join(outdir, f'{name}.console')
+
+    # --- lifecycle -------------------------------------------------------
+    def _qemu_opts(self, sockpath):
+        opts = ['-chardev', f'socket,id=ferryctl,path={sockpath},server=on,wait=off',
+                '-device', 'virtio-serial-pci,id=ferryser',
+                '-device', 'virtserialport,bus=ferryser.0,chardev=ferryctl,name=ferry.ctl']
+        for i, nic in enumerate(self.nics):
+            ident = f'fnet{i}'
+            if nic is None:
+                # A hub with one port: the NIC's link is up and leads nowhere.
+                opts += ['-netdev', f'hubport,id={ident},hubid={100 + i}']
+            else:
+                link, side = nic
+                opts += ['-netdev', link.netdev(side, ident)]
+            opts += ['-device', f'virtio-net-pci,netdev={ident},mac={self.mac(i)}']
+        return opts
+
+    def start(self):
+        if self.proc:
+            raise VMError(f'{self.name}: already running')
+        self.boots += 1
+        sockpath = os.path.join(self.outdir, f'{self.name}.ctl')
+        if os.path.exists(sockpath):
+            os.unlink(sockpath)
+        env = dict(os.environ)
+        env['PATH'] = os.path.dirname(VNG) + ':' + env.get('PATH', '')
+        python = '/usr/bin/python3' if os.path.exists('/usr/bin/python3') else 'python3'
+        cmd = [VNG, '--run', self.kernel, '--disable-kvm', '--force-9p', '--verbose',
+               '--cpus', str(self.cpus), '--memory', self.memory,
+               '--append', ' '.join(['net.ifnames=0', 'panic=-1', 'oops=panic'] + self.append),
+               '--exec', f'{python} {AGENT}',
+               '--qemu-opts=' + ' '.join(self._qemu_opts(sockpath))]
+        console = open(self.console_path, 'ab')
+        console.write(f'\n===== {self.name}: boot {self.boots} =====\n'.encode())
+        console.flush()
+        self.proc = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     cwd=ROOT, env=env)
+        console.close()
+        deadline = time.monotonic() + self.boot_timeout
+        while not os.path.exists(sockpath):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                self.kill()
+                raise VMError(f'{self.name}: QEMU did not start (see {self.console_path})')
+            time.sleep(0.1)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(sockpath)
+        self.buf = b''
+        hello = self._recv(deadline)
+        if not hello.get('ready'):
+            raise VMError(f'{self.name}: unexpected agent greeting {hello}')
+        self.info = hello
+        if hello.get('clocksource') in JIFFIES_CLOCKSOURCES:
+            self.kill()
+            raise VMError(f'{self.name}: the guest clocksource is {hello["clocksource"]}: '
+                          'time in this VM is too coarse to test; the kernel needs '
+                          'ACPI and HPET_TIMER (see tools/testing/config/ferry.config)')
+        # NICs are eth0, eth1, ... in the order given, whatever udev named them.
+        for i in range(len(self.nics)):
+            mac = self.mac(i)
+            self.run(f'dev=$(ip -o link | awk -F": " \'/{mac}/{{print $2}}\') && '
+                     f'[ "$dev" = eth{i} ] || ip link set dev "$dev" name eth{i}')
+        return self
+
+    def mac(self, nic):
+        return f'52:54:00:f0:{self.mac_base:02x}:{nic:02x}'
+
+    def _check_alive(self):
+        if self.proc and self.proc.poll() is not None:
+            rc = self.proc.returncode
+            self.proc = None
+            raise VMError(f'{self.name}: QEMU exited with {rc} (see {self.console_path})')
+
+    def kill(self):
+        """Kills this VM's QEMU at once (a crash, as the peer sees it)."""
+        if self.sock:
+            self.sock.close()
+            self.sock = None
+        if self.proc:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+            self.proc = None
+
+    def stop(self, timeout=30):
+        """Powers the VM off through the agent; kills it if that does not work."""
+        if self.proc and self.sock:
+            try:
+                self._call({'cmd': '__exit__'}, timeout)
+                self.proc.wait(timeout=timeout)
+            except (VMError, subprocess.TimeoutExpired, OSError):
+                pass
+        self.kill()
+
+    def restart(self):
+        self.kill()
+        return self.start()
+
+    # --- commands --------------------------------------------------------
+    def _recv(self, deadline):
+        while b'\n' not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise VMError(f'{self.name}: no answer from the guest in time')
+            self.sock.settimeout(min(left, 1.0))
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                self._check_alive()
+                continue
+            if not chunk:
+                self._check_alive()
+                raise VMError(f'{self.name}: the guest agent went away')
+            self.buf += chunk
+        line, self.buf = self.buf.split(b'\n', 1)
+        return json.loads(line)
+
+    def _call(self, req, timeout):
+        if not self.sock:
+            raise VMError(f'{self.name}: not running')
+        self.seq += 1
+        req['id'] = self.seq
+        req['timeout'] = timeout
+        self.sock.sendall((json.dumps(req) + '\n').encode())
+        deadline = time.monotonic() + timeout + 30
+        while True:
+            rep = self._recv(deadline)
+            if rep.get('id') == self.seq:
+                return rep
+
+    def run(self, cmd, timeout=60, check=True):
+        """Runs a shell command in the guest; raises VMError if check and it fails."""
+        res = Result(cmd, self._call({'cmd': cmd}, timeout))
+        if res.timed_out:
+            raise VMError(f'{self.name}: timed out after {timeout} s: {cmd}')
+        if check and res.rc != 0:
+            raise VMError(f'{self.name}: command failed: {res}')
+        return res
+
+    def wait_for(self, cmd, timeout=60, interval=0.5):
+        """Runs cmd until it succeeds; returns its result or raises VMError."""
+        deadline = time.monotonic() + timeout
+        while True:
+            res = self.run(cmd, timeout=max(5, int(timeout)), check=False)
+            if res.rc == 0:
+                return res
+            if time.monotonic() > deadline:
+                raise VMError(f'{self.name}: condition not met in {timeout} s: {res}')
+            time.sleep(interval)
+
+    # --- console ---------------------------------------------------------
+    def console(self):
+        with open(self.console_path, 'rb') as f:
+            return f.read().decode(errors='replace')
+
+    def kernel_problems(self):
+        """Kernel warnings, bugs, oopses, lockdep and sanitizer reports so far."""
+        found = []
+        for line in self.console().splitlines():
+            for rx, what in BAD_PATTERNS:
+                if rx.search(line):
+                    found.append(f'{self.name}: {what}: {line.strip()}')
+                    break
+        return found
+
+
+VNG = os.environ.get('FERRY_VNG') or os.path.join(
+    os.environ.get('FERRY_VENV', os.path.join(
+        os.environ.get('FERRY_CACHE', os.path.join(
+            os.environ.get('XDG_CACHE_HOME', os.path.expanduser('~/.cache')), 'ferry')),
+        'venv')), 'bin', 'vng')
+
+
+def sh(s):
+    return shlex.quote(str(s))
