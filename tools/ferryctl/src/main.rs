@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: GPL-2.0
+//! ferryctl: control tool for ferry, an RDMA transport for kernel modules.
+//!
+//! Grammar (iproute2 style): `ferryctl [OPTIONS] OBJECT [COMMAND [ARGS]]`, with
+//! `show` as the default command and objects and commands abbreviable.
+//! Exit codes: 0 success, 1 usage error, 2 the kernel refused or is unreachable.
+
+mod attr;
+mod device;
+mod nl;
+
+/// Constants generated from include/uapi/linux/ferry.h (see build.rs).
+#[allow(dead_code)]
+mod uapi {
+    include!(concat!(env!("OUT_DIR"), "/uapi.rs"));
+}
+
+use std::{io::Write, process::ExitCode};
+
+use serde_json::Value;
+
+const HELP: &str = "\
+Usage: ferryctl [OPTIONS] OBJECT [COMMAND [ARGS]]
+       ferryctl help
+
+OBJECT := { device }
+OPTIONS := { -j[son] | -p[retty] | -s[tatistics] | -d[etails] | -V[ersion] | -h[elp] }
+
+ferryctl device show [DEV | name DEV | index N]
+    RDMA devices ferry uses and the resources it holds on each.
+
+Exit status: 0 success, 1 usage error, 2 the kernel refused the request.
+";
+
+/// Command-line state shared by the objects.
+pub struct Ctx {
+    sock: nl::Socket,
+    family: Option<u16>,
+    details: bool,
+}
+
+impl Ctx {
+    /// The `ferry` family id, resolved on first use.
+    fn family(&mut self) -> Result<u16, CliError> {
+        if let Some(f) = self.family {
+            return Ok(f);
+        }
+        let f = self
+            .sock
+            .family(uapi::FERRY_FAMILY_NAME)
+            .map_err(|e| CliError::Kernel(e, |_| None))?;
+        self.family = Some(f);
+        Ok(f)
+    }
+}
+
+/// What a command prints: the same objects as JSON and as text.
+pub struct Output {
+    json: Vec<Value>,
+    text: Vec<String>,
+}
+
+/// Why a command failed.
+pub enum CliError {
+    /// Bad command line: exit 1.
+    Usage(String),
+    /// The kernel said no: exit 2. The function names the object's attributes.
+    Kernel(nl::Error, fn(u16) -> Option<&'static str>),
+}
+
+fn usage(msg: String) -> CliError {
+    CliError::Usage(msg)
+}
+
+impl CliError {
+    fn report(&self) -> (String, u8) {
+        match self {
+            CliError::Usage(m) => (format!("Error: {m}. Try \"ferryctl help\"."), 1),
+            CliError::Kernel(e, names) => {
+                let mut s = format!("Error: {e}");
+                if let nl::Error::Kernel(k) = e {
+                    let name = |t: u16| names(t).map(|n| format!("\"{n}\"")).unwrap_or(format!("{t}"));
+                    if let Some(t) = k.missing_attr {
+                        s += &format!(" [missing attribute {}]", name(t));
+                    } else if let Some(t) = k.bad_attr {
+                        s += &format!(" [attribute {}]", name(t));
+                    }
+                }
+                (s, 2)
+            }
+        }
+    }
+}
+
+struct Opts {
+    json: bool,
+    pretty: bool,
+    details: bool,
+    stats: bool,
+}
+
+/// Matches `word` against `full` the way iproute2 does: any non-empty prefix.
+fn matches(word: &str, full: &str) -> bool {
+    !word.is_empty() && full.starts_with(word)
+}
+
+fn parse_opts(args: &mut Vec<String>) -> Result<Option<Opts>, CliError> {
+    let mut o = Opts {
+        json: false,
+        pretty: false,
+        details: false,
+        stats: false,
+    };
+    while let Some(a) = args.first().cloned() {
+        if !a.starts_with('-') || a == "-" {
+            break;
+        }
+        args.remove(0);
+        let w = a.trim_start_matches('-');
+        if matches(w, "json") {
+            o.json = true;
+        } else if matches(w, "pretty") {
+            o.pretty = true;
+        } else if matches(w, "details") {
+            o.details = true;
+        } else if matches(w, "statistics") || w == "stats" {
+            o.stats = true;
+        } else if matches(w, "Version") {
+            println!("ferryctl {}", env!("CARGO_PKG_VERSION"));
+            return Ok(None);
+        } else if matches(w, "help") {
+            print!("{HELP}");
+            return Ok(None);
+        } else {
+            return Err(usage(format!("unknown option \"{a}\"")));
+        }
+    }
+    Ok(Some(o))
+}
+
+fn run(mut args: Vec<String>) -> Result<(), CliError> {
+    let Some(opts) = parse_opts(&mut args)? else {
+        return Ok(());
+    };
+    let Some(object) = args.first().cloned() else {
+        eprint!("{HELP}");
+        return Err(usage("missing OBJECT".into()));
+    };
+    args.remove(0);
+    if matches(&object, "help") {
+        print!("{HELP}");
+        return Ok(());
+    }
+    let command = args.first().cloned().unwrap_or_else(|| "show".into());
+    if !args.is_empty() {
+        args.remove(0);
+    }
+    let _ = opts.stats; // accepted for every object; devices have no statistics yet
+    let open = || -> Result<Ctx, CliError> {
+        Ok(Ctx {
+            sock: nl::Socket::open().map_err(|e| CliError::Kernel(e, |_| None))?,
+            family: None,
+            details: opts.details,
+        })
+    };
+    let out = if matches(&object, "device") {
+        if matches(&command, "show") || matches(&command, "list") {
+            device::show(&mut open()?, &args)?
+        } else if matches(&command, "help") {
+            print!("{HELP}");
+            return Ok(());
+        } else {
+            // A device name given without "show": `ferryctl device rxe0`.
+            let mut all = vec![command];
+            all.extend(args);
+            device::show(&mut open()?, &all)?
+        }
+    } else {
+        return Err(usage(format!("unknown object \"{object}\"")));
+    };
+    print_output(&out, opts.json, opts.pretty);
+    Ok(())
+}
+
+fn print_output(out: &Output, json: bool, pretty: bool) {
+    let stdout = std::io::stdout();
+    let mut w = stdout.lock();
+    if json {
+        let v = Value::Array(out.json.clone());
+        let s = if pretty {
+            serde_json::to_string_pretty(&v)
+        } else {
+            serde_json::to_string(&v)
+        };
+        let _ = writeln!(w, "{}", s.unwrap_or_default());
+    } else {
+        for t in &out.text {
+            let _ = write!(w, "{t}");
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let (msg, code) = e.report();
+            eprintln!("{msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn options_are_abbreviable() {
+        let mut a = args("-j -p -d -s device show");
+        let o = parse_opts(&mut a).ok().flatten().unwrap();
+        assert!(o.json && o.pretty && o.details && o.stats);
+        assert_eq!(a, args("device show"));
+        let mut a = args("--json dev");
+        assert!(parse_opts(&mut a).ok().flatten().unwrap().json);
+    }
+
+    #[test]
+    fn usage_errors_exit_1() {
+        let mut a = args("-x device");
+        let e = parse_opts(&mut a).err().unwrap();
+        assert_eq!(e.report().1, 1);
+        assert!(e.report().0.starts_with("Error: unknown option \"-x\""));
+        assert_eq!(run(args("frobnicate")).err().unwrap().report().1, 1);
+        assert_eq!(run(vec![]).err().unwrap().report().1, 1);
+    }
+
+    #[test]
+    fn kernel_errors_exit_2_and_name_the_attribute() {
+        let k = nl::KernelError {
+            errno: libc::ENODEV,
+            msg: Some("no RDMA device with this name".into()),
+            bad_attr: Some(uapi::FERRY_A_DEVICE_NAME as u16),
+            missing_attr: None,
+        };
+        let (msg, code) = CliError::Kernel(nl::Error::Kernel(k), device::attr_name).report();
+        assert_eq!(code, 2);
+        assert_eq!(msg, "Error: no RDMA device with this name (No such device) [attribute \"name\"]");
+        let (msg, code) =
+            CliError::Kernel(nl::Error::NoFamily("ferry".into()), device::attr_name).report();
+        assert_eq!(code, 2);
+        assert!(msg.starts_with("Error: the ferry module is not loaded"), "{msg}");
+    }
+
+    #[test]
+    fn bad_arguments_are_usage_errors_before_any_netlink() {
+        for a in ["device show index x", "device show index", "device show rxe0 extra"] {
+            assert_eq!(run(args(a)).err().map(|e| e.report().1), Some(1), "{a}");
+        }
+    }
+}
