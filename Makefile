@@ -21,7 +21,7 @@ ferry_kvars = $$(. $(SETUP)/common.sh && kmake_vars) \
 	$(if $(CLIPPY),CLIPPY=1 CLIPPY_DRIVER=$$(. $(SETUP)/common.sh && echo $$FERRY_CLIPPY_DRIVER))
 
 .PHONY: all modules modules-test setup kernel ferryctl test test-self demo \
-	clippy nl-gen nl-check clean help
+	clippy fmt nl-gen nl-check clean help
 
 all: modules ferryctl
 
@@ -44,6 +44,13 @@ modules-test: setup
 	@kdir=$(ferry_kdir) && \
 	$(MAKE) -C "$$kdir" M=$(ROOT) $(ferry_kvars) CONFIG_FERRY=m \
 		CONFIG_FERRY_KUNIT_TEST=y modules
+
+# Format the Rust code: kernel code with the kernel's rustfmt settings.
+fmt: setup
+	@kdir=$(ferry_kdir) && cd $(ROOT) && \
+	/usr/bin/rustfmt --config-path "$$(readlink -f $$kdir/source)/.rustfmt.toml" \
+		$$(git ls-files '*.rs' | grep -v '^tools/ferryctl/') && \
+	cd tools/ferryctl && cargo fmt
 
 clippy:
 	@$(MAKE) --no-print-directory modules CLIPPY=1

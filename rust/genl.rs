@@ -143,7 +143,11 @@ impl<'a> Request<'a> {
         // SAFETY: `extack` is the request's; the attribute (or null) belongs to the
         // request; `msg` is static, as extack keeps the pointer.
         unsafe {
-            bindings::ferry_helper_nl_set_err_msg_attr(self.extack(), self.attr_raw(ty), msg.as_char_ptr())
+            bindings::ferry_helper_nl_set_err_msg_attr(
+                self.extack(),
+                self.attr_raw(ty),
+                msg.as_char_ptr(),
+            )
         };
     }
 
@@ -156,10 +160,13 @@ impl<'a> Request<'a> {
     /// Starts a reply to this request, for the same command.
     pub fn reply(&self) -> Result<Reply<'a>> {
         // SAFETY: Allocating a netlink message has no preconditions.
-        let skb = unsafe { bindings::ferry_helper_genlmsg_new(bindings::ferry_helper_genlmsg_default_size()) };
+        let skb = unsafe {
+            bindings::ferry_helper_genlmsg_new(bindings::ferry_helper_genlmsg_default_size())
+        };
         let skb = NonNull::new(skb).ok_or(ENOMEM)?;
         // SAFETY: `skb` is a fresh message and `info` is valid (type invariant).
-        let hdr = unsafe { bindings::ferry_helper_genlmsg_put_reply(skb.as_ptr(), self.info.as_ptr()) };
+        let hdr =
+            unsafe { bindings::ferry_helper_genlmsg_put_reply(skb.as_ptr(), self.info.as_ptr()) };
         let reply = Reply {
             skb,
             hdr,
@@ -202,7 +209,10 @@ impl Reply<'_> {
         // hands the skb to netlink, and `ManuallyDrop` keeps us from freeing it.
         unsafe {
             bindings::ferry_helper_genlmsg_end(this.skb.as_ptr(), this.hdr);
-            to_result(bindings::ferry_helper_genlmsg_reply(this.skb.as_ptr(), this.info.as_ptr()))
+            to_result(bindings::ferry_helper_genlmsg_reply(
+                this.skb.as_ptr(),
+                this.info.as_ptr(),
+            ))
         }
     }
 }
@@ -242,7 +252,8 @@ impl Dump<'_> {
     /// and its error returned; `EMSGSIZE` means the skb is full.
     pub fn entry(&mut self, f: impl FnOnce(&mut Writer<'_>) -> Result) -> Result {
         // SAFETY: `skb` and `cb` are valid (type invariant).
-        let hdr = unsafe { bindings::ferry_helper_genlmsg_put_dump(self.skb.as_ptr(), self.cb.as_ptr()) };
+        let hdr =
+            unsafe { bindings::ferry_helper_genlmsg_put_dump(self.skb.as_ptr(), self.cb.as_ptr()) };
         if hdr.is_null() {
             return Err(EMSGSIZE);
         }
@@ -278,7 +289,9 @@ impl Writer<'_> {
     /// Adds a `u32` attribute.
     pub fn put_u32(&mut self, ty: u32, value: u32) -> Result {
         // SAFETY: `skb` is valid (type invariant).
-        to_result(unsafe { bindings::ferry_helper_nla_put_u32(self.skb.as_ptr(), ty as c_int, value) })
+        to_result(unsafe {
+            bindings::ferry_helper_nla_put_u32(self.skb.as_ptr(), ty as c_int, value)
+        })
     }
 
     /// Adds a `u64` attribute, 64-bit aligned with attribute `pad` if needed.
@@ -293,7 +306,11 @@ impl Writer<'_> {
     pub fn put_str(&mut self, ty: u32, value: &CStr) -> Result {
         // SAFETY: `skb` is valid (type invariant); `value` is NUL-terminated.
         to_result(unsafe {
-            bindings::ferry_helper_nla_put_string(self.skb.as_ptr(), ty as c_int, value.as_char_ptr())
+            bindings::ferry_helper_nla_put_string(
+                self.skb.as_ptr(),
+                ty as c_int,
+                value.as_char_ptr(),
+            )
         })
     }
 
@@ -301,7 +318,8 @@ impl Writer<'_> {
     /// it remains.
     pub fn nest(&mut self, ty: u32, f: impl FnOnce(&mut Writer<'_>) -> Result) -> Result {
         // SAFETY: `skb` is valid (type invariant).
-        let start = unsafe { bindings::ferry_helper_nla_nest_start(self.skb.as_ptr(), ty as c_int) };
+        let start =
+            unsafe { bindings::ferry_helper_nla_nest_start(self.skb.as_ptr(), ty as c_int) };
         if start.is_null() {
             return Err(EMSGSIZE);
         }
@@ -447,10 +465,13 @@ mod tests {
         {
             let mut w = msg.writer();
             w.put_u32(1, 1)?;
-            assert_eq!(w.nest(2, |w| {
-                w.put_u32(3, 3)?;
+            assert_eq!(
+                w.nest(2, |w| {
+                    w.put_u32(3, 3)?;
+                    Err(EINVAL)
+                }),
                 Err(EINVAL)
-            }), Err(EINVAL));
+            );
         }
         assert_eq!(msg.bytes().len(), 8);
         Ok(())

@@ -32,7 +32,12 @@ impl Cq {
     ///
     /// The CQ must be dropped before the device's `ib_client` remove callback
     /// returns. May sleep.
-    pub fn new(device: &Device, entries: u32, comp_vector: u32, owner: &'static CStr) -> Result<Self> {
+    pub fn new(
+        device: &Device,
+        entries: u32,
+        comp_vector: u32,
+        owner: &'static CStr,
+    ) -> Result<Self> {
         let entries = c_int::try_from(entries).map_err(|_| EINVAL)?;
         let comp_vector = c_int::try_from(comp_vector).map_err(|_| EINVAL)?;
         // SAFETY: `device` is valid; no private data is attached; `owner` is static,

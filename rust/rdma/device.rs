@@ -71,7 +71,11 @@ impl Device {
         let mut name = DeviceName([0; NAME_MAX]);
         // SAFETY: The device is valid and the buffer holds `NAME_MAX` bytes.
         unsafe {
-            bindings::ferry_helper_ib_device_name(self.as_raw(), name.0.as_mut_ptr().cast(), NAME_MAX)
+            bindings::ferry_helper_ib_device_name(
+                self.as_raw(),
+                name.0.as_mut_ptr().cast(),
+                NAME_MAX,
+            )
         };
         name
     }

@@ -36,7 +36,9 @@ impl Pd {
     pub fn new(device: &Device, owner: &'static CStr) -> Result<Self> {
         // SAFETY: `device` is valid; flags 0 asks for no global rkey; `owner` is
         // static, as ib_core keeps the pointer for resource tracking.
-        let pd = from_err_ptr(unsafe { bindings::__ib_alloc_pd(device.as_raw(), 0, owner.as_char_ptr()) })?;
+        let pd = from_err_ptr(unsafe {
+            bindings::__ib_alloc_pd(device.as_raw(), 0, owner.as_char_ptr())
+        })?;
         Ok(Self {
             pd: NonNull::new(pd).ok_or(ENOMEM)?,
             device: device.into(),

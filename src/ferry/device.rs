@@ -128,7 +128,10 @@ impl FerryDevice {
         w.put_u32(attr::MAX_PD, caps.max_pd)?;
         w.put_u32(attr::MAX_SEND_SGE, caps.max_send_sge)?;
         w.put_u32(attr::MAX_RECV_SGE, caps.max_recv_sge)?;
-        w.put_u32(attr::MAX_FAST_REG_PAGE_LIST_LEN, caps.max_fast_reg_page_list_len)?;
+        w.put_u32(
+            attr::MAX_FAST_REG_PAGE_LIST_LEN,
+            caps.max_fast_reg_page_list_len,
+        )?;
         w.put_u64(attr::CAP_FLAGS, caps.cap_flags, attr::PAD)?;
         for port in dev.ports() {
             let pa = dev.query_port(port)?;

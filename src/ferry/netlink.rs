@@ -24,9 +24,9 @@ pub(crate) fn device_get_doit(req: &mut Request<'_>) -> Result {
         return req.require(attr::NAME);
     }
     let devices = ferry.devices()?;
-    let found = devices.iter().find(|d| {
-        index.is_none_or(|i| d.index() == i) && name.is_none_or(|n| d.has_name(n))
-    });
+    let found = devices
+        .iter()
+        .find(|d| index.is_none_or(|i| d.index() == i) && name.is_none_or(|n| d.has_name(n)));
     let Some(dev) = found else {
         match (index, name) {
             (Some(_), Some(_)) => req.error(c"no RDMA device has this index and name"),

@@ -17,7 +17,9 @@ fn main() {
         let line = raw.trim();
         if let Some(def) = line.strip_prefix("#define ") {
             let mut it = def.split_whitespace();
-            let (Some(name), Some(value)) = (it.next(), it.next()) else { continue };
+            let (Some(name), Some(value)) = (it.next(), it.next()) else {
+                continue;
+            };
             if name.starts_with('_') {
                 continue;
             }

@@ -68,7 +68,9 @@ mod tests {
 
     #[test]
     fn iterates_and_masks_nested_flag() {
-        let buf = [8, 0, 1, 0, 7, 0, 0, 0, 9, 0, 2, 0x80, b'r', b'x', b'e', b'0', 0, 0, 0, 0];
+        let buf = [
+            8, 0, 1, 0, 7, 0, 0, 0, 9, 0, 2, 0x80, b'r', b'x', b'e', b'0', 0, 0, 0, 0,
+        ];
         let v: Vec<_> = Attrs::new(&buf).collect();
         assert_eq!(v.len(), 2);
         assert_eq!(v[0], (1, &[7, 0, 0, 0][..]));

@@ -56,7 +56,10 @@ const CAPS: [(u32, &str); 9] = [
     (FERRY_A_DEVICE_MAX_PD, "max_pd"),
     (FERRY_A_DEVICE_MAX_SEND_SGE, "max_send_sge"),
     (FERRY_A_DEVICE_MAX_RECV_SGE, "max_recv_sge"),
-    (FERRY_A_DEVICE_MAX_FAST_REG_PAGE_LIST_LEN, "max_fast_reg_page_list_len"),
+    (
+        FERRY_A_DEVICE_MAX_FAST_REG_PAGE_LIST_LEN,
+        "max_fast_reg_page_list_len",
+    ),
 ];
 
 fn bad(what: &str) -> Error {
@@ -80,10 +83,16 @@ impl Device {
                     have_index = true;
                 }
                 FERRY_A_DEVICE_NAME => d.name = attr::string(p).ok_or_else(|| bad("name"))?,
-                FERRY_A_DEVICE_NODE_GUID => d.node_guid = Some(attr::u64(p).ok_or_else(|| bad("node-guid"))?),
+                FERRY_A_DEVICE_NODE_GUID => {
+                    d.node_guid = Some(attr::u64(p).ok_or_else(|| bad("node-guid"))?)
+                }
                 FERRY_A_DEVICE_NODE_TYPE => d.node_type = Some(u32_of(p, "node-type")?),
-                FERRY_A_DEVICE_NUM_COMP_VECTORS => d.num_comp_vectors = Some(u32_of(p, "num-comp-vectors")?),
-                FERRY_A_DEVICE_CAP_FLAGS => d.cap_flags = Some(attr::u64(p).ok_or_else(|| bad("cap-flags"))?),
+                FERRY_A_DEVICE_NUM_COMP_VECTORS => {
+                    d.num_comp_vectors = Some(u32_of(p, "num-comp-vectors")?)
+                }
+                FERRY_A_DEVICE_CAP_FLAGS => {
+                    d.cap_flags = Some(attr::u64(p).ok_or_else(|| bad("cap-flags"))?)
+                }
                 FERRY_A_DEVICE_PD_ID => d.pd_id = Some(u32_of(p, "pd-id")?),
                 FERRY_A_DEVICE_PORT => d.ports.push(decode_port(p)?),
                 FERRY_A_DEVICE_CQ => d.cqs.push(decode_cq(p)?),
@@ -180,7 +189,10 @@ impl Device {
             s.push('\n');
         }
         for c in &self.cqs {
-            s += &format!("    cq {} cqe {} comp_vector {}\n", c.id, c.cqe, c.comp_vector);
+            s += &format!(
+                "    cq {} cqe {} comp_vector {}\n",
+                c.id, c.cqe, c.comp_vector
+            );
         }
         if details {
             s += "    caps";
@@ -208,7 +220,9 @@ fn decode_port(p: &[u8]) -> Result<Port, Error> {
             FERRY_A_PORT_MAX_MTU => port.max_mtu = Some(val()?),
             FERRY_A_PORT_LINK_LAYER => port.link_layer = Some(val()?),
             FERRY_A_PORT_GID_TBL_LEN => port.gid_tbl_len = Some(val()?),
-            FERRY_A_PORT_NETDEV => port.netdev = Some(attr::string(v).ok_or_else(|| bad("port netdev"))?),
+            FERRY_A_PORT_NETDEV => {
+                port.netdev = Some(attr::string(v).ok_or_else(|| bad("port netdev"))?)
+            }
             _ => {}
         }
     }
@@ -275,18 +289,42 @@ fn name_or_num(names: &[&str], first: u32, v: u32) -> String {
 
 /// Node type names, as `rdma dev show` prints them.
 pub fn node_type_name(v: u32) -> String {
-    name_or_num(&["ca", "switch", "router", "rnic", "usnic", "usnic_udp", "unspecified"], FERRY_NODE_TYPE_CA, v)
+    name_or_num(
+        &[
+            "ca",
+            "switch",
+            "router",
+            "rnic",
+            "usnic",
+            "usnic_udp",
+            "unspecified",
+        ],
+        FERRY_NODE_TYPE_CA,
+        v,
+    )
 }
 
 /// Port state names, as `rdma link show` prints them.
 pub fn port_state_name(v: u32) -> String {
-    name_or_num(&["NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"], FERRY_PORT_STATE_NOP, v)
+    name_or_num(
+        &["NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"],
+        FERRY_PORT_STATE_NOP,
+        v,
+    )
 }
 
 /// Physical port state names, as `rdma link show` prints them.
 pub fn phys_state_name(v: u32) -> String {
     name_or_num(
-        &["SLEEP", "POLLING", "DISABLED", "PORT_CONFIGURATION_TRAINING", "LINK_UP", "LINK_ERROR_RECOVERY", "PHY_TEST"],
+        &[
+            "SLEEP",
+            "POLLING",
+            "DISABLED",
+            "PORT_CONFIGURATION_TRAINING",
+            "LINK_UP",
+            "LINK_ERROR_RECOVERY",
+            "PHY_TEST",
+        ],
         1,
         v,
     )
@@ -294,7 +332,11 @@ pub fn phys_state_name(v: u32) -> String {
 
 /// Link layer names.
 pub fn link_layer_name(v: u32) -> String {
-    name_or_num(&["unspecified", "infiniband", "ethernet"], FERRY_LINK_LAYER_UNSPECIFIED, v)
+    name_or_num(
+        &["unspecified", "infiniband", "ethernet"],
+        FERRY_LINK_LAYER_UNSPECIFIED,
+        v,
+    )
 }
 
 /// Names of the `device` attributes, for error messages.
@@ -313,10 +355,21 @@ pub fn show(ctx: &mut Ctx, args: &[String]) -> Result<Output, crate::CliError> {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
-            "name" | "dev" => name = Some(it.next().ok_or_else(|| crate::usage(format!("\"{a}\" needs a device name")))?.clone()),
+            "name" | "dev" => {
+                name = Some(
+                    it.next()
+                        .ok_or_else(|| crate::usage(format!("\"{a}\" needs a device name")))?
+                        .clone(),
+                )
+            }
             "index" => {
-                let v = it.next().ok_or_else(|| crate::usage("\"index\" needs a number".into()))?;
-                index = Some(v.parse::<u32>().map_err(|_| crate::usage(format!("invalid index \"{v}\"")))?);
+                let v = it
+                    .next()
+                    .ok_or_else(|| crate::usage("\"index\" needs a number".into()))?;
+                index = Some(
+                    v.parse::<u32>()
+                        .map_err(|_| crate::usage(format!("invalid index \"{v}\"")))?,
+                );
             }
             _ if name.is_none() && !a.starts_with('-') => name = Some(a.clone()),
             _ => return Err(crate::usage(format!("unknown argument \"{a}\""))),
@@ -334,7 +387,13 @@ pub fn show(ctx: &mut Ctx, args: &[String]) -> Result<Output, crate::CliError> {
     let flags = if dump { nl::NLM_F_DUMP } else { 0 };
     let replies = ctx
         .sock
-        .request(family, FERRY_CMD_DEVICE_GET as u8, FERRY_FAMILY_VERSION as u8, flags, req.bytes())
+        .request(
+            family,
+            FERRY_CMD_DEVICE_GET as u8,
+            FERRY_FAMILY_VERSION as u8,
+            flags,
+            req.bytes(),
+        )
         .map_err(|e| crate::CliError::Kernel(e, attr_name))?;
     let mut devices = Vec::new();
     for r in &replies {
@@ -366,7 +425,10 @@ mod tests {
             .u32(FERRY_A_PORT_ACTIVE_MTU, 1024)
             .u32(FERRY_A_PORT_LINK_LAYER, FERRY_LINK_LAYER_ETHERNET)
             .str(FERRY_A_PORT_NETDEV, "eth0");
-        let cq = Builder::new().u32(FERRY_A_CQ_ID, 3).u32(FERRY_A_CQ_CQE, 4095).u32(FERRY_A_CQ_COMP_VECTOR, 0);
+        let cq = Builder::new()
+            .u32(FERRY_A_CQ_ID, 3)
+            .u32(FERRY_A_CQ_CQE, 4095)
+            .u32(FERRY_A_CQ_COMP_VECTOR, 0);
         let mut b = Builder::new()
             .u32(FERRY_A_DEVICE_INDEX, 0)
             .str(FERRY_A_DEVICE_NAME, "rxe0")
@@ -389,10 +451,20 @@ mod tests {
     fn decodes_a_device_and_skips_unknown_attributes() {
         let d = Device::decode(&sample()).unwrap();
         assert_eq!(d.name, "rxe0");
-        assert_eq!(d.node_guid.map(guid).as_deref(), Some("5054:00ff:fef0:1000"));
+        assert_eq!(
+            d.node_guid.map(guid).as_deref(),
+            Some("5054:00ff:fef0:1000")
+        );
         assert_eq!(d.ports.len(), 1);
         assert_eq!(d.ports[0].netdev.as_deref(), Some("eth0"));
-        assert_eq!(d.cqs, vec![Cq { id: 3, cqe: 4095, comp_vector: 0 }]);
+        assert_eq!(
+            d.cqs,
+            vec![Cq {
+                id: 3,
+                cqe: 4095,
+                comp_vector: 0
+            }]
+        );
         assert_eq!(d.caps, vec![("max_qp", 1048560)]);
     }
 
@@ -409,14 +481,23 @@ mod tests {
         assert_eq!(j["pd"]["id"], 2);
         assert_eq!(j["cqs"][0]["cqe"], 4095);
         let t = d.to_text(false);
-        assert!(t.starts_with("0: rxe0: node_type ca node_guid 5054:00ff:fef0:1000 pd 2\n"), "{t}");
-        assert!(t.contains("    port 1 state ACTIVE physical_state LINK_UP netdev eth0 mtu 1024\n"), "{t}");
+        assert!(
+            t.starts_with("0: rxe0: node_type ca node_guid 5054:00ff:fef0:1000 pd 2\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("    port 1 state ACTIVE physical_state LINK_UP netdev eth0 mtu 1024\n"),
+            "{t}"
+        );
         assert!(d.to_text(true).contains("caps max_qp 1048560"));
     }
 
     #[test]
     fn wrong_sized_known_attribute_is_an_error() {
-        let b = Builder::new().u32(FERRY_A_DEVICE_INDEX, 0).str(FERRY_A_DEVICE_NAME, "x").str(FERRY_A_DEVICE_PD_ID, "xx");
+        let b = Builder::new()
+            .u32(FERRY_A_DEVICE_INDEX, 0)
+            .str(FERRY_A_DEVICE_NAME, "x")
+            .str(FERRY_A_DEVICE_PD_ID, "xx");
         assert!(matches!(Device::decode(b.bytes()), Err(Error::Protocol(_))));
         let b = Builder::new().str(FERRY_A_DEVICE_NAME, "x");
         assert!(Device::decode(b.bytes()).is_err());

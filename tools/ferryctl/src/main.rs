@@ -79,7 +79,11 @@ impl CliError {
             CliError::Kernel(e, names) => {
                 let mut s = format!("Error: {e}");
                 if let nl::Error::Kernel(k) = e {
-                    let name = |t: u16| names(t).map(|n| format!("\"{n}\"")).unwrap_or(format!("{t}"));
+                    let name = |t: u16| {
+                        names(t)
+                            .map(|n| format!("\"{n}\""))
+                            .unwrap_or(format!("{t}"))
+                    };
                     if let Some(t) = k.missing_attr {
                         s += &format!(" [missing attribute {}]", name(t));
                     } else if let Some(t) = k.bad_attr {
@@ -250,16 +254,26 @@ mod tests {
         };
         let (msg, code) = CliError::Kernel(nl::Error::Kernel(k), device::attr_name).report();
         assert_eq!(code, 2);
-        assert_eq!(msg, "Error: no RDMA device with this name (No such device) [attribute \"name\"]");
+        assert_eq!(
+            msg,
+            "Error: no RDMA device with this name (No such device) [attribute \"name\"]"
+        );
         let (msg, code) =
             CliError::Kernel(nl::Error::NoFamily("ferry".into()), device::attr_name).report();
         assert_eq!(code, 2);
-        assert!(msg.starts_with("Error: the ferry module is not loaded"), "{msg}");
+        assert!(
+            msg.starts_with("Error: the ferry module is not loaded"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn bad_arguments_are_usage_errors_before_any_netlink() {
-        for a in ["device show index x", "device show index", "device show rxe0 extra"] {
+        for a in [
+            "device show index x",
+            "device show index",
+            "device show rxe0 extra",
+        ] {
             assert_eq!(run(args(a)).err().map(|e| e.report().1), Some(1), "{a}");
         }
     }

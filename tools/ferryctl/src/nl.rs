@@ -145,7 +145,11 @@ impl Socket {
     pub fn open() -> Result<Self, Error> {
         // SAFETY: plain socket(2) call; the result is checked before use.
         let fd = unsafe {
-            libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_GENERIC)
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::NETLINK_GENERIC,
+            )
         };
         if fd < 0 {
             return Err(io::Error::last_os_error().into());
@@ -235,7 +239,12 @@ impl Socket {
         loop {
             // SAFETY: `buf` is a valid writable buffer of its length.
             let n = unsafe {
-                libc::recv(self.fd.as_raw_fd(), self.buf.as_mut_ptr().cast(), self.buf.len(), 0)
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr().cast(),
+                    self.buf.len(),
+                    0,
+                )
             };
             if n < 0 {
                 let e = io::Error::last_os_error();
@@ -403,7 +412,8 @@ mod tests {
 
     #[test]
     fn extack_message_and_offending_attribute() {
-        let mut tlvs = Builder::new().str(NLMSGERR_ATTR_MSG as u32, "no RDMA device with this name");
+        let mut tlvs =
+            Builder::new().str(NLMSGERR_ATTR_MSG as u32, "no RDMA device with this name");
         tlvs = tlvs.u32(NLMSGERR_ATTR_OFFS as u32, 20);
         let dgram = error_reply(libc::ENODEV, tlvs.bytes(), 7);
         let mut replies = Vec::new();
@@ -436,14 +446,21 @@ mod tests {
         dgram.extend(nlmsg(0x20, 0, 7, &[1, 1, 0, 0, 8, 0, 1, 0, 9, 0, 0, 0]));
         dgram.extend(error_reply(0, &[], 7));
         let mut replies = Vec::new();
-        assert!(matches!(parse_datagram(&dgram, 7, &request(), &mut replies), Ok(Status::Done)));
+        assert!(matches!(
+            parse_datagram(&dgram, 7, &request(), &mut replies),
+            Ok(Status::Done)
+        ));
         assert_eq!(replies, vec![vec![8, 0, 1, 0, 9, 0, 0, 0]]);
     }
 
     #[test]
     fn dump_error_in_done() {
         let mut p = (-libc::EMSGSIZE).to_ne_bytes().to_vec();
-        p.extend(Builder::new().str(NLMSGERR_ATTR_MSG as u32, "too big").bytes());
+        p.extend(
+            Builder::new()
+                .str(NLMSGERR_ATTR_MSG as u32, "too big")
+                .bytes(),
+        );
         let dgram = nlmsg(NLMSG_DONE, NLM_F_MULTI | NLM_F_ACK_TLVS, 7, &p);
         match parse_datagram(&dgram, 7, &request(), &mut Vec::new()) {
             Err(Error::Kernel(k)) => {

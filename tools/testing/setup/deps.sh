@@ -12,7 +12,7 @@ PKGS=(
 	rustc-web rust-web-src rust-web-clippy rustfmt-web
 	flex bison bc libelf-dev libssl-dev cpio xz-utils kmod make
 	# guest: emulator and the userspace the tests run inside it
-	qemu-system-x86 iproute2 rdma-core ibverbs-providers ibverbs-utils
+	qemu-system-x86 iproute2 iputils-ping rdma-core ibverbs-providers ibverbs-utils
 	perftest fio python3-venv
 )
 
