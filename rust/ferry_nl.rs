@@ -99,6 +99,10 @@ pub mod cq {
 }
 
 /// `FERRY_CMD_DEVICE_GET`, do.
+///
+/// # Safety
+///
+/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
 #[no_mangle]
 unsafe extern "C" fn ferry_nl_device_get_doit(
     _skb: *mut bindings::sk_buff,
@@ -117,6 +121,10 @@ unsafe extern "C" fn ferry_nl_device_get_doit(
 }
 
 /// `FERRY_CMD_DEVICE_GET`, dump.
+///
+/// # Safety
+///
+/// Only genetlink calls this, as the op's `dumpit`, with a valid `skb` and `cb`.
 #[no_mangle]
 unsafe extern "C" fn ferry_nl_device_get_dumpit(
     skb: *mut bindings::sk_buff,

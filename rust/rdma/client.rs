@@ -126,6 +126,11 @@ impl<T: Client> Drop for Registration<T> {
     }
 }
 
+/// ib_core's `add` callback for `T`.
+///
+/// # Safety
+///
+/// Only ib_core calls this, with a valid device, while `T` is registered.
 unsafe extern "C" fn add_callback<T: Client>(raw: *mut bindings::ib_device) -> c_int {
     let statik = T::client_static();
     let Some(client) = statik.get() else {
@@ -147,6 +152,12 @@ unsafe extern "C" fn add_callback<T: Client>(raw: *mut bindings::ib_device) -> c
     0
 }
 
+/// ib_core's `remove` callback for `T`.
+///
+/// # Safety
+///
+/// Only ib_core calls this, once per successful `add`, with a valid device and
+/// the client data `add_callback` set.
 unsafe extern "C" fn remove_callback<T: Client>(raw: *mut bindings::ib_device, data: *mut c_void) {
     if data.is_null() {
         return;
