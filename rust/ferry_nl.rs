@@ -20,6 +20,9 @@ pub fn register() -> Result<genl::Registration> {
     unsafe { genl::Registration::new(&raw mut bindings::ferry_nl_family) }
 }
 
+/// `FERRY_POLL_CTX_WORKQUEUE`, as ferry reports a CQ polled from `ib_comp_wq`.
+pub const POLL_WORKQUEUE: u32 = bindings::ferry_poll_ctx_FERRY_POLL_CTX_WORKQUEUE;
+
 /// Attribute numbers of the `device` set.
 pub mod device {
     use crate::bindings;
@@ -96,6 +99,8 @@ pub mod cq {
     pub const CQE: u32 = bindings::FERRY_A_CQ_CQE;
     /// Completion vector.
     pub const COMP_VECTOR: u32 = bindings::FERRY_A_CQ_COMP_VECTOR;
+    /// Poll context.
+    pub const POLL_CTX: u32 = bindings::FERRY_A_CQ_POLL_CTX;
 }
 
 /// `FERRY_CMD_DEVICE_GET`, do.

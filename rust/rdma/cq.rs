@@ -80,6 +80,13 @@ impl Cq {
         u32::try_from(unsafe { (*self.as_raw()).cqe }).unwrap_or(0)
     }
 
+    /// How the CQ is polled (`enum ib_poll_context`): always `IB_POLL_WORKQUEUE`
+    /// for CQs made by [`Cq::new`].
+    pub fn poll_ctx(&self) -> u32 {
+        // SAFETY: `cq` is valid (type invariant); set at allocation.
+        unsafe { (*self.as_raw()).poll_ctx }
+    }
+
     /// The completion vector the CQ is bound to.
     pub fn comp_vector(&self) -> u32 {
         // SAFETY: `cq` is valid (type invariant); set at allocation.

@@ -157,7 +157,8 @@ impl FerryDevice {
         w.nest(attr::CQ, |w| {
             w.put_u32(cq_attr::ID, res.cq.id())?;
             w.put_u32(cq_attr::CQE, res.cq.entries())?;
-            w.put_u32(cq_attr::COMP_VECTOR, res.cq.comp_vector())
+            w.put_u32(cq_attr::COMP_VECTOR, res.cq.comp_vector())?;
+            w.put_u32(cq_attr::POLL_CTX, res.cq.poll_ctx())
         })
     }
 }
@@ -224,6 +225,7 @@ mod tests {
             assert_eq!(res.pd.device().index(), d.index());
             assert_eq!(res.cq.device().index(), d.index());
             assert_eq!(res.cq.comp_vector(), 0);
+            assert_eq!(res.cq.poll_ctx(), crate::ferry_nl::POLL_WORKQUEUE);
         }
         Ok(())
     }

@@ -38,6 +38,16 @@ enum ferry_port_state {
 };
 
 /*
+ * How a CQ is polled, as enum ib_poll_context.
+ */
+enum ferry_poll_ctx {
+	FERRY_POLL_CTX_SOFTIRQ,
+	FERRY_POLL_CTX_WORKQUEUE,
+	FERRY_POLL_CTX_UNBOUND_WORKQUEUE,
+	FERRY_POLL_CTX_DIRECT,
+};
+
+/*
  * Link layer of a port, as enum rdma_link_layer.
  */
 enum ferry_link_layer {
@@ -64,6 +74,7 @@ enum {
 	FERRY_A_CQ_ID = 1,
 	FERRY_A_CQ_CQE,
 	FERRY_A_CQ_COMP_VECTOR,
+	FERRY_A_CQ_POLL_CTX,
 
 	__FERRY_A_CQ_MAX,
 	FERRY_A_CQ_MAX = (__FERRY_A_CQ_MAX - 1)

@@ -29,6 +29,7 @@ pub struct Cq {
     pub id: u32,
     pub cqe: u32,
     pub comp_vector: u32,
+    pub poll_ctx: Option<u32>,
 }
 
 /// An RDMA device as ferry reports it.
@@ -131,7 +132,16 @@ impl Device {
         let cqs: Vec<Value> = self
             .cqs
             .iter()
-            .map(|c| json!({"id": c.id, "cqe": c.cqe, "comp_vector": c.comp_vector}))
+            .map(|c| {
+                let mut o = Map::new();
+                o.insert("id".into(), json!(c.id));
+                o.insert("cqe".into(), json!(c.cqe));
+                o.insert("comp_vector".into(), json!(c.comp_vector));
+                if let Some(p) = c.poll_ctx {
+                    o.insert("poll_ctx".into(), json!(poll_ctx_name(p)));
+                }
+                Value::Object(o)
+            })
             .collect();
         o.insert("cqs".into(), Value::Array(cqs));
         let mut caps = Map::new();
@@ -190,9 +200,13 @@ impl Device {
         }
         for c in &self.cqs {
             s += &format!(
-                "    cq {} cqe {} comp_vector {}\n",
+                "    cq {} cqe {} comp_vector {}",
                 c.id, c.cqe, c.comp_vector
             );
+            if let Some(p) = c.poll_ctx {
+                s += &format!(" poll_ctx {}", poll_ctx_name(p));
+            }
+            s.push('\n');
         }
         if details {
             s += "    caps";
@@ -236,6 +250,7 @@ fn decode_cq(p: &[u8]) -> Result<Cq, Error> {
             FERRY_A_CQ_ID => cq.id = u32_of(v, "cq id")?,
             FERRY_A_CQ_CQE => cq.cqe = u32_of(v, "cq cqe")?,
             FERRY_A_CQ_COMP_VECTOR => cq.comp_vector = u32_of(v, "cq comp-vector")?,
+            FERRY_A_CQ_POLL_CTX => cq.poll_ctx = Some(u32_of(v, "cq poll-ctx")?),
             _ => {}
         }
     }
@@ -326,6 +341,15 @@ pub fn phys_state_name(v: u32) -> String {
             "PHY_TEST",
         ],
         1,
+        v,
+    )
+}
+
+/// CQ poll context names.
+pub fn poll_ctx_name(v: u32) -> String {
+    name_or_num(
+        &["softirq", "workqueue", "unbound_workqueue", "direct"],
+        FERRY_POLL_CTX_SOFTIRQ,
         v,
     )
 }
@@ -428,7 +452,8 @@ mod tests {
         let cq = Builder::new()
             .u32(FERRY_A_CQ_ID, 3)
             .u32(FERRY_A_CQ_CQE, 4095)
-            .u32(FERRY_A_CQ_COMP_VECTOR, 0);
+            .u32(FERRY_A_CQ_COMP_VECTOR, 0)
+            .u32(FERRY_A_CQ_POLL_CTX, FERRY_POLL_CTX_WORKQUEUE);
         let mut b = Builder::new()
             .u32(FERRY_A_DEVICE_INDEX, 0)
             .str(FERRY_A_DEVICE_NAME, "rxe0")
@@ -462,7 +487,8 @@ mod tests {
             vec![Cq {
                 id: 3,
                 cqe: 4095,
-                comp_vector: 0
+                comp_vector: 0,
+                poll_ctx: Some(FERRY_POLL_CTX_WORKQUEUE),
             }]
         );
         assert_eq!(d.caps, vec![("max_qp", 1048560)]);
@@ -480,6 +506,7 @@ mod tests {
         assert_eq!(j["ports"][0]["link_layer"], "ethernet");
         assert_eq!(j["pd"]["id"], 2);
         assert_eq!(j["cqs"][0]["cqe"], 4095);
+        assert_eq!(j["cqs"][0]["poll_ctx"], "workqueue");
         let t = d.to_text(false);
         assert!(
             t.starts_with("0: rxe0: node_type ca node_guid 5054:00ff:fef0:1000 pd 2\n"),

@@ -86,6 +86,9 @@ def device_show(t):
     t.eq([(x['cqn'], x['cqe']) for x in cqs], [(c['id'], c['cqe']) for c in d['cqs']],
          'ferry CQs in rdma res show cq')
     t.eq(d['cqs'][0]['cqe'] >= 4095, True, 'CQ entries')
+    # Polled from ib_comp_wq. (iproute2 before 6.x names poll contexts off by one:
+    # it shows IB_POLL_WORKQUEUE as "SOFTIRQ", so ferry's own report is checked.)
+    t.eq(d['cqs'][0]['poll_ctx'], 'workqueue', 'CQ poll context')
     # Text output and a single-device query agree with the dump.
     text = vm.run(f'{t.ferryctl} device show rxe0').out
     t.check(text.startswith(f'{d["index"]}: rxe0: node_type ca node_guid {d["node_guid"]}'),

@@ -10,6 +10,7 @@ report in any console.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -152,9 +153,8 @@ class Result:
 
 def run_case(c, env, outroot):
     outdir = os.path.join(outroot, c.name)
-    os.makedirs(outdir, exist_ok=True)
-    for f in os.listdir(outdir):
-        os.unlink(os.path.join(outdir, f))
+    shutil.rmtree(outdir, ignore_errors=True)
+    os.makedirs(outdir)
     start = time.monotonic()
     vms = []
     if c.topology == 'pair':

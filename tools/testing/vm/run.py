@@ -47,7 +47,10 @@ def main():
     results = []
     for c in cases:
         print(f'--- {c.group}: {c.name}', flush=True)
-        r = harness.run_case(c, env, args.out)
+        try:
+            r = harness.run_case(c, env, args.out)
+        except Exception as e:  # a runner bug fails this case, not the run
+            r = harness.Result(c.name, False, [f'runner error: {e!r}'], 0, [])
         results.append(r.as_dict())
         for name, ok, detail in r.subresults:
             print(f'{"ok  " if ok else "FAIL"} {c.name}/{name}' + ('' if ok else f': {detail}'))
