@@ -138,11 +138,14 @@ unsafe extern "C" fn add_callback<T: Client>(raw: *mut bindings::ib_device) -> c
     };
     // SAFETY: ib_core passes a valid device for the duration of `add`.
     let device = unsafe { Device::from_raw(raw) };
-    let data = match client
-        .add(device)
-        .and_then(|d| KBox::new(d, GFP_KERNEL).map_err(Into::into))
-    {
-        Ok(data) => data,
+    // Allocate first: once `add` succeeded, nothing may fail, since ib_core
+    // calls `remove` only for devices whose `add` returned 0.
+    let slot = match KBox::<T::DeviceData>::new_uninit(GFP_KERNEL) {
+        Ok(slot) => slot,
+        Err(e) => return Error::from(e).to_errno(),
+    };
+    let data = match client.add(device) {
+        Ok(data) => KBox::write(slot, data),
         Err(e) => return e.to_errno(),
     };
     // SAFETY: `raw` is valid and `statik.raw` is the registered client whose `add`

@@ -109,7 +109,7 @@ done <"$FRAGMENT"
 
 # --- 4. build --------------------------------------------------------------
 jobs=${FERRY_JOBS:-$(($(nproc) + 1))}
-step "building the test kernel with -j$jobs (about 17 min on 2 cores; log: $OUT/build.log)"
+step "building the test kernel with -j$jobs (about 10 min on 2 cores; log: $OUT/build.log)"
 start=$SECONDS
 if ! make -C "$SRCDIR" O="$OUT" "${KV[@]}" -j"$jobs" >"$OUT/build.log" 2>&1; then
 	grep -E 'error|Error' "$OUT/build.log" | head -20 >&2

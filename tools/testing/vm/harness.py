@@ -87,13 +87,16 @@ class Test:
         print(f'    {msg}', flush=True)
 
     # --- common guest steps ------------------------------------------------
+    # Documentation ranges (RFC 5737, RFC 3849), one per NIC: the links exist
+    # only between the test VMs.
+    NETS4 = ('192.0.2', '198.51.100', '203.0.113')
+
     def net_up(self, vm, nic=0, host=1):
-        """Brings up eth<nic> with 192.0.2.<host>/24 and 2001:db8::<host>/64
-        (documentation ranges: the link is private to the test VMs)."""
-        net = 2 + nic
+        """Brings up eth<nic> with <TEST-NET-(nic+1)>.<host>/24 and
+        2001:db8:<nic>::<host>/64."""
         vm.run(f'ip link set eth{nic} up && '
-               f'ip addr add 192.0.{net}.{host}/24 dev eth{nic} && '
-               f'ip -6 addr add 2001:db8:{net}::{host}/64 dev eth{nic} nodad')
+               f'ip addr add {self.NETS4[nic]}.{host}/24 dev eth{nic} && '
+               f'ip -6 addr add 2001:db8:{nic}::{host}/64 dev eth{nic} nodad')
 
     def rxe_add(self, vm, name='rxe0', nic=0):
         vm.run(f'ip link set eth{nic} up && rdma link add {name} type rxe netdev eth{nic}')
