@@ -55,7 +55,7 @@ s=$SECONDS
 KBUILD=$(bash tools/testing/setup/kernel.sh) || fatal kernel "the test kernel is not available (see above)"
 KSRC=$(readlink -f "$KBUILD/source" 2>/dev/null || echo "$KBUILD")
 BZIMAGE=$KBUILD/arch/x86/boot/bzImage
-[ -f "$BZIMAGE" ] || fatal kernel "no bzImage in $KBUILD"
+[ -f "$BZIMAGE" ] || fatal kernel "no bzImage in $KBUILD: the tests boot it, so KDIR must be a full kernel build (or unset KDIR to use the cached test kernel)"
 phase kernel $s
 
 # --- modules and tools ----------------------------------------------------

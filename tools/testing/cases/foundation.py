@@ -33,9 +33,10 @@ def ibv_devinfo(vm, dev):
     caps = {}
     for line in out.splitlines():
         parts = line.split(':', 1)
-        if len(parts) == 2 and parts[0].strip().startswith('max_'):
+        key = parts[0].strip()
+        if len(parts) == 2 and (key.startswith('max_') or key in ('active_mtu', 'phys_port_cnt')):
             try:
-                caps[parts[0].strip()] = int(parts[1].split()[0], 0)
+                caps[key] = int(parts[1].split()[0], 0)
             except ValueError:
                 pass
     return caps
@@ -72,9 +73,10 @@ def device_show(t):
          'link layer vs sysfs')
     t.eq(p['gid_tbl_len'], int(vm.run('ls /sys/class/infiniband/rxe0/ports/1/gids | wc -l').out),
          'gid table length vs sysfs')
-    # The active MTU follows the netdev MTU (1500 -> 1024).
-    t.eq(p['active_mtu'], 1024, 'active MTU for a 1500-byte Ethernet MTU')
     caps = ibv_devinfo(vm, 'rxe0')
+    t.eq(p['active_mtu'], caps.get('active_mtu'), 'active MTU vs ibv_devinfo')
+    t.eq(p['max_mtu'], caps.get('max_mtu'), 'largest MTU vs ibv_devinfo')
+    t.eq(len(d['ports']), caps.get('phys_port_cnt'), 'port count vs ibv_devinfo')
     for key in ('max_qp', 'max_qp_wr', 'max_cq', 'max_cqe', 'max_mr', 'max_pd'):
         t.eq(d['caps'][key], caps.get(key), f'{key} vs ibv_devinfo')
     t.eq(d['caps']['max_send_sge'], caps.get('max_sge'), 'max_send_sge vs ibv_devinfo max_sge')

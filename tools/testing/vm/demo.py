@@ -41,6 +41,8 @@ def main():
             show(vm, f'{args.ferryctl} device show')
             show(vm, f'{args.ferryctl} -d device show rxe0')
             show(vm, 'rdma res show pd; rdma res show cq')
+            print('(iproute2 before the reordering of enum ib_poll_context shows '
+                  'IB_POLL_WORKQUEUE as "SOFTIRQ"; ferryctl shows the real context)')
         show(hosts[1], 'ping -c 2 192.0.2.1')
         show(hosts[0], f'{args.ferryctl} -j -p device show rxe0')
         for vm in hosts:
