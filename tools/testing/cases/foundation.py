@@ -124,6 +124,12 @@ def device_hotplug(t):
     res = json.loads(vm.run('rdma -j res show pd').out) + json.loads(vm.run('rdma -j res show cq').out)
     t.eq(sorted({x['ifname'] for x in res if x.get('comm') == 'ferry'}), ['rxe1'],
          'devices holding ferry resources')
+    # A rename shows at once, and the device answers to its new name only.
+    vm.run('rdma dev set rxe1 name rxe9')
+    t.eq([d['name'] for d in t.ferryctl_json(vm)], ['rxe9'], 'devices after renaming rxe1')
+    t.eq([d['name'] for d in t.ferryctl_json(vm, 'device show rxe9')], ['rxe9'], 'lookup by new name')
+    t.eq(vm.run(f'{t.ferryctl} device show rxe1', check=False).rc, 2, 'lookup by old name')
+    vm.run('rdma dev set rxe9 name rxe1')
     # Adding it back works, under the module that is still loaded.
     t.rxe_add(vm, 'rxe0', 0)
     t.eq(sorted(d['name'] for d in t.ferryctl_json(vm)), ['rxe0', 'rxe1'], 'devices after re-adding rxe0')
