@@ -13,11 +13,14 @@ use kernel::prelude::*;
 use crate::{bindings, genl};
 
 /// Registers the `ferry` generic netlink family. Unregistered when dropped.
+///
+/// Must be dropped no later than module exit (the module's own field does that).
 pub fn register() -> Result<genl::Registration> {
-    // SAFETY: `ferry_nl_family` is a static of this module (nl_gen.c), so it lives
-    // and stays in place while the registration exists; its ops call the handlers
-    // below with the policies generated beside them.
-    unsafe { genl::Registration::new(&raw mut bindings::ferry_nl_family) }
+    // SAFETY: `ferry_nl_family` is a static of this module (nl_gen.c) whose module
+    // is this one and whose ops call the handlers below with the policies
+    // generated beside them; it is only read (copied). Every `Registration` is
+    // kept in the module object, which is dropped at module exit.
+    unsafe { genl::Registration::new(&raw const bindings::ferry_nl_family) }
 }
 
 /// `FERRY_POLL_CTX_WORKQUEUE`, as ferry reports a CQ polled from `ib_comp_wq`.

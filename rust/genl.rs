@@ -17,47 +17,70 @@ use core::{marker::PhantomData, ptr::NonNull};
 use kernel::{
     error::{from_err_ptr, to_result},
     prelude::*,
+    types::Opaque,
 };
 
-use crate::bindings;
+use crate::{bindings, netns::Net};
+
+// Dump positions live in `netlink_callback::args` (`long`), which must hold a u64.
+const _: () = assert!(core::mem::size_of::<c_long>() == 8);
 
 /// A registered generic netlink family; unregistered when dropped.
 ///
+/// The family registered is a copy of the template that YNL generates: the
+/// template may be read-only after module init (`__ro_after_init`), while
+/// genetlink writes the family's id and lists when it registers it.
+///
 /// # Invariants
 ///
-/// `family` points to a family that `genl_register_family` accepted.
+/// `family` is registered with genetlink, and its ops and policies belong to
+/// the module that owns this object.
 pub struct Registration {
-    family: NonNull<bindings::genl_family>,
+    family: Pin<KBox<Opaque<bindings::genl_family>>>,
 }
 
 impl Registration {
-    /// Registers `family`.
+    /// Registers a copy of `template`.
     ///
     /// # Safety
     ///
-    /// `family` must point to a valid `genl_family` that lives and stays in place
-    /// until the returned [`Registration`] is dropped, whose ops reference handlers
-    /// and policies of this module.
-    pub unsafe fn new(family: *mut bindings::genl_family) -> Result<Self> {
-        let family = NonNull::new(family).ok_or(EINVAL)?;
-        // SAFETY: `family` is valid and outlives the registration, per the
-        // function's safety requirements.
-        to_result(unsafe { bindings::genl_register_family(family.as_ptr()) })?;
+    /// `template` must point to a valid `genl_family` whose `module` is the
+    /// calling module and whose ops, policies and handlers belong to it, and the
+    /// returned registration must be dropped no later than module exit: a dump
+    /// in progress holds a reference on that module and may call its `dumpit`
+    /// after the family is unregistered.
+    pub unsafe fn new(template: *const bindings::genl_family) -> Result<Self> {
+        if template.is_null() {
+            return Err(EINVAL);
+        }
+        let family = KBox::pin_init(
+            Opaque::ffi_init(move |slot: *mut bindings::genl_family| {
+                // SAFETY: `template` is a valid family (function safety
+                // requirement) and `slot` valid, uninitialized memory for one.
+                unsafe { core::ptr::copy_nonoverlapping(template, slot, 1) };
+            }),
+            GFP_KERNEL,
+        )?;
+        // SAFETY: `family` is a valid family, pinned in a box that lives until
+        // `drop` unregisters it; its ops belong to the calling module.
+        to_result(unsafe { bindings::genl_register_family(family.get()) })?;
         Ok(Self { family })
     }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        // SAFETY: The family was registered (type invariant) and is still valid. Once
-        // this returns, genetlink calls none of its ops.
-        unsafe { bindings::genl_unregister_family(self.family.as_ptr()) };
+        // SAFETY: The family is registered (type invariant). Once this returns no
+        // new request reaches its ops, running `doit`s have finished (genetlink
+        // waits for them under `cb_lock`), and a dump still in progress keeps
+        // the module loaded until it ends.
+        unsafe { bindings::genl_unregister_family(self.family.get()) };
     }
 }
 
 // SAFETY: The registration is only a handle; genetlink's locks serialize its use.
 unsafe impl Send for Registration {}
-// SAFETY: As above; `&Registration` gives no access at all.
+// SAFETY: As above; `&Registration` gives access to nothing.
 unsafe impl Sync for Registration {}
 
 /// The payload of the attribute at `nla`, or `None` for a null pointer.
@@ -157,12 +180,24 @@ impl<'a> Request<'a> {
         unsafe { bindings::ferry_helper_nl_set_err_msg(self.extack(), msg.as_char_ptr()) };
     }
 
-    /// Starts a reply to this request, for the same command.
+    /// The network namespace of the requesting socket.
+    pub fn net(&self) -> &'a Net {
+        // SAFETY: `info` is valid (type invariant); the requesting socket, and so
+        // its namespace, outlives the request.
+        unsafe { Net::from_raw(bindings::ferry_helper_genl_info_net(self.info.as_ptr())) }
+    }
+
+    /// Starts a reply to this request, for the same command, with the default
+    /// room (about a page).
     pub fn reply(&self) -> Result<Reply<'a>> {
+        // SAFETY: No preconditions.
+        self.reply_sized(unsafe { bindings::ferry_helper_genlmsg_default_size() })
+    }
+
+    /// Starts a reply with room for `payload` bytes of attributes.
+    pub fn reply_sized(&self, payload: usize) -> Result<Reply<'a>> {
         // SAFETY: Allocating a netlink message has no preconditions.
-        let skb = unsafe {
-            bindings::ferry_helper_genlmsg_new(bindings::ferry_helper_genlmsg_default_size())
-        };
+        let skb = unsafe { bindings::ferry_helper_genlmsg_new(payload) };
         let skb = NonNull::new(skb).ok_or(ENOMEM)?;
         // SAFETY: `skb` is a fresh message and `info` is valid (type invariant).
         let hdr =
@@ -243,9 +278,17 @@ impl Dump<'_> {
     /// Where the previous round stopped: zero at first, kept across rounds.
     pub fn position(&mut self) -> &mut u64 {
         // SAFETY: `cb` is valid (type invariant); `args` is an array of six
-        // `long`s that the dump owns, `long` is 64 bits on every architecture
-        // ferry builds for, and the returned borrow is tied to `&mut self`.
+        // `long`s that belongs to the dump's owner (genetlink leaves it alone),
+        // `long` is 64 bits (asserted at the top of this file), and the borrow is
+        // tied to `&mut self`.
         unsafe { &mut *bindings::ferry_helper_netlink_cb_args(self.cb.as_ptr()).cast::<u64>() }
+    }
+
+    /// The network namespace of the dumping socket.
+    pub fn net(&self) -> &Net {
+        // SAFETY: `cb` is valid (type invariant); its socket, and so the socket's
+        // namespace, outlives the dump.
+        unsafe { Net::from_raw(bindings::ferry_helper_netlink_cb_net(self.cb.as_ptr())) }
     }
 
     /// Adds one entry, written by `f`. If `f` fails, the partial entry is removed

@@ -35,6 +35,11 @@ void ferry_helper_ib_device_put(struct ib_device *device)
 	put_device(&device->dev);
 }
 
+bool ferry_helper_ib_device_try_get(struct ib_device *device)
+{
+	return ib_device_try_get(device);
+}
+
 /*
  * ib_device.name is a fixed array that ib_device_rename() rewrites in place:
  * copying it never touches freed memory, unlike dev_name() during a rename.
@@ -108,6 +113,16 @@ int ferry_helper_genlmsg_reply(struct sk_buff *skb, struct genl_info *info)
 struct genl_info *ferry_helper_genl_info_dump(struct netlink_callback *cb)
 {
 	return (struct genl_info *)genl_info_dump(cb);
+}
+
+struct net *ferry_helper_genl_info_net(struct genl_info *info)
+{
+	return genl_info_net(info);
+}
+
+struct net *ferry_helper_netlink_cb_net(struct netlink_callback *cb)
+{
+	return sock_net(cb->skb->sk);
 }
 
 long *ferry_helper_netlink_cb_args(struct netlink_callback *cb)

@@ -13,6 +13,7 @@ struct genl_info;
 struct ib_client;
 struct ib_device;
 struct ib_pd;
+struct net;
 struct netlink_callback;
 struct netlink_ext_ack;
 struct nlattr;
@@ -24,6 +25,7 @@ u32 ferry_helper_rdma_start_port(const struct ib_device *device);
 u32 ferry_helper_rdma_end_port(const struct ib_device *device);
 void ferry_helper_ib_device_get(struct ib_device *device);
 void ferry_helper_ib_device_put(struct ib_device *device);
+bool ferry_helper_ib_device_try_get(struct ib_device *device);
 void ferry_helper_ib_device_name(const struct ib_device *device, char *buf,
 				 size_t len);
 int ferry_helper_ib_port_netdev_name(struct ib_device *device, u32 port,
@@ -41,6 +43,8 @@ void ferry_helper_genlmsg_end(struct sk_buff *skb, void *hdr);
 void ferry_helper_genlmsg_cancel(struct sk_buff *skb, void *hdr);
 int ferry_helper_genlmsg_reply(struct sk_buff *skb, struct genl_info *info);
 struct genl_info *ferry_helper_genl_info_dump(struct netlink_callback *cb);
+struct net *ferry_helper_genl_info_net(struct genl_info *info);
+struct net *ferry_helper_netlink_cb_net(struct netlink_callback *cb);
 long *ferry_helper_netlink_cb_args(struct netlink_callback *cb);
 const u8 *ferry_helper_skb_data(const struct sk_buff *skb);
 unsigned int ferry_helper_skb_len(const struct sk_buff *skb);

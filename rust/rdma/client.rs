@@ -15,7 +15,7 @@
 
 use kernel::{error::to_result, prelude::*, sync::Arc, types::Opaque};
 
-use super::Device;
+use super::{device::Registered, Device};
 use crate::{
     bindings,
     slot::{Published, Slot},
@@ -34,12 +34,12 @@ pub trait Client: Send + Sync + Sized + 'static {
     /// Process context, may sleep; ib_core serializes it with `remove` for the
     /// same device. An error means the client does not use this device; `remove`
     /// is then not called for it.
-    fn add(&self, device: &Device) -> Result<Self::DeviceData>;
+    fn add(&self, device: &Registered) -> Result<Self::DeviceData>;
 
     /// `device` is going away (or the client unregisters). Everything held on it,
     /// `data` included, must be released before returning. Process context, may
     /// sleep.
-    fn remove(&self, device: &Device, data: Self::DeviceData);
+    fn remove(&self, device: &Registered, data: Self::DeviceData);
 }
 
 /// The `ib_client` of a module and the client object its callbacks reach.
@@ -138,13 +138,18 @@ unsafe extern "C" fn add_callback<T: Client>(raw: *mut bindings::ib_device) -> c
     };
     // SAFETY: ib_core passes a valid device for the duration of `add`.
     let device = unsafe { Device::from_raw(raw) };
+    // ib_core holds the device's first registration reference until after every
+    // client's `remove`, so this cannot fail here.
+    let Some(device) = device.registered() else {
+        return ENODEV.to_errno();
+    };
     // Allocate first: once `add` succeeded, nothing may fail, since ib_core
     // calls `remove` only for devices whose `add` returned 0.
     let slot = match KBox::<T::DeviceData>::new_uninit(GFP_KERNEL) {
         Ok(slot) => slot,
         Err(e) => return Error::from(e).to_errno(),
     };
-    let data = match client.add(device) {
+    let data = match client.add(&device) {
         Ok(data) => KBox::write(slot, data),
         Err(e) => return e.to_errno(),
     };
@@ -170,10 +175,11 @@ unsafe extern "C" fn remove_callback<T: Client>(raw: *mut bindings::ib_device, d
     let data = unsafe { KBox::from_raw(data.cast::<T::DeviceData>()) };
     // SAFETY: ib_core passes a valid device for the duration of `remove`.
     let device = unsafe { Device::from_raw(raw) };
-    match T::client_static().get() {
-        Some(client) => client.remove(device, KBox::into_inner(data)),
-        // Unreachable: the client is unpublished only after unregistering. Freeing
-        // the data still releases what it holds on the device.
-        None => drop(data),
+    // ib_core drops its own registration reference only after every client's
+    // `remove`, so taking one cannot fail here.
+    match (T::client_static().get(), device.registered()) {
+        (Some(client), Some(device)) => client.remove(&device, KBox::into_inner(data)),
+        // Unreachable (see above). Freeing the data still releases what it holds.
+        _ => drop(data),
     }
 }

@@ -5,9 +5,9 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h) (`struct ib_cq`).
 
 use core::ptr::{null_mut, NonNull};
-use kernel::{error::from_err_ptr, prelude::*, sync::aref::ARef};
+use kernel::{error::from_err_ptr, prelude::*};
 
-use super::Device;
+use super::device::Registered;
 use crate::bindings;
 
 /// A completion queue polled from `ib_comp_wq` (`IB_POLL_WORKQUEUE`), freed on
@@ -15,10 +15,11 @@ use crate::bindings;
 ///
 /// # Invariants
 ///
-/// `cq` was returned by `__ib_alloc_cq` on `device` and is owned by this object.
+/// `cq` was returned by `__ib_alloc_cq` on `device` and is owned by this object;
+/// `device` stays registered while the CQ exists.
 pub struct Cq {
     cq: NonNull<bindings::ib_cq>,
-    device: ARef<Device>,
+    device: Registered,
 }
 
 // SAFETY: A CQ may be used and freed from any thread.
@@ -30,18 +31,20 @@ impl Cq {
     /// Allocates a CQ with at least `entries` entries on completion vector
     /// `comp_vector` of `device`, attributed to `owner` in `rdma res show cq`.
     ///
-    /// The CQ must be dropped before the device's `ib_client` remove callback
-    /// returns. May sleep.
+    /// The CQ holds a registration reference: drop it in the device's
+    /// `ib_client` remove callback, or unregistering the device waits for it.
+    /// May sleep.
     pub fn new(
-        device: &Device,
+        device: &Registered,
         entries: u32,
         comp_vector: u32,
         owner: &'static CStr,
     ) -> Result<Self> {
         let entries = c_int::try_from(entries).map_err(|_| EINVAL)?;
         let comp_vector = c_int::try_from(comp_vector).map_err(|_| EINVAL)?;
-        // SAFETY: `device` is valid; no private data is attached; `owner` is static,
-        // as ib_core keeps the pointer for resource tracking.
+        // SAFETY: `device` is registered, so its driver is bound; no private data
+        // is attached; `owner` is static, as ib_core keeps the pointer for
+        // resource tracking.
         let cq = from_err_ptr(unsafe {
             bindings::__ib_alloc_cq(
                 device.as_raw(),
@@ -54,7 +57,7 @@ impl Cq {
         })?;
         Ok(Self {
             cq: NonNull::new(cq).ok_or(ENOMEM)?,
-            device: device.into(),
+            device: device.clone(),
         })
     }
 
@@ -64,7 +67,7 @@ impl Cq {
     }
 
     /// The device this CQ belongs to.
-    pub fn device(&self) -> &Device {
+    pub fn device(&self) -> &Registered {
         &self.device
     }
 
@@ -96,8 +99,8 @@ impl Cq {
 
 impl Drop for Cq {
     fn drop(&mut self) {
-        // SAFETY: The CQ is owned (type invariant); its owner destroys every QP
-        // that uses it first.
+        // SAFETY: The CQ is owned and its device still registered (type
+        // invariant); its owner destroys every QP that uses it first.
         unsafe { bindings::ib_free_cq(self.as_raw()) };
     }
 }

@@ -4,29 +4,47 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 //! (`struct ib_device`, `struct ib_port_attr`).
+//!
+//! Two kinds of handle:
+//!
+//! - [`Device`] (usually as [`ARef<Device>`], which holds the `struct device`
+//!   reference) keeps the memory alive and reads what is fixed at registration:
+//!   name, index, GUID, limits. It never calls into the driver, so it stays
+//!   valid after the device is unregistered.
+//! - [`Registered`] holds a *registration* reference (`ib_device_try_get`).
+//!   ib_core calls every client's `remove` and then waits for these references
+//!   to drop before it finishes unregistering a device, so while one exists the
+//!   driver is bound and calls into it (port queries, allocating PDs and CQs)
+//!   are valid. Taking one fails once unregistration has begun.
 
-use core::{ops::RangeInclusive, ptr::NonNull};
-use kernel::{error::to_result, prelude::*, sync::aref::AlwaysRefCounted, types::Opaque};
+use core::{ops::Deref, ops::RangeInclusive, ptr::NonNull};
+use kernel::{
+    error::to_result,
+    prelude::*,
+    sync::aref::{ARef, AlwaysRefCounted},
+    types::Opaque,
+};
 
-use crate::bindings;
+use crate::{bindings, netns::Net};
 
 /// Longest device name including its NUL (`IB_DEVICE_NAME_MAX`).
 const NAME_MAX: usize = bindings::IB_DEVICE_NAME_MAX as usize;
 /// Longest network device name including its NUL (`IFNAMSIZ`).
 const IFNAMSIZ: usize = 16;
 
-/// An RDMA device (`struct ib_device`).
+/// An RDMA device (`struct ib_device`), for reading what registration fixed.
 ///
 /// # Invariants
 ///
-/// The wrapped `ib_device` is valid: ib_core passed it to a client callback, or an
-/// [`ARef<Device>`](kernel::sync::aref::ARef) holds a reference on its `struct device`.
+/// The wrapped `ib_device` is valid: ib_core passed it to a client callback, or
+/// an [`ARef<Device>`] or a [`Registered`] holds a reference on it.
 #[repr(transparent)]
 pub struct Device(Opaque<bindings::ib_device>);
 
 // SAFETY: ib_core objects are used from any thread; ib_core locks internally.
 unsafe impl Send for Device {}
-// SAFETY: All methods take `&self` and ib_core synchronizes concurrent callers.
+// SAFETY: All methods take `&self` and only read fields fixed at registration,
+// or copy the name through a helper.
 unsafe impl Sync for Device {}
 
 // SAFETY: `get_device`/`put_device` on the embedded `struct device` keep the
@@ -59,17 +77,11 @@ impl Device {
         self.0.get()
     }
 
-    fn raw(&self) -> &bindings::ib_device {
-        // SAFETY: The device is valid (type invariant); the fields read through this
-        // reference are set before registration and not changed while a client
-        // sees the device, except `name`, which is only ever copied by a helper.
-        unsafe { &*self.as_raw() }
-    }
-
     /// The device's name, such as `rxe0`: a copy, since it can be renamed.
     pub fn name(&self) -> DeviceName {
         let mut name = DeviceName([0; NAME_MAX]);
-        // SAFETY: The device is valid and the buffer holds `NAME_MAX` bytes.
+        // SAFETY: The device is valid and the buffer holds `NAME_MAX` bytes; the
+        // helper copies the fixed `name` array, which a rename rewrites in place.
         unsafe {
             bindings::ferry_helper_ib_device_name(
                 self.as_raw(),
@@ -82,27 +94,34 @@ impl Device {
 
     /// The device index, as "ifindex" in `rdma dev show`.
     pub fn index(&self) -> u32 {
-        self.raw().index
+        // SAFETY: The device is valid (type invariant); `index` is fixed at
+        // allocation. Only this field is read, through the raw pointer.
+        unsafe { (*self.as_raw()).index }
     }
 
     /// The node GUID in host byte order.
     pub fn node_guid(&self) -> u64 {
-        u64::from_be(self.raw().node_guid)
+        // SAFETY: As in `index`; the driver sets it before registering.
+        u64::from_be(unsafe { (*self.as_raw()).node_guid })
     }
 
     /// The node type, or `None` for a value this code does not know.
     pub fn node_type(&self) -> Option<NodeType> {
-        NodeType::from_raw(u32::from(self.raw().node_type))
+        // SAFETY: As in `index`; the driver sets it before registering.
+        NodeType::from_raw(u32::from(unsafe { (*self.as_raw()).node_type }))
     }
 
     /// Number of completion vectors (interrupt lines for CQ events).
     pub fn num_comp_vectors(&self) -> u32 {
-        u32::try_from(self.raw().num_comp_vectors).unwrap_or(0)
+        // SAFETY: As in `index`; the driver sets it before registering.
+        u32::try_from(unsafe { (*self.as_raw()).num_comp_vectors }).unwrap_or(0)
     }
 
     /// The device's limits and capability flags.
     pub fn caps(&self) -> Caps {
-        let a = &self.raw().attrs;
+        // SAFETY: As in `index`; `attrs` is filled in before registration and
+        // not written afterwards. It is copied out, no reference is kept.
+        let a = unsafe { core::ptr::addr_of!((*self.as_raw()).attrs).read() };
         Caps {
             max_qp: a.max_qp,
             max_qp_wr: a.max_qp_wr,
@@ -119,21 +138,58 @@ impl Device {
 
     /// The port numbers of this device.
     pub fn ports(&self) -> RangeInclusive<u32> {
-        // SAFETY: The device is valid (type invariant).
+        // SAFETY: The device is valid (type invariant); the helpers read the
+        // node type and port count, fixed at registration.
         unsafe {
             bindings::ferry_helper_rdma_start_port(self.as_raw())
                 ..=bindings::ferry_helper_rdma_end_port(self.as_raw())
         }
     }
 
+    /// Whether processes in `net` may use this device (ib_core's rule: every
+    /// namespace in shared mode, only the device's own in exclusive mode).
+    pub fn accessible_from(&self, net: &Net) -> bool {
+        // SAFETY: Both objects are valid for the call.
+        unsafe { bindings::rdma_dev_access_netns(self.as_raw(), net.as_raw()) }
+    }
+
+    /// A registration reference, or `None` if the device is being unregistered.
+    pub fn registered(&self) -> Option<Registered> {
+        // SAFETY: The device is valid (type invariant).
+        if unsafe { bindings::ferry_helper_ib_device_try_get(self.as_raw()) } {
+            // INVARIANT: We took a registration reference just now.
+            Some(Registered {
+                device: self.into(),
+            })
+        } else {
+            None
+        }
+    }
+}
+
+/// A registered RDMA device: while this exists, ib_core cannot finish
+/// unregistering it, so calls into its driver are valid.
+///
+/// Holding one across a client's `remove` makes unregistration wait until it is
+/// dropped: keep them short-lived, or drop them in `remove`.
+///
+/// # Invariants
+///
+/// Owns one registration reference (`ib_device_try_get`) on `device`.
+pub struct Registered {
+    device: ARef<Device>,
+}
+
+impl Registered {
     /// Queries the attributes of `port`. May sleep.
     pub fn query_port(&self, port: u32) -> Result<PortAttr> {
         if !self.ports().contains(&port) {
             return Err(EINVAL);
         }
         let mut attr = bindings::ib_port_attr::default();
-        // SAFETY: The device is valid, `port` is one of its ports and `attr` is a
-        // writable `ib_port_attr`.
+        // SAFETY: The device is registered (type invariant), so its driver is
+        // bound; `port` is one of its ports and `attr` is a writable
+        // `ib_port_attr`.
         to_result(unsafe { bindings::ib_query_port(self.as_raw(), port, &mut attr) })?;
         // SAFETY: As above.
         let link_layer = unsafe { bindings::rdma_port_get_link_layer(self.as_raw(), port) };
@@ -153,8 +209,8 @@ impl Device {
             return None;
         }
         let mut name = NetdevName([0; IFNAMSIZ]);
-        // SAFETY: The device is valid, `port` is one of its ports and the buffer
-        // holds `IFNAMSIZ` bytes.
+        // SAFETY: The device is registered (type invariant), `port` is one of its
+        // ports and the buffer holds `IFNAMSIZ` bytes.
         let ret = unsafe {
             bindings::ferry_helper_ib_port_netdev_name(
                 self.as_raw(),
@@ -164,6 +220,34 @@ impl Device {
             )
         };
         (ret == 0).then_some(name)
+    }
+}
+
+impl Deref for Registered {
+    type Target = Device;
+
+    fn deref(&self) -> &Device {
+        &self.device
+    }
+}
+
+impl Clone for Registered {
+    fn clone(&self) -> Self {
+        // SAFETY: We hold a registration reference, so the count is above zero
+        // and `ib_device_try_get` cannot fail.
+        let got = unsafe { bindings::ferry_helper_ib_device_try_get(self.as_raw()) };
+        debug_assert!(got);
+        // INVARIANT: We took a registration reference just now.
+        Self {
+            device: self.device.clone(),
+        }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        // SAFETY: We own one registration reference (type invariant).
+        unsafe { bindings::ib_device_put(self.as_raw()) };
     }
 }
 

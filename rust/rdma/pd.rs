@@ -5,9 +5,9 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h) (`struct ib_pd`).
 
 use core::ptr::NonNull;
-use kernel::{error::from_err_ptr, prelude::*, sync::aref::ARef};
+use kernel::{error::from_err_ptr, prelude::*};
 
-use super::Device;
+use super::device::Registered;
 use crate::bindings;
 
 /// A kernel protection domain, deallocated on drop.
@@ -17,10 +17,11 @@ use crate::bindings;
 ///
 /// # Invariants
 ///
-/// `pd` was returned by `__ib_alloc_pd` on `device` and is owned by this object.
+/// `pd` was returned by `__ib_alloc_pd` on `device` and is owned by this object;
+/// `device` stays registered while the PD exists.
 pub struct Pd {
     pd: NonNull<bindings::ib_pd>,
-    device: ARef<Device>,
+    device: Registered,
 }
 
 // SAFETY: A PD may be used and freed from any thread.
@@ -31,17 +32,19 @@ unsafe impl Sync for Pd {}
 impl Pd {
     /// Allocates a PD on `device`, attributed to `owner` in `rdma res show pd`.
     ///
-    /// The PD must be dropped before the device's `ib_client` remove callback
-    /// returns. May sleep.
-    pub fn new(device: &Device, owner: &'static CStr) -> Result<Self> {
-        // SAFETY: `device` is valid; flags 0 asks for no global rkey; `owner` is
-        // static, as ib_core keeps the pointer for resource tracking.
+    /// The PD holds a registration reference: drop it in the device's
+    /// `ib_client` remove callback, or unregistering the device waits for it.
+    /// May sleep.
+    pub fn new(device: &Registered, owner: &'static CStr) -> Result<Self> {
+        // SAFETY: `device` is registered, so its driver is bound; flags 0 asks for
+        // no global rkey; `owner` is static, as ib_core keeps the pointer for
+        // resource tracking.
         let pd = from_err_ptr(unsafe {
             bindings::__ib_alloc_pd(device.as_raw(), 0, owner.as_char_ptr())
         })?;
         Ok(Self {
             pd: NonNull::new(pd).ok_or(ENOMEM)?,
-            device: device.into(),
+            device: device.clone(),
         })
     }
 
@@ -51,7 +54,7 @@ impl Pd {
     }
 
     /// The device this PD belongs to.
-    pub fn device(&self) -> &Device {
+    pub fn device(&self) -> &Registered {
         &self.device
     }
 
@@ -70,8 +73,8 @@ impl Pd {
 
 impl Drop for Pd {
     fn drop(&mut self) {
-        // SAFETY: The PD is owned (type invariant) and every object created in it
-        // holds a reference that its owner drops first.
+        // SAFETY: The PD is owned and its device still registered (type
+        // invariant); every object created in it is dropped first by its owner.
         unsafe { bindings::ferry_helper_ib_dealloc_pd(self.as_raw()) };
     }
 }

@@ -17,8 +17,10 @@ use kernel::{
 use crate::{
     ferry_nl::{cq as cq_attr, device as attr, port as port_attr},
     genl::Writer,
+    netns::Net,
     rdma::{
         client::{Client, ClientStatic},
+        device::Registered,
         Cq, Device, Pd,
     },
 };
@@ -77,7 +79,7 @@ struct Resources {
 }
 
 impl Resources {
-    fn new(device: &Device) -> Result<Self> {
+    fn new(device: &Registered) -> Result<Self> {
         let pd = Pd::new(device, OWNER)?;
         let entries = CQ_ENTRIES.min(device.caps().max_cqe);
         let cq = Cq::new(device, entries, 0, OWNER)?;
@@ -106,12 +108,27 @@ impl FerryDevice {
         self.device.name().as_cstr() == name
     }
 
-    /// Writes the device's netlink attributes. Fails with `ENODEV` if the device
-    /// was removed meanwhile. May sleep.
+    /// Whether processes in `net` may see and use the device.
+    pub(crate) fn accessible_from(&self, net: &Net) -> bool {
+        self.device.accessible_from(net)
+    }
+
+    /// Room a netlink message describing this device needs.
+    pub(crate) fn message_size(&self) -> usize {
+        const BASE: usize = 512; // device attributes, PD, CQ and headers
+        const PER_PORT: usize = 128; // one nested port with its netdev name
+        let ports = self.device.ports().count();
+        BASE + PER_PORT * ports
+    }
+
+    /// Writes the device's netlink attributes. Fails with `ENODEV` if, and only
+    /// if, the device was removed meanwhile; a port whose query fails is reported
+    /// with its number alone. May sleep.
     pub(crate) fn fill(&self, w: &mut Writer<'_>) -> Result {
         let resources = self.resources.lock();
         let res = resources.as_ref().ok_or(ENODEV)?;
-        let dev = &*self.device;
+        // The PD holds a registration reference, so the driver is still bound.
+        let dev = res.pd.device();
         let caps = dev.caps();
         w.put_u32(attr::INDEX, dev.index())?;
         w.put_str(attr::NAME, dev.name().as_cstr())?;
@@ -134,19 +151,21 @@ impl FerryDevice {
         )?;
         w.put_u64(attr::CAP_FLAGS, caps.cap_flags, attr::PAD)?;
         for port in dev.ports() {
-            let pa = dev.query_port(port)?;
             w.nest(attr::PORT, |w| {
                 w.put_u32(port_attr::INDEX, port)?;
-                if let Some(state) = pa.state {
-                    w.put_u32(port_attr::STATE, state as u32)?;
+                // rxe, for one, fails the query while its netdev is going away.
+                if let Ok(pa) = dev.query_port(port) {
+                    if let Some(state) = pa.state {
+                        w.put_u32(port_attr::STATE, state as u32)?;
+                    }
+                    w.put_u32(port_attr::PHYS_STATE, u32::from(pa.phys_state))?;
+                    w.put_u32(port_attr::ACTIVE_MTU, pa.active_mtu)?;
+                    w.put_u32(port_attr::MAX_MTU, pa.max_mtu)?;
+                    if let Some(ll) = pa.link_layer {
+                        w.put_u32(port_attr::LINK_LAYER, ll as u32)?;
+                    }
+                    w.put_u32(port_attr::GID_TBL_LEN, pa.gid_tbl_len)?;
                 }
-                w.put_u32(port_attr::PHYS_STATE, u32::from(pa.phys_state))?;
-                w.put_u32(port_attr::ACTIVE_MTU, pa.active_mtu)?;
-                w.put_u32(port_attr::MAX_MTU, pa.max_mtu)?;
-                if let Some(ll) = pa.link_layer {
-                    w.put_u32(port_attr::LINK_LAYER, ll as u32)?;
-                }
-                w.put_u32(port_attr::GID_TBL_LEN, pa.gid_tbl_len)?;
                 if let Some(nd) = dev.port_netdev(port) {
                     w.put_str(port_attr::NETDEV, nd.as_cstr())?;
                 }
@@ -170,7 +189,7 @@ impl Client for Ferry {
         &FERRY
     }
 
-    fn add(&self, device: &Device) -> Result<Arc<FerryDevice>> {
+    fn add(&self, device: &Registered) -> Result<Arc<FerryDevice>> {
         let resources = Resources::new(device).inspect_err(|e| {
             pr_warn!(
                 "{}: cannot allocate resources ({:?}), not using it\n",
@@ -181,7 +200,7 @@ impl Client for Ferry {
         let (pd_id, cq_id) = (resources.pd.id(), resources.cq.id());
         let fdev = Arc::pin_init(
             pin_init!(FerryDevice {
-                device: device.into(),
+                device: ARef::<Device>::from(&**device),
                 resources <- new_mutex!(Some(resources)),
             }),
             GFP_KERNEL,
@@ -196,10 +215,10 @@ impl Client for Ferry {
         Ok(fdev)
     }
 
-    fn remove(&self, device: &Device, fdev: Arc<FerryDevice>) {
+    fn remove(&self, device: &Registered, fdev: Arc<FerryDevice>) {
         self.devices.lock().retain(|d| !Arc::ptr_eq(d, &fdev));
         // Waits for any netlink reader of this device, then frees the CQ and PD
-        // while the device is still registered.
+        // (and their registration references) before ib_core goes on.
         drop(fdev.resources.lock().take());
         pr_info!("{}: removed\n", device.name().as_cstr());
     }
@@ -239,7 +258,7 @@ mod tests {
         let d = devices.first().ok_or(ENODEV)?;
         let guard = d.resources.lock();
         let res = guard.as_ref().ok_or(ENODEV)?;
-        let extra = Cq::new(&d.device, 16, 0, OWNER)?;
+        let extra = Cq::new(res.pd.device(), 16, 0, OWNER)?;
         assert!(extra.id() != res.cq.id());
         assert!(extra.entries() >= 16);
         Ok(())

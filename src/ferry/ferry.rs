@@ -17,6 +17,8 @@ mod bindings;
 pub mod ferry_nl;
 #[path = "../../rust/genl.rs"]
 pub mod genl;
+#[path = "../../rust/netns.rs"]
+pub mod netns;
 #[path = "../../rust/rdma.rs"]
 pub mod rdma;
 #[path = "../../rust/slot.rs"]

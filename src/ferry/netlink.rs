@@ -35,8 +35,15 @@ pub(crate) fn device_get_doit(req: &mut Request<'_>) -> Result {
         }
         return Err(ENODEV);
     };
-    let mut reply = req.reply()?;
-    dev.fill(&mut reply.writer())?;
+    let mut reply = req.reply_sized(dev.message_size())?;
+    if let Err(e) = dev.fill(&mut reply.writer()) {
+        req.error(if e == ENODEV {
+            c"the RDMA device was removed while being read"
+        } else {
+            c"the device does not fit in a netlink message"
+        });
+        return Err(e);
+    }
     reply.send()
 }
 
@@ -45,11 +52,12 @@ pub(crate) fn device_get_dumpit(dump: &mut Dump<'_>) -> Result {
     let ferry = Ferry::get().ok_or(ENODEV)?;
     for dev in ferry.devices()?.iter() {
         let index = u64::from(dev.index());
-        if index < *dump.position() {
+        if index < *dump.position() || !dev.accessible_from(dump.net()) {
             continue;
         }
         match dump.entry(|w| dev.fill(w)) {
-            // Removed since the snapshot: not an error for the dump.
+            // `fill` fails with ENODEV only for a device removed since the
+            // snapshot: not an error for the dump.
             Ok(()) | Err(ENODEV) => *dump.position() = index + 1,
             Err(e) => return Err(e),
         }

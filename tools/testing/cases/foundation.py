@@ -253,3 +253,39 @@ def two_hosts(t):
     b.wait_for('ping -c1 -W1 192.0.2.1', timeout=30)
     for vm in (a, b):
         vm.run('rmmod ferry')
+
+
+@case(timeout=300)
+def netns_isolation(t):
+    """ferry shows each network namespace what ib_core lets it use: every device
+    in shared mode, only its own in exclusive mode."""
+    vm = t.vm
+    t.rxe_add(vm)
+    t.insmod(vm)
+    ctl = t.ferryctl
+    vm.run('ip netns add other')
+
+    def names(ns=None):
+        prefix = f'ip netns exec {ns} ' if ns else ''
+        ferry = [d['name'] for d in json.loads(vm.run(f'{prefix}{ctl} -j device show').out)]
+        rdma = [d['ifname'] for d in json.loads(vm.run(f'{prefix}rdma -j dev show').out)]
+        return ferry, rdma
+
+    ferry, rdma = names('other')
+    t.eq(ferry, ['rxe0'], 'devices seen from another namespace in shared mode')
+    t.eq(ferry, rdma, 'ferry and rdma agree in shared mode')
+    # Exclusive mode: the mode can change only while init_net is the only one.
+    vm.run('ip netns del other && rdma system set netns exclusive && ip netns add other')
+    ferry, rdma = names('other')
+    t.eq(ferry, [], 'devices seen from another namespace in exclusive mode')
+    t.eq(ferry, rdma, 'ferry and rdma agree in exclusive mode')
+    r = vm.run(f'ip netns exec other {ctl} device show rxe0', check=False)
+    t.eq(r.rc, 2, 'lookup of a device of another namespace')
+    t.check('no RDMA device with this name' in r.err, f'error: {r.err!r}')
+    r = json.loads(vm.run(f'ip netns exec other {t.nlraw} {FAMILY} {CMD_DEVICE_GET} do '
+                          f'{A_INDEX}:u32:0').out)
+    t.eq(r['errno'], 19, 'lookup by index from another namespace')
+    ferry, rdma = names()
+    t.eq(ferry, ['rxe0'], 'devices seen from init_net in exclusive mode')
+    vm.run('ip netns del other && rdma system set netns shared')
+    vm.run('rmmod ferry')

@@ -78,6 +78,14 @@ key=$({
 OUT=$FERRY_CACHE/kbuild/$SRCVER-$key
 ln -sfn "$SRCDIR" "$FERRY_CACHE/src/current"
 
+# One build per output directory: a second caller waits for the first.
+mkdir -p "$FERRY_CACHE/kbuild"
+exec 9>"$OUT.lock"
+if ! flock -n 9; then
+	step "another build of this kernel is running; waiting for it"
+	flock 9
+fi
+
 if [ -f "$OUT/.ferry-built" ]; then
 	step "test kernel cached in $OUT"
 	echo "$OUT"
