@@ -23,10 +23,15 @@ pub(crate) fn device_get_doit(req: &mut Request<'_>) -> Result {
     if index.is_none() && name.is_none() {
         return req.require(attr::NAME);
     }
+    // Only the devices the requester's network namespace may use; in
+    // exclusive mode names are unique per namespace only.
+    let net = req.net();
     let devices = ferry.devices()?;
-    let found = devices
-        .iter()
-        .find(|d| index.is_none_or(|i| d.index() == i) && name.is_none_or(|n| d.has_name(n)));
+    let found = devices.iter().find(|d| {
+        d.accessible_from(net)
+            && index.is_none_or(|i| d.index() == i)
+            && name.is_none_or(|n| d.has_name(n))
+    });
     let Some(dev) = found else {
         match (index, name) {
             (Some(_), Some(_)) => req.error(c"no RDMA device has this index and name"),
