@@ -187,13 +187,6 @@ impl<'a> Request<'a> {
         unsafe { Net::from_raw(bindings::ferry_helper_genl_info_net(self.info.as_ptr())) }
     }
 
-    /// Starts a reply to this request, for the same command, with the default
-    /// room (about a page).
-    pub fn reply(&self) -> Result<Reply<'a>> {
-        // SAFETY: No preconditions.
-        self.reply_sized(unsafe { bindings::ferry_helper_genlmsg_default_size() })
-    }
-
     /// Starts a reply with room for `payload` bytes of attributes.
     pub fn reply_sized(&self, payload: usize) -> Result<Reply<'a>> {
         // SAFETY: Allocating a netlink message has no preconditions.

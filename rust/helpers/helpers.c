@@ -63,11 +63,6 @@ int ferry_helper_ib_port_netdev_name(struct ib_device *device, u32 port,
 	return 0;
 }
 
-size_t ferry_helper_genlmsg_default_size(void)
-{
-	return GENLMSG_DEFAULT_SIZE;
-}
-
 struct sk_buff *ferry_helper_genlmsg_new(size_t payload)
 {
 	return genlmsg_new(payload, GFP_KERNEL);

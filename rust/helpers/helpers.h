@@ -32,7 +32,6 @@ int ferry_helper_ib_port_netdev_name(struct ib_device *device, u32 port,
 				     char *buf, size_t len);
 
 /* net/netlink.h, net/genetlink.h */
-size_t ferry_helper_genlmsg_default_size(void);
 struct sk_buff *ferry_helper_genlmsg_new(size_t payload);
 void ferry_helper_nlmsg_free(struct sk_buff *skb);
 void *ferry_helper_genlmsg_put_reply(struct sk_buff *skb,

@@ -8,7 +8,7 @@
 //! these per-device resources.
 //!
 //! Layout: this crate root pulls in the abstractions of `rust/` (the only place
-//! with `unsafe`) and the module's own files, one per object: [`device`] (the
+//! with code the compiler cannot check) and the module's own files, one per object: [`device`] (the
 //! ib_core client and per-device resources) and [`netlink`] (the control plane).
 
 #[path = "../../rust/bindings.rs"]
