@@ -8,19 +8,220 @@
 //! `src/ferry/netlink.rs`. The attribute numbers are re-exported here from the
 //! generated uapi header so that `src/` never touches the bindings.
 
-use kernel::prelude::*;
+use kernel::{prelude::*, sync::Arc};
 
-use crate::{bindings, genl};
+use crate::{
+    bindings, genl,
+    netns::Net,
+    slot::{Published, Slot},
+};
 
-/// Registers the `ferry` generic netlink family. Unregistered when dropped.
+/// The registered family, for notifications sent outside any request.
+static FAMILY: Slot<genl::Registration> = Slot::new();
+
+/// Registers the `ferry` generic netlink family and publishes it for
+/// [`notify`]. Unregistered when the returned guard is dropped (and the last
+/// notification in flight is done with it).
 ///
 /// Must be dropped no later than module exit (the module's own field does that).
-pub fn register() -> Result<genl::Registration> {
+pub fn register() -> Result<Published<genl::Registration>> {
     // SAFETY: `ferry_nl_family` is a static of this module (nl_gen.c) whose module
     // is this one and whose ops call the handlers below with the policies
-    // generated beside them; it is only read (copied). Every `Registration` is
-    // kept in the module object, which is dropped at module exit.
-    unsafe { genl::Registration::new(&raw const bindings::ferry_nl_family) }
+    // generated beside them; it is only read (copied). The registration is
+    // published in this module's static and unpublished by the guard kept in
+    // the module object, which is dropped at module exit; a notification that
+    // still holds it then is a call of this module's, which module exit waits
+    // for through the RCU grace period and the callers' own teardown.
+    let reg = unsafe { genl::Registration::new(&raw const bindings::ferry_nl_family) }?;
+    FAMILY.publish(Arc::new(reg, GFP_KERNEL)?)
+}
+
+/// Multicasts notification `cmd` to the `events` group in `net`, with
+/// attributes written by `fill` (at most `size` bytes). Does nothing when the
+/// family is not registered (module loading or unloading) or nobody listens.
+pub fn notify(cmd: u32, size: usize, net: &Net, fill: impl FnOnce(&mut genl::Writer<'_>) -> Result) -> Result {
+    let Some(family) = FAMILY.get() else {
+        return Ok(());
+    };
+    let cmd = u8::try_from(cmd).map_err(|_| EINVAL)?;
+    let mut ntf = family.notification(cmd, size)?;
+    fill(&mut ntf.writer())?;
+    ntf.multicast(net, bindings::FERRY_NLGRP_EVENTS)
+}
+
+/// As [`notify`], to every network namespace.
+pub fn notify_all(cmd: u32, size: usize, fill: impl FnOnce(&mut genl::Writer<'_>) -> Result) -> Result {
+    let Some(family) = FAMILY.get() else {
+        return Ok(());
+    };
+    let cmd = u8::try_from(cmd).map_err(|_| EINVAL)?;
+    let mut ntf = family.notification(cmd, size)?;
+    fill(&mut ntf.writer())?;
+    ntf.multicast_all(bindings::FERRY_NLGRP_EVENTS)
+}
+
+/// The number of online CPUs.
+pub fn num_online_cpus() -> u32 {
+    // SAFETY: No preconditions.
+    unsafe { bindings::ferry_helper_num_online_cpus() }
+}
+
+/// Notification commands.
+pub mod cmd {
+    use crate::bindings;
+
+    /// A session changed state.
+    pub const SESSION_NTF: u32 = bindings::FERRY_CMD_SESSION_NTF;
+    /// ferry started using a device.
+    pub const DEVICE_ADD_NTF: u32 = bindings::FERRY_CMD_DEVICE_ADD_NTF;
+    /// ferry stopped using a device.
+    pub const DEVICE_DEL_NTF: u32 = bindings::FERRY_CMD_DEVICE_DEL_NTF;
+}
+
+/// Attribute numbers of the `listener` set.
+pub mod listener {
+    use crate::bindings;
+
+    /// Handle.
+    pub const ID: u32 = bindings::FERRY_A_LISTENER_ID;
+    /// Address, 4 or 16 bytes.
+    pub const ADDR: u32 = bindings::FERRY_A_LISTENER_ADDR;
+    /// Port.
+    pub const PORT: u32 = bindings::FERRY_A_LISTENER_PORT;
+    /// Open sessions accepted through it.
+    pub const SESSIONS: u32 = bindings::FERRY_A_LISTENER_SESSIONS;
+}
+
+/// Attribute numbers of the `session` set.
+pub mod session {
+    use crate::bindings;
+
+    /// Handle.
+    pub const ID: u32 = bindings::FERRY_A_SESSION_ID;
+    /// Role.
+    pub const ROLE: u32 = bindings::FERRY_A_SESSION_ROLE;
+    /// State.
+    pub const STATE: u32 = bindings::FERRY_A_SESSION_STATE;
+    /// Peer address.
+    pub const ADDR: u32 = bindings::FERRY_A_SESSION_ADDR;
+    /// Peer port.
+    pub const PORT: u32 = bindings::FERRY_A_SESSION_PORT;
+    /// Service name.
+    pub const SERVICE: u32 = bindings::FERRY_A_SESSION_SERVICE;
+    /// Channel count.
+    pub const CHANNELS: u32 = bindings::FERRY_A_SESSION_CHANNELS;
+    /// Local queue depth.
+    pub const QUEUE_DEPTH: u32 = bindings::FERRY_A_SESSION_QUEUE_DEPTH;
+    /// Peer queue depth.
+    pub const PEER_QUEUE_DEPTH: u32 = bindings::FERRY_A_SESSION_PEER_QUEUE_DEPTH;
+    /// Largest message.
+    pub const MAX_MSG_SIZE: u32 = bindings::FERRY_A_SESSION_MAX_MSG_SIZE;
+    /// Heartbeat interval.
+    pub const HEARTBEAT_MS: u32 = bindings::FERRY_A_SESSION_HEARTBEAT_MS;
+    /// Dead-peer timeout.
+    pub const TIMEOUT_MS: u32 = bindings::FERRY_A_SESSION_TIMEOUT_MS;
+    /// Give-up time.
+    pub const GIVE_UP_S: u32 = bindings::FERRY_A_SESSION_GIVE_UP_S;
+    /// Last failure reason.
+    pub const REASON: u32 = bindings::FERRY_A_SESSION_REASON;
+    /// Reconnects.
+    pub const RECONNECTS: u32 = bindings::FERRY_A_SESSION_RECONNECTS;
+    /// Send credits.
+    pub const CREDITS: u32 = bindings::FERRY_A_SESSION_CREDITS;
+    /// Round trip.
+    pub const RTT_US: u32 = bindings::FERRY_A_SESSION_RTT_US;
+    /// Handshake session id.
+    pub const SESSION_ID: u32 = bindings::FERRY_A_SESSION_SESSION_ID;
+    /// A channel (nest, repeated).
+    pub const CHANNEL: u32 = bindings::FERRY_A_SESSION_CHANNEL;
+    /// Counters (nest).
+    pub const STATS: u32 = bindings::FERRY_A_SESSION_STATS;
+    /// Accepting listener.
+    pub const LISTENER: u32 = bindings::FERRY_A_SESSION_LISTENER;
+    /// Padding for 64-bit attributes.
+    pub const PAD: u32 = bindings::FERRY_A_SESSION_PAD;
+}
+
+/// Attribute numbers of the `channel` set.
+pub mod channel {
+    use crate::bindings;
+
+    /// Index.
+    pub const INDEX: u32 = bindings::FERRY_A_CHANNEL_INDEX;
+    /// QP number.
+    pub const QP_NUM: u32 = bindings::FERRY_A_CHANNEL_QP_NUM;
+    /// Device name.
+    pub const DEVICE: u32 = bindings::FERRY_A_CHANNEL_DEVICE;
+    /// Completion vector.
+    pub const COMP_VECTOR: u32 = bindings::FERRY_A_CHANNEL_COMP_VECTOR;
+    /// Send credits.
+    pub const CREDITS: u32 = bindings::FERRY_A_CHANNEL_CREDITS;
+    /// Round trip.
+    pub const RTT_US: u32 = bindings::FERRY_A_CHANNEL_RTT_US;
+}
+
+/// Attribute numbers of the `stats` set.
+pub mod stats {
+    use crate::bindings;
+
+    /// Messages sent.
+    pub const TX_MSGS: u32 = bindings::FERRY_A_STATS_TX_MSGS;
+    /// Messages received.
+    pub const RX_MSGS: u32 = bindings::FERRY_A_STATS_RX_MSGS;
+    /// Bytes sent.
+    pub const TX_BYTES: u32 = bindings::FERRY_A_STATS_TX_BYTES;
+    /// Bytes received.
+    pub const RX_BYTES: u32 = bindings::FERRY_A_STATS_RX_BYTES;
+    /// Heartbeats sent.
+    pub const HEARTBEATS_TX: u32 = bindings::FERRY_A_STATS_HEARTBEATS_TX;
+    /// Heartbeats received.
+    pub const HEARTBEATS_RX: u32 = bindings::FERRY_A_STATS_HEARTBEATS_RX;
+    /// Explicit credit updates.
+    pub const CREDIT_UPDATES: u32 = bindings::FERRY_A_STATS_CREDIT_UPDATES;
+    /// Sends that waited for a credit.
+    pub const CREDIT_STALLS: u32 = bindings::FERRY_A_STATS_CREDIT_STALLS;
+    /// Failed work completions.
+    pub const WC_ERRORS: u32 = bindings::FERRY_A_STATS_WC_ERRORS;
+    /// Flushed work completions.
+    pub const FLUSH_ERRORS: u32 = bindings::FERRY_A_STATS_FLUSH_ERRORS;
+    /// Padding for 64-bit attributes.
+    pub const PAD: u32 = bindings::FERRY_A_STATS_PAD;
+}
+
+/// Attribute numbers of the `device-event` set.
+pub mod device_event {
+    use crate::bindings;
+
+    /// Device index.
+    pub const INDEX: u32 = bindings::FERRY_A_DEVICE_EVENT_INDEX;
+    /// Device name.
+    pub const NAME: u32 = bindings::FERRY_A_DEVICE_EVENT_NAME;
+}
+
+/// `enum ferry_reason` values, which the wire protocol shares.
+pub mod reason {
+    use crate::bindings;
+
+    /// No failure.
+    pub const NONE: u32 = bindings::ferry_reason_FERRY_REASON_NONE;
+    /// A refusal the peer's CM gave for itself.
+    pub const CM_REJECTED: u32 = bindings::ferry_reason_FERRY_REASON_CM_REJECTED;
+    /// Gave up reconnecting.
+    pub const GAVE_UP: u32 = bindings::ferry_reason_FERRY_REASON_GAVE_UP;
+    /// Unknown service.
+    pub const UNKNOWN_SERVICE: u32 = bindings::ferry_reason_FERRY_REASON_UNKNOWN_SERVICE;
+    /// Nobody listens.
+    pub const NO_LISTENER: u32 = bindings::ferry_reason_FERRY_REASON_NO_LISTENER;
+}
+
+/// `enum ferry_session_state` values.
+pub mod state {
+    use crate::bindings;
+
+    /// Connecting.
+    pub const CONNECTING: u32 = bindings::ferry_session_state_FERRY_SESSION_STATE_CONNECTING;
+    /// Closed.
+    pub const CLOSED: u32 = bindings::ferry_session_state_FERRY_SESSION_STATE_CLOSED;
 }
 
 /// `FERRY_POLL_CTX_WORKQUEUE`, as ferry reports a CQ polled from `ib_comp_wq`.
@@ -140,4 +341,128 @@ unsafe extern "C" fn ferry_nl_device_get_dumpit(
 ) -> c_int {
     // SAFETY: genetlink passes the dump's `skb` and `cb`, valid for the call.
     unsafe { genl::dumpit(skb, cb, crate::netlink::device_get_dumpit) }
+}
+
+/// `FERRY_CMD_LISTENER_ADD`, do.
+///
+/// # Safety
+///
+/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
+#[no_mangle]
+unsafe extern "C" fn ferry_nl_listener_add_doit(
+    _skb: *mut bindings::sk_buff,
+    info: *mut bindings::genl_info,
+) -> c_int {
+    // SAFETY: genetlink passes the request's `info`, valid for the call, with
+    // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
+    // `FERRY_A_LISTENER_PORT`.
+    unsafe { genl::doit(info, bindings::FERRY_A_LISTENER_PORT, crate::netlink::listener_add_doit) }
+}
+
+/// `FERRY_CMD_LISTENER_DEL`, do.
+///
+/// # Safety
+///
+/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
+#[no_mangle]
+unsafe extern "C" fn ferry_nl_listener_del_doit(
+    _skb: *mut bindings::sk_buff,
+    info: *mut bindings::genl_info,
+) -> c_int {
+    // SAFETY: genetlink passes the request's `info`, valid for the call, with
+    // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
+    // `FERRY_A_LISTENER_ID`.
+    unsafe { genl::doit(info, bindings::FERRY_A_LISTENER_ID, crate::netlink::listener_del_doit) }
+}
+
+/// `FERRY_CMD_LISTENER_GET`, do.
+///
+/// # Safety
+///
+/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
+#[no_mangle]
+unsafe extern "C" fn ferry_nl_listener_get_doit(
+    _skb: *mut bindings::sk_buff,
+    info: *mut bindings::genl_info,
+) -> c_int {
+    // SAFETY: genetlink passes the request's `info`, valid for the call, with
+    // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
+    // `FERRY_A_LISTENER_ID`.
+    unsafe { genl::doit(info, bindings::FERRY_A_LISTENER_ID, crate::netlink::listener_get_doit) }
+}
+
+/// `FERRY_CMD_LISTENER_GET`, dump.
+///
+/// # Safety
+///
+/// Only genetlink calls this, as the op's `dumpit`, with a valid `skb` and `cb`.
+#[no_mangle]
+unsafe extern "C" fn ferry_nl_listener_get_dumpit(
+    skb: *mut bindings::sk_buff,
+    cb: *mut bindings::netlink_callback,
+) -> c_int {
+    // SAFETY: genetlink passes the dump's `skb` and `cb`, valid for the call.
+    unsafe { genl::dumpit(skb, cb, crate::netlink::listener_get_dumpit) }
+}
+
+/// `FERRY_CMD_SESSION_CONNECT`, do.
+///
+/// # Safety
+///
+/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
+#[no_mangle]
+unsafe extern "C" fn ferry_nl_session_connect_doit(
+    _skb: *mut bindings::sk_buff,
+    info: *mut bindings::genl_info,
+) -> c_int {
+    // SAFETY: genetlink passes the request's `info`, valid for the call, with
+    // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
+    // `FERRY_A_SESSION_GIVE_UP_S`.
+    unsafe { genl::doit(info, bindings::FERRY_A_SESSION_GIVE_UP_S, crate::netlink::session_connect_doit) }
+}
+
+/// `FERRY_CMD_SESSION_DISCONNECT`, do.
+///
+/// # Safety
+///
+/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
+#[no_mangle]
+unsafe extern "C" fn ferry_nl_session_disconnect_doit(
+    _skb: *mut bindings::sk_buff,
+    info: *mut bindings::genl_info,
+) -> c_int {
+    // SAFETY: genetlink passes the request's `info`, valid for the call, with
+    // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
+    // `FERRY_A_SESSION_ID`.
+    unsafe { genl::doit(info, bindings::FERRY_A_SESSION_ID, crate::netlink::session_disconnect_doit) }
+}
+
+/// `FERRY_CMD_SESSION_GET`, do.
+///
+/// # Safety
+///
+/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
+#[no_mangle]
+unsafe extern "C" fn ferry_nl_session_get_doit(
+    _skb: *mut bindings::sk_buff,
+    info: *mut bindings::genl_info,
+) -> c_int {
+    // SAFETY: genetlink passes the request's `info`, valid for the call, with
+    // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
+    // `FERRY_A_SESSION_ID`.
+    unsafe { genl::doit(info, bindings::FERRY_A_SESSION_ID, crate::netlink::session_get_doit) }
+}
+
+/// `FERRY_CMD_SESSION_GET`, dump.
+///
+/// # Safety
+///
+/// Only genetlink calls this, as the op's `dumpit`, with a valid `skb` and `cb`.
+#[no_mangle]
+unsafe extern "C" fn ferry_nl_session_get_dumpit(
+    skb: *mut bindings::sk_buff,
+    cb: *mut bindings::netlink_callback,
+) -> c_int {
+    // SAFETY: genetlink passes the dump's `skb` and `cb`, valid for the call.
+    unsafe { genl::dumpit(skb, cb, crate::netlink::session_get_dumpit) }
 }

@@ -68,6 +68,102 @@ impl Registration {
     }
 }
 
+impl Registration {
+    /// Starts a notification `cmd` of this family with room for `payload`
+    /// bytes of attributes, for [`Notification::multicast`].
+    pub fn notification(&self, cmd: u8, payload: usize) -> Result<Notification<'_>> {
+        // SAFETY: Allocating a netlink message has no preconditions.
+        let skb = unsafe { bindings::ferry_helper_genlmsg_new(payload) };
+        let skb = NonNull::new(skb).ok_or(ENOMEM)?;
+        // SAFETY: `skb` is a fresh message; the family is registered (type
+        // invariant) and outlives the notification, which borrows `self`.
+        let hdr = unsafe { bindings::ferry_helper_genlmsg_put_ntf(self.family.get(), skb.as_ptr(), cmd) };
+        // INVARIANT: `skb` is owned; `hdr` is its header or null.
+        let ntf = Notification {
+            skb,
+            hdr,
+            family: self,
+        };
+        if hdr.is_null() {
+            return Err(EMSGSIZE);
+        }
+        Ok(ntf)
+    }
+}
+
+/// A notification under construction; freed unless sent.
+///
+/// # Invariants
+///
+/// `skb` is owned by the notification and `hdr` is its genetlink header.
+pub struct Notification<'a> {
+    skb: NonNull<bindings::sk_buff>,
+    hdr: *mut c_void,
+    family: &'a Registration,
+}
+
+impl Notification<'_> {
+    /// The writer for the notification's attributes.
+    pub fn writer(&mut self) -> Writer<'_> {
+        Writer {
+            skb: self.skb,
+            _p: PhantomData,
+        }
+    }
+
+    /// Sends the notification to the listeners of multicast group `group` (its
+    /// index in the family's list) in `net`. Having no listener is not an error.
+    pub fn multicast(self, net: &Net, group: u32) -> Result {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `skb` is owned and `hdr` is its header (type invariant); the
+        // family is registered. Multicasting consumes the skb in every case, and
+        // `ManuallyDrop` keeps us from freeing it again.
+        let ret = unsafe {
+            bindings::ferry_helper_genlmsg_multicast_netns(
+                this.family.family.get(),
+                this.skb.as_ptr(),
+                net.as_raw(),
+                this.hdr,
+                group,
+            )
+        };
+        match ret {
+            0 => Ok(()),
+            r if r == ESRCH.to_errno() => Ok(()),
+            r => to_result(r),
+        }
+    }
+}
+
+impl Notification<'_> {
+    /// Sends the notification to the listeners of multicast group `group` in
+    /// every network namespace (for objects every namespace may see).
+    pub fn multicast_all(self, group: u32) -> Result {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: As in `multicast`.
+        let ret = unsafe {
+            bindings::ferry_helper_genlmsg_multicast_allns(
+                this.family.family.get(),
+                this.skb.as_ptr(),
+                this.hdr,
+                group,
+            )
+        };
+        match ret {
+            0 => Ok(()),
+            r if r == ESRCH.to_errno() => Ok(()),
+            r => to_result(r),
+        }
+    }
+}
+
+impl Drop for Notification<'_> {
+    fn drop(&mut self) {
+        // SAFETY: The notification owns `skb` (type invariant) and was not sent.
+        unsafe { bindings::ferry_helper_nlmsg_free(self.skb.as_ptr()) };
+    }
+}
+
 impl Drop for Registration {
     fn drop(&mut self) {
         // SAFETY: The family is registered (type invariant). Once this returns no
@@ -139,6 +235,17 @@ impl<'a> Request<'a> {
     pub fn u32(&self, ty: u32) -> Option<u32> {
         let p = self.payload(ty)?;
         Some(u32::from_ne_bytes(p.get(..4)?.try_into().ok()?))
+    }
+
+    /// The value of the `u16` attribute `ty`, if present and two bytes long.
+    pub fn u16(&self, ty: u32) -> Option<u16> {
+        let p = self.payload(ty)?;
+        Some(u16::from_ne_bytes(p.get(..2)?.try_into().ok()?))
+    }
+
+    /// The payload of the binary attribute `ty`, if present.
+    pub fn bytes(&self, ty: u32) -> Option<&'a [u8]> {
+        self.payload(ty)
     }
 
     /// The string attribute `ty`, if present and NUL-terminated.
@@ -335,6 +442,28 @@ impl Writer<'_> {
         // SAFETY: `skb` is valid (type invariant).
         to_result(unsafe {
             bindings::ferry_helper_nla_put_u64(self.skb.as_ptr(), ty as c_int, value, pad as c_int)
+        })
+    }
+
+    /// Adds a `u16` attribute.
+    pub fn put_u16(&mut self, ty: u32, value: u16) -> Result {
+        // SAFETY: `skb` is valid (type invariant).
+        to_result(unsafe {
+            bindings::ferry_helper_nla_put_u16(self.skb.as_ptr(), ty as c_int, value)
+        })
+    }
+
+    /// Adds a binary attribute holding `value`.
+    pub fn put_bytes(&mut self, ty: u32, value: &[u8]) -> Result {
+        let len = c_int::try_from(value.len()).map_err(|_| EMSGSIZE)?;
+        // SAFETY: `skb` is valid (type invariant); `value` is readable for `len` bytes.
+        to_result(unsafe {
+            bindings::ferry_helper_nla_put(
+                self.skb.as_ptr(),
+                ty as c_int,
+                len,
+                value.as_ptr().cast(),
+            )
         })
     }
 

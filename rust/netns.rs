@@ -4,12 +4,13 @@
 //!
 //! C header: [`include/net/net_namespace.h`](srctree/include/net/net_namespace.h).
 
-use kernel::types::Opaque;
+use core::ptr::NonNull;
+use kernel::{sync::aref::AlwaysRefCounted, types::Opaque};
 
 use crate::bindings;
 
 /// A network namespace (`struct net`), borrowed from whoever holds it (the
-/// netlink request or dump it came with).
+/// netlink request or dump it came with), or kept alive by an `ARef<Net>`.
 ///
 /// # Invariants
 ///
@@ -31,5 +32,25 @@ impl Net {
     /// The raw `struct net`.
     pub fn as_raw(&self) -> *mut bindings::net {
         self.0.get()
+    }
+}
+
+// SAFETY: `Net` is only used through shared references; the kernel synchronizes
+// its namespace objects internally.
+unsafe impl Send for Net {}
+// SAFETY: As for `Send`.
+unsafe impl Sync for Net {}
+
+// SAFETY: `get_net`/`put_net` keep the namespace alive: it is not torn down
+// while a reference taken by `get_net` is held.
+unsafe impl AlwaysRefCounted for Net {
+    fn inc_ref(&self) {
+        // SAFETY: `self` is valid (type invariant).
+        unsafe { bindings::ferry_helper_get_net(self.as_raw()) };
+    }
+
+    unsafe fn dec_ref(obj: NonNull<Self>) {
+        // SAFETY: The caller owns a reference taken by `inc_ref`.
+        unsafe { bindings::ferry_helper_put_net(obj.cast().as_ptr()) };
     }
 }

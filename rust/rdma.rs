@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! RDMA verbs: devices, their ib_core clients, protection domains and
-//! completion queues.
+//! RDMA verbs: devices, their ib_core clients, protection domains,
+//! completion queues and queue pairs.
 //!
 //! C headers: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
 //!
@@ -18,6 +18,8 @@ pub mod cq;
 pub mod device;
 #[path = "rdma/pd.rs"]
 pub mod pd;
+#[path = "rdma/qp.rs"]
+pub mod qp;
 
 pub use cq::Cq;
 pub use device::Device;

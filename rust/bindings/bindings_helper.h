@@ -6,9 +6,12 @@
  */
 #include <linux/err.h>
 #include <linux/errno.h>
+#include <linux/random.h>
 #include <linux/rcupdate.h>
+#include <linux/workqueue.h>
 #include <net/genetlink.h>
 #include <net/netlink.h>
+#include <rdma/ib_cm.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
 #include <rdma/rw.h>

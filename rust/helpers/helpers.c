@@ -4,9 +4,12 @@
  * See helpers.h.
  */
 #include <linux/netdevice.h>
+#include <linux/workqueue.h>
 #include <net/genetlink.h>
+#include <net/net_namespace.h>
 #include <net/netlink.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/rdma_cm.h>
 
 #include "helpers.h"
 
@@ -187,4 +190,125 @@ void ferry_helper_nl_set_err_attr_miss(struct netlink_ext_ack *extack,
 {
 	NL_SET_ERR_ATTR_MISS(extack, NULL, type);
 	NL_SET_ERR_MSG(extack, "Missing attribute");
+}
+
+int ferry_helper_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *wr)
+{
+	return ib_post_send(qp, wr, NULL);
+}
+
+int ferry_helper_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr)
+{
+	return ib_post_recv(qp, wr, NULL);
+}
+
+int ferry_helper_ib_destroy_qp(struct ib_qp *qp)
+{
+	return ib_destroy_qp(qp);
+}
+
+u64 ferry_helper_ib_dma_map_single(struct ib_device *dev, void *cpu_addr,
+				   size_t size, int direction)
+{
+	return ib_dma_map_single(dev, cpu_addr, size, direction);
+}
+
+int ferry_helper_ib_dma_mapping_error(struct ib_device *dev, u64 dma_addr)
+{
+	return ib_dma_mapping_error(dev, dma_addr);
+}
+
+void ferry_helper_ib_dma_unmap_single(struct ib_device *dev, u64 addr,
+				      size_t size, int direction)
+{
+	ib_dma_unmap_single(dev, addr, size, direction);
+}
+
+void ferry_helper_ib_dma_sync_single_for_cpu(struct ib_device *dev, u64 addr,
+					     size_t size, int dir)
+{
+	ib_dma_sync_single_for_cpu(dev, addr, size, dir);
+}
+
+void ferry_helper_ib_dma_sync_single_for_device(struct ib_device *dev,
+						u64 addr, size_t size, int dir)
+{
+	ib_dma_sync_single_for_device(dev, addr, size, dir);
+}
+
+void ferry_helper_get_net(struct net *net)
+{
+	get_net(net);
+}
+
+void ferry_helper_put_net(struct net *net)
+{
+	put_net(net);
+}
+
+/* Ordered and reclaim-safe: teardown work may run under memory pressure. */
+struct workqueue_struct *ferry_helper_alloc_workqueue(const char *name)
+{
+	return alloc_workqueue("%s", WQ_MEM_RECLAIM, 0, name);
+}
+
+int ferry_helper_genlmsg_multicast_netns(const struct genl_family *family,
+					 struct sk_buff *skb, struct net *net,
+					 void *hdr, unsigned int group)
+{
+	genlmsg_end(skb, hdr);
+	return genlmsg_multicast_netns(family, net, skb, 0, group,
+				       GFP_KERNEL);
+}
+
+int ferry_helper_genlmsg_multicast_allns(const struct genl_family *family,
+					 struct sk_buff *skb, void *hdr,
+					 unsigned int group)
+{
+	genlmsg_end(skb, hdr);
+	return genlmsg_multicast_allns(family, skb, 0, group);
+}
+
+unsigned int ferry_helper_num_online_cpus(void)
+{
+	return num_online_cpus();
+}
+
+void *ferry_helper_genlmsg_put_ntf(const struct genl_family *family,
+				    struct sk_buff *skb, u8 cmd)
+{
+	return genlmsg_put(skb, 0, 0, family, 0, cmd);
+}
+
+int ferry_helper_nla_put_u16(struct sk_buff *skb, int type, u16 value)
+{
+	return nla_put_u16(skb, type, value);
+}
+
+int ferry_helper_nla_put(struct sk_buff *skb, int type, int len,
+			 const void *data)
+{
+	return nla_put(skb, type, len, data);
+}
+
+const void *ferry_helper_cm_src_addr(const struct rdma_cm_id *id)
+{
+	return &id->route.addr.src_addr;
+}
+
+const void *ferry_helper_cm_dst_addr(const struct rdma_cm_id *id)
+{
+	return &id->route.addr.dst_addr;
+}
+
+/*
+ * A connection request's new id starts with its listener's handler and context;
+ * its accepter moves it to its own. Called from the id's event handler, under
+ * the handler mutex that rdma_cm holds while it reads both fields.
+ */
+void ferry_helper_cm_set_handler(struct rdma_cm_id *id,
+				 rdma_cm_event_handler handler, void *context)
+{
+	id->event_handler = handler;
+	id->context = context;
 }

@@ -8,9 +8,16 @@
 #define FERRY_RUST_HELPERS_H
 
 #include <linux/types.h>
+#include <rdma/rdma_cm.h>
 
+struct genl_family;
 struct genl_info;
 struct ib_client;
+struct ib_cq;
+struct ib_qp;
+struct ib_recv_wr;
+struct ib_send_wr;
+struct workqueue_struct;
 struct ib_device;
 struct ib_pd;
 struct net;
@@ -30,6 +37,26 @@ void ferry_helper_ib_device_name(const struct ib_device *device, char *buf,
 				 size_t len);
 int ferry_helper_ib_port_netdev_name(struct ib_device *device, u32 port,
 				     char *buf, size_t len);
+
+int ferry_helper_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *wr);
+int ferry_helper_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr);
+int ferry_helper_ib_destroy_qp(struct ib_qp *qp);
+u64 ferry_helper_ib_dma_map_single(struct ib_device *dev, void *cpu_addr,
+				   size_t size, int direction);
+int ferry_helper_ib_dma_mapping_error(struct ib_device *dev, u64 dma_addr);
+void ferry_helper_ib_dma_unmap_single(struct ib_device *dev, u64 addr,
+				      size_t size, int direction);
+void ferry_helper_ib_dma_sync_single_for_cpu(struct ib_device *dev, u64 addr,
+					     size_t size, int dir);
+void ferry_helper_ib_dma_sync_single_for_device(struct ib_device *dev,
+						u64 addr, size_t size, int dir);
+
+/* net/net_namespace.h */
+void ferry_helper_get_net(struct net *net);
+void ferry_helper_put_net(struct net *net);
+
+/* linux/workqueue.h */
+struct workqueue_struct *ferry_helper_alloc_workqueue(const char *name);
 
 /* net/netlink.h, net/genetlink.h */
 struct sk_buff *ferry_helper_genlmsg_new(size_t payload);
@@ -58,7 +85,25 @@ void ferry_helper_nl_set_err_msg_attr(struct netlink_ext_ack *extack,
 				      const char *msg);
 void ferry_helper_nl_set_err_msg(struct netlink_ext_ack *extack,
 				 const char *msg);
+int ferry_helper_genlmsg_multicast_netns(const struct genl_family *family,
+					 struct sk_buff *skb, struct net *net,
+					 void *hdr, unsigned int group);
+int ferry_helper_genlmsg_multicast_allns(const struct genl_family *family,
+					 struct sk_buff *skb, void *hdr,
+					 unsigned int group);
+unsigned int ferry_helper_num_online_cpus(void);
+void *ferry_helper_genlmsg_put_ntf(const struct genl_family *family,
+				    struct sk_buff *skb, u8 cmd);
+int ferry_helper_nla_put_u16(struct sk_buff *skb, int type, u16 value);
+int ferry_helper_nla_put(struct sk_buff *skb, int type, int len,
+			 const void *data);
 void ferry_helper_nl_set_err_attr_miss(struct netlink_ext_ack *extack,
 				       unsigned int type);
+
+/* rdma/rdma_cm.h */
+const void *ferry_helper_cm_src_addr(const struct rdma_cm_id *id);
+const void *ferry_helper_cm_dst_addr(const struct rdma_cm_id *id);
+void ferry_helper_cm_set_handler(struct rdma_cm_id *id,
+				 rdma_cm_event_handler handler, void *context);
 
 #endif /* FERRY_RUST_HELPERS_H */

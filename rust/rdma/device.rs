@@ -252,6 +252,7 @@ impl Drop for Registered {
 }
 
 /// A copied RDMA device name.
+#[derive(Clone, Copy)]
 pub struct DeviceName([u8; NAME_MAX]);
 
 impl DeviceName {

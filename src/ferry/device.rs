@@ -18,6 +18,7 @@ use crate::{
     ferry_nl::{cq as cq_attr, device as attr, port as port_attr},
     genl::Writer,
     netns::Net,
+    transport::Transport,
     rdma::{
         client::{Client, ClientStatic},
         device::Registered,
@@ -34,21 +35,26 @@ const CQ_ENTRIES: u32 = 4096;
 /// ferry's ib_core client, reached from ib_core and netlink callbacks.
 pub(crate) static FERRY: ClientStatic<Ferry> = ClientStatic::new();
 
-/// Module-wide state: the devices ferry uses.
+/// Module-wide state: the devices ferry uses, and the transport over them.
 #[pin_data]
 pub(crate) struct Ferry {
     /// Every device between `add` and `remove`, in the order they came.
     #[pin]
     devices: Mutex<KVec<Arc<FerryDevice>>>,
+    /// Sessions, listeners, services (see [`crate::transport`]).
+    #[pin]
+    pub(crate) transport: Transport,
 }
 
 impl Ferry {
     /// Creates the state with no device.
     pub(crate) fn new() -> Result<Arc<Self>> {
+        let transport = Transport::new()?;
         Arc::pin_init(
-            pin_init!(Self {
+            try_pin_init!(Self {
                 devices <- new_mutex!(KVec::new()),
-            }),
+                transport <- transport,
+            }? Error),
             GFP_KERNEL,
         )
     }
@@ -69,18 +75,26 @@ impl Ferry {
         list.sort_unstable_by_key(|d| d.device.index());
         Ok(list)
     }
+
+    /// The PD of device `index`, if ferry uses that device.
+    pub(crate) fn pd_of(&self, index: u32) -> Option<Arc<Pd>> {
+        let dev = self.devices.lock().iter().find(|d| d.index() == index).cloned()?;
+        let res = dev.resources.lock();
+        res.as_ref().map(|r| r.pd.clone())
+    }
 }
 
 /// What ferry holds on one device. Freed by `remove`, before the device goes.
 struct Resources {
-    // Field order is teardown order: the CQ before the PD.
+    // Field order is teardown order: the CQ before the PD. Channels hold the PD
+    // too; `remove` tears them down first.
     cq: Cq,
-    pd: Pd,
+    pd: Arc<Pd>,
 }
 
 impl Resources {
     fn new(device: &Registered) -> Result<Self> {
-        let pd = Pd::new(device, OWNER)?;
+        let pd = Arc::new(Pd::new(device, OWNER)?, GFP_KERNEL)?;
         let entries = CQ_ENTRIES.min(device.caps().max_cqe);
         let cq = Cq::new(device, entries, 0, OWNER)?;
         Ok(Self { cq, pd })
@@ -106,6 +120,11 @@ impl FerryDevice {
     /// Whether the device is called `name`.
     pub(crate) fn has_name(&self, name: &CStr) -> bool {
         self.device.name().as_cstr() == name
+    }
+
+    /// The device's completion vectors.
+    pub(crate) fn num_comp_vectors(&self) -> u32 {
+        self.device.num_comp_vectors()
     }
 
     /// Whether processes in `net` may see and use the device.
@@ -206,6 +225,7 @@ impl Client for Ferry {
             GFP_KERNEL,
         )?;
         self.devices.lock().push(fdev.clone(), GFP_KERNEL)?;
+        crate::netlink::notify_device(true, device.index(), device.name().as_cstr());
         pr_info!(
             "{}: added (pd {}, cq {})\n",
             device.name().as_cstr(),
@@ -217,6 +237,10 @@ impl Client for Ferry {
 
     fn remove(&self, device: &Registered, fdev: Arc<FerryDevice>) {
         self.devices.lock().retain(|d| !Arc::ptr_eq(d, &fdev));
+        // Every channel on the device, with its QP, CQ and PD reference, goes
+        // first; their sessions recover on other devices or close.
+        self.device_removed(fdev.index());
+        crate::netlink::notify_device(false, fdev.index(), device.name().as_cstr());
         // Waits for any netlink reader of this device, then frees the CQ and PD
         // (and their registration references) before ib_core goes on.
         drop(fdev.resources.lock().take());

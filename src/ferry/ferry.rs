@@ -13,6 +13,8 @@
 
 #[path = "../../rust/bindings.rs"]
 mod bindings;
+#[path = "../../rust/cm.rs"]
+pub mod cm;
 #[path = "../../rust/ferry_nl.rs"]
 pub mod ferry_nl;
 #[path = "../../rust/genl.rs"]
@@ -23,9 +25,19 @@ pub mod netns;
 pub mod rdma;
 #[path = "../../rust/slot.rs"]
 pub mod slot;
+#[path = "../../rust/work.rs"]
+pub mod work;
 
+mod backoff;
+mod channel;
+mod credits;
 mod device;
+mod listener;
 mod netlink;
+mod session;
+mod state;
+mod transport;
+mod wire;
 
 use kernel::prelude::*;
 
@@ -37,21 +49,39 @@ module! {
     license: "GPL",
 }
 
-/// The loaded module. Fields drop in order: the netlink family goes first, so no
-/// request runs while the ib_core client removes every device.
+/// The loaded module. On unload the netlink family goes first, so no request
+/// runs; then the transport closes every session and listener; then the
+/// ib_core client removes every device.
 struct FerryModule {
-    _netlink: genl::Registration,
+    netlink: Option<slot::Published<genl::Registration>>,
+    ferry: kernel::sync::Arc<device::Ferry>,
     _client: rdma::client::Registration<device::Ferry>,
 }
 
 impl kernel::Module for FerryModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
-        let client = rdma::client::Registration::new(device::Ferry::new()?, device::OWNER)?;
-        let netlink = ferry_nl::register()?;
+        let ferry = device::Ferry::new()?;
+        let client = rdma::client::Registration::new(ferry.clone(), device::OWNER)?;
+        ferry.start()?;
+        let netlink = match ferry_nl::register() {
+            Ok(n) => n,
+            Err(e) => {
+                ferry.shutdown();
+                return Err(e);
+            }
+        };
         pr_info!("loaded\n");
         Ok(Self {
-            _netlink: netlink,
+            netlink: Some(netlink),
+            ferry,
             _client: client,
         })
+    }
+}
+
+impl Drop for FerryModule {
+    fn drop(&mut self) {
+        drop(self.netlink.take());
+        self.ferry.shutdown();
     }
 }

@@ -10,10 +10,28 @@
 use kernel::prelude::*;
 
 use crate::{
+    cm::SockAddr,
     device::Ferry,
-    ferry_nl::device as attr,
-    genl::{Dump, Request},
+    ferry_nl::{
+        self, channel as ch_attr, device as attr, device_event as dev_ev, listener as l_attr,
+        session as s_attr, stats as st_attr,
+    },
+    genl::{Dump, Request, Writer},
+    listener::Listener,
+    session::{Params, Session},
+    wire::{self, Reason, ServiceName},
 };
+
+// The wire's reasons are netlink's.
+const _: () = assert!(Reason::CmRejected as u32 == ferry_nl::reason::CM_REJECTED);
+const _: () = assert!(Reason::GaveUp as u32 == ferry_nl::reason::GAVE_UP);
+const _: () = assert!(Reason::UnknownService as u32 == ferry_nl::reason::UNKNOWN_SERVICE);
+const _: () = assert!(Reason::NoListener as u32 == ferry_nl::reason::NO_LISTENER);
+const _: () = assert!(Reason::None as u32 == ferry_nl::reason::NONE);
+const _: () = assert!(
+    crate::state::SessionState::Connecting as u32 == ferry_nl::state::CONNECTING
+        && crate::state::SessionState::Closed as u32 == ferry_nl::state::CLOSED
+);
 
 /// `device-get` do: the device named by `index` or `name` (both must agree).
 pub(crate) fn device_get_doit(req: &mut Request<'_>) -> Result {
@@ -68,4 +86,330 @@ pub(crate) fn device_get_dumpit(dump: &mut Dump<'_>) -> Result {
         }
     }
     Ok(())
+}
+
+/// The address and port of a request, validated.
+fn sockaddr(req: &mut Request<'_>, addr_ty: u32, port_ty: u32) -> Result<SockAddr> {
+    req.require(addr_ty)?;
+    req.require(port_ty)?;
+    let port = req.u16(port_ty).unwrap_or(0);
+    let Some(addr) = req.bytes(addr_ty).and_then(|a| SockAddr::from_ip(a, port)) else {
+        req.bad_attr(addr_ty, c"address must be 4 (IPv4) or 16 (IPv6) bytes");
+        return Err(EINVAL);
+    };
+    Ok(addr)
+}
+
+/// Writes a listener's attributes.
+fn fill_listener(w: &mut Writer<'_>, ferry: &Ferry, l: &Listener) -> Result {
+    w.put_u32(l_attr::ID, l.id)?;
+    w.put_bytes(l_attr::ADDR, l.addr.ip())?;
+    w.put_u16(l_attr::PORT, l.addr.port())?;
+    w.put_u32(l_attr::SESSIONS, ferry.listener_sessions(l.id))
+}
+
+/// `listener-add`: listen on an address and port.
+pub(crate) fn listener_add_doit(req: &mut Request<'_>) -> Result {
+    let ferry = Ferry::get().ok_or(ENODEV)?;
+    let addr = sockaddr(req, l_attr::ADDR, l_attr::PORT)?;
+    if addr.port() == 0 {
+        req.bad_attr(l_attr::PORT, c"port 0 is not a port");
+        return Err(EINVAL);
+    }
+    let l = match ferry.add_listener(req.net(), addr) {
+        Ok(l) => l,
+        Err(e) => {
+            req.error(match e {
+                EADDRINUSE => c"ferry already listens on this address and port",
+                EADDRNOTAVAIL | ENODEV => c"no RDMA device has this address",
+                ESHUTDOWN => c"ferry is unloading",
+                _ => c"cannot listen on this address and port",
+            });
+            return Err(e);
+        }
+    };
+    let mut reply = req.reply_sized(128)?;
+    fill_listener(&mut reply.writer(), &ferry, &l)?;
+    reply.send()
+}
+
+/// `listener-del`: stop listening.
+pub(crate) fn listener_del_doit(req: &mut Request<'_>) -> Result {
+    let ferry = Ferry::get().ok_or(ENODEV)?;
+    req.require(l_attr::ID)?;
+    let id = req.u32(l_attr::ID).unwrap_or(0);
+    ferry.del_listener(req.net(), id).inspect_err(|_| {
+        req.bad_attr(l_attr::ID, c"no listener with this id");
+    })
+}
+
+/// `listener-get` do.
+pub(crate) fn listener_get_doit(req: &mut Request<'_>) -> Result {
+    let ferry = Ferry::get().ok_or(ENODEV)?;
+    req.require(l_attr::ID)?;
+    let id = req.u32(l_attr::ID).unwrap_or(0);
+    let net = req.net();
+    let found = ferry
+        .listeners()?
+        .into_iter()
+        .find(|l| l.id == id && l.net.as_raw() == net.as_raw());
+    let Some(l) = found else {
+        req.bad_attr(l_attr::ID, c"no listener with this id");
+        return Err(ENOENT);
+    };
+    let mut reply = req.reply_sized(128)?;
+    fill_listener(&mut reply.writer(), &ferry, &l)?;
+    reply.send()
+}
+
+/// `listener-get` dump, by id.
+pub(crate) fn listener_get_dumpit(dump: &mut Dump<'_>) -> Result {
+    let ferry = Ferry::get().ok_or(ENODEV)?;
+    let mut list = ferry.listeners()?;
+    list.sort_unstable_by_key(|l| l.id);
+    for l in list.iter() {
+        let id = u64::from(l.id);
+        if id < *dump.position() || l.net.as_raw() != dump.net().as_raw() || !l.is_listening() {
+            continue;
+        }
+        dump.entry(|w| fill_listener(w, &ferry, l))?;
+        *dump.position() = id + 1;
+    }
+    Ok(())
+}
+
+/// Room a session message needs.
+fn session_size(s: &Session) -> usize {
+    512 + 96 * usize::from(s.params.channels)
+}
+
+/// Writes a session's attributes.
+fn fill_session(w: &mut Writer<'_>, s: &Session) -> Result {
+    let info = s.info()?;
+    w.put_u32(s_attr::ID, s.id)?;
+    w.put_u32(s_attr::ROLE, s.role as u32)?;
+    w.put_u32(s_attr::STATE, info.state as u32)?;
+    w.put_bytes(s_attr::ADDR, s.peer.ip())?;
+    w.put_u16(s_attr::PORT, s.peer.port())?;
+    if let Some(svc) = info.service {
+        w.put_str(s_attr::SERVICE, svc.as_cstr())?;
+    }
+    let p = &s.params;
+    w.put_u32(s_attr::CHANNELS, u32::from(p.channels))?;
+    w.put_u32(s_attr::QUEUE_DEPTH, p.queue_depth)?;
+    w.put_u32(s_attr::PEER_QUEUE_DEPTH, info.peer_depth)?;
+    w.put_u32(s_attr::MAX_MSG_SIZE, info.max_msg)?;
+    w.put_u32(s_attr::HEARTBEAT_MS, p.heartbeat_ms)?;
+    w.put_u32(s_attr::TIMEOUT_MS, p.timeout_ms)?;
+    w.put_u32(s_attr::GIVE_UP_S, p.give_up_s)?;
+    w.put_u32(s_attr::REASON, info.reason as u32)?;
+    w.put_u32(s_attr::RECONNECTS, info.reconnects)?;
+    let credits = info.channels.iter().map(|c| c.credits).sum();
+    w.put_u32(s_attr::CREDITS, credits)?;
+    let rtt = info.channels.iter().map(|c| c.rtt_us).filter(|&r| r != 0).min().unwrap_or(0);
+    w.put_u32(s_attr::RTT_US, rtt)?;
+    w.put_u64(s_attr::SESSION_ID, s.session_id, s_attr::PAD)?;
+    if let Some(l) = s.listener {
+        w.put_u32(s_attr::LISTENER, l)?;
+    }
+    for c in info.channels.iter() {
+        w.nest(s_attr::CHANNEL, |w| {
+            w.put_u32(ch_attr::INDEX, c.index)?;
+            if let Some(q) = c.qp_num {
+                w.put_u32(ch_attr::QP_NUM, q)?;
+            }
+            if let Some(d) = c.device.as_ref() {
+                w.put_str(ch_attr::DEVICE, d.as_cstr())?;
+            }
+            if let Some(v) = c.comp_vector {
+                w.put_u32(ch_attr::COMP_VECTOR, v)?;
+            }
+            w.put_u32(ch_attr::CREDITS, c.credits)?;
+            w.put_u32(ch_attr::RTT_US, c.rtt_us)
+        })?;
+    }
+    let t = &info.totals;
+    w.nest(s_attr::STATS, |w| {
+        for (ty, v) in [
+            (st_attr::TX_MSGS, t.tx_msgs),
+            (st_attr::RX_MSGS, t.rx_msgs),
+            (st_attr::TX_BYTES, t.tx_bytes),
+            (st_attr::RX_BYTES, t.rx_bytes),
+            (st_attr::HEARTBEATS_TX, t.heartbeats_tx),
+            (st_attr::HEARTBEATS_RX, t.heartbeats_rx),
+            (st_attr::CREDIT_UPDATES, t.credit_updates),
+            (st_attr::CREDIT_STALLS, t.credit_stalls),
+            (st_attr::WC_ERRORS, t.wc_errors),
+            (st_attr::FLUSH_ERRORS, t.flush_errors),
+        ] {
+            w.put_u64(ty, v, st_attr::PAD)?;
+        }
+        Ok(())
+    })
+}
+
+/// An optional `u32` attribute within `range`, or `default`.
+fn bounded(
+    req: &mut Request<'_>,
+    ty: u32,
+    range: core::ops::RangeInclusive<u32>,
+    default: u32,
+    msg: &'static CStr,
+) -> Result<u32> {
+    match req.u32(ty) {
+        None => Ok(default),
+        Some(v) if range.contains(&v) => Ok(v),
+        Some(_) => {
+            req.bad_attr(ty, msg);
+            Err(ERANGE)
+        }
+    }
+}
+
+/// One channel per CPU, capped by the completion vectors of the devices the
+/// requester may use.
+fn default_channels(ferry: &Ferry, req: &Request<'_>) -> Result<u32> {
+    let vectors = ferry
+        .devices()?
+        .iter()
+        .filter(|d| d.accessible_from(req.net()))
+        .map(|d| d.num_comp_vectors())
+        .max()
+        .unwrap_or(1);
+    Ok(ferry_nl::num_online_cpus().min(vectors).clamp(1, u32::from(wire::MAX_CHANNELS)))
+}
+
+/// `session-connect`: open a session and wait until it is up or refused.
+pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
+    let ferry = Ferry::get().ok_or(ENODEV)?;
+    let peer = sockaddr(req, s_attr::ADDR, s_attr::PORT)?;
+    req.require(s_attr::SERVICE)?;
+    let Some(service) = req.str(s_attr::SERVICE).and_then(|n| ServiceName::new(n.to_bytes())) else {
+        req.bad_attr(s_attr::SERVICE, c"service names are 1 to 31 of a-z, 0-9, '.', '_', '-'");
+        return Err(EINVAL);
+    };
+    let d = Params::DEFAULT;
+    let channels = match req.u32(s_attr::CHANNELS) {
+        None | Some(0) => default_channels(&ferry, req)?,
+        Some(_) => bounded(req, s_attr::CHANNELS, 1..=u32::from(wire::MAX_CHANNELS), 1, c"at most 64 channels")?,
+    };
+    let queue_depth = bounded(
+        req,
+        s_attr::QUEUE_DEPTH,
+        wire::MIN_QUEUE_DEPTH..=wire::MAX_QUEUE_DEPTH,
+        d.queue_depth,
+        c"queue depth must be 2 to 1024",
+    )?;
+    let max_msg = bounded(
+        req,
+        s_attr::MAX_MSG_SIZE,
+        wire::MIN_MSG_SIZE..=wire::MAX_MSG_SIZE,
+        d.max_msg,
+        c"message size must be 256 to 65536 bytes",
+    )?;
+    let heartbeat_ms = bounded(
+        req,
+        s_attr::HEARTBEAT_MS,
+        wire::HEARTBEAT_MS,
+        d.heartbeat_ms,
+        c"heartbeat must be 100 to 60000 ms",
+    )?;
+    let timeout_ms = bounded(
+        req,
+        s_attr::TIMEOUT_MS,
+        heartbeat_ms.saturating_mul(2)..=600_000,
+        d.timeout_ms.max(heartbeat_ms.saturating_mul(2)),
+        c"timeout must be two heartbeats to 600000 ms",
+    )?;
+    let give_up_s = bounded(
+        req,
+        s_attr::GIVE_UP_S,
+        0..=7 * 86_400,
+        d.give_up_s,
+        c"give-up time must be 0 (never) to 604800 s",
+    )?;
+    let params = Params {
+        // CAST: at most `MAX_CHANNELS`, checked above.
+        channels: channels as u16,
+        queue_depth,
+        max_msg,
+        heartbeat_ms,
+        timeout_ms,
+        give_up_s,
+    };
+    match Session::connect(&ferry, req.net(), peer, service, params) {
+        Ok(s) => {
+            let mut reply = req.reply_sized(session_size(&s))?;
+            fill_session(&mut reply.writer(), &s)?;
+            reply.send()
+        }
+        Err(reason) => {
+            req.error(reason.describe());
+            Err(reason.errno())
+        }
+    }
+}
+
+/// The session `id` if the requester's namespace owns it.
+fn find_session(req: &mut Request<'_>) -> Result<kernel::sync::Arc<Session>> {
+    let ferry = Ferry::get().ok_or(ENODEV)?;
+    req.require(s_attr::ID)?;
+    let id = req.u32(s_attr::ID).unwrap_or(0);
+    let net = req.net();
+    match ferry.session(id).filter(|s| s.net.as_raw() == net.as_raw()) {
+        Some(s) => Ok(s),
+        None => {
+            req.bad_attr(s_attr::ID, c"no session with this id");
+            Err(ENOENT)
+        }
+    }
+}
+
+/// `session-disconnect`: close a session.
+pub(crate) fn session_disconnect_doit(req: &mut Request<'_>) -> Result {
+    let s = find_session(req)?;
+    s.close(Reason::LocalClose);
+    Ok(())
+}
+
+/// `session-get` do.
+pub(crate) fn session_get_doit(req: &mut Request<'_>) -> Result {
+    let s = find_session(req)?;
+    let mut reply = req.reply_sized(session_size(&s))?;
+    fill_session(&mut reply.writer(), &s)?;
+    reply.send()
+}
+
+/// `session-get` dump, by id.
+pub(crate) fn session_get_dumpit(dump: &mut Dump<'_>) -> Result {
+    let ferry = Ferry::get().ok_or(ENODEV)?;
+    for s in ferry.sessions()?.iter() {
+        let id = u64::from(s.id);
+        if id < *dump.position() || s.net.as_raw() != dump.net().as_raw() {
+            continue;
+        }
+        dump.entry(|w| fill_session(w, s))?;
+        *dump.position() = id + 1;
+    }
+    Ok(())
+}
+
+/// Multicasts a session's state to the `events` group of its namespace.
+pub(crate) fn notify_session(s: &Session) {
+    let _ = ferry_nl::notify(ferry_nl::cmd::SESSION_NTF, session_size(s), &s.net, |w| {
+        fill_session(w, s)
+    });
+}
+
+/// Multicasts that ferry started (`added`) or stopped using a device.
+pub(crate) fn notify_device(added: bool, index: u32, name: &CStr) {
+    let cmd = if added {
+        ferry_nl::cmd::DEVICE_ADD_NTF
+    } else {
+        ferry_nl::cmd::DEVICE_DEL_NTF
+    };
+    let _ = ferry_nl::notify_all(cmd, 128, |w| {
+        w.put_u32(dev_ev::INDEX, index)?;
+        w.put_str(dev_ev::NAME, name)
+    });
 }

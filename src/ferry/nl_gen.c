@@ -17,6 +17,45 @@ static const struct nla_policy ferry_device_get_nl_policy[FERRY_A_DEVICE_NAME + 
 	[FERRY_A_DEVICE_NAME] = { .type = NLA_NUL_STRING, .len = FERRY_DEV_NAME_LEN, },
 };
 
+/* FERRY_CMD_LISTENER_ADD - do */
+static const struct nla_policy ferry_listener_add_nl_policy[FERRY_A_LISTENER_PORT + 1] = {
+	[FERRY_A_LISTENER_ADDR] = NLA_POLICY_MAX_LEN(16),
+	[FERRY_A_LISTENER_PORT] = { .type = NLA_U16, },
+};
+
+/* FERRY_CMD_LISTENER_DEL - do */
+static const struct nla_policy ferry_listener_del_nl_policy[FERRY_A_LISTENER_ID + 1] = {
+	[FERRY_A_LISTENER_ID] = { .type = NLA_U32, },
+};
+
+/* FERRY_CMD_LISTENER_GET - do */
+static const struct nla_policy ferry_listener_get_nl_policy[FERRY_A_LISTENER_ID + 1] = {
+	[FERRY_A_LISTENER_ID] = { .type = NLA_U32, },
+};
+
+/* FERRY_CMD_SESSION_CONNECT - do */
+static const struct nla_policy ferry_session_connect_nl_policy[FERRY_A_SESSION_GIVE_UP_S + 1] = {
+	[FERRY_A_SESSION_ADDR] = NLA_POLICY_MAX_LEN(16),
+	[FERRY_A_SESSION_PORT] = { .type = NLA_U16, },
+	[FERRY_A_SESSION_SERVICE] = { .type = NLA_NUL_STRING, .len = FERRY_SERVICE_NAME_LEN, },
+	[FERRY_A_SESSION_CHANNELS] = { .type = NLA_U32, },
+	[FERRY_A_SESSION_QUEUE_DEPTH] = { .type = NLA_U32, },
+	[FERRY_A_SESSION_MAX_MSG_SIZE] = { .type = NLA_U32, },
+	[FERRY_A_SESSION_HEARTBEAT_MS] = { .type = NLA_U32, },
+	[FERRY_A_SESSION_TIMEOUT_MS] = { .type = NLA_U32, },
+	[FERRY_A_SESSION_GIVE_UP_S] = { .type = NLA_U32, },
+};
+
+/* FERRY_CMD_SESSION_DISCONNECT - do */
+static const struct nla_policy ferry_session_disconnect_nl_policy[FERRY_A_SESSION_ID + 1] = {
+	[FERRY_A_SESSION_ID] = { .type = NLA_U32, },
+};
+
+/* FERRY_CMD_SESSION_GET - do */
+static const struct nla_policy ferry_session_get_nl_policy[FERRY_A_SESSION_ID + 1] = {
+	[FERRY_A_SESSION_ID] = { .type = NLA_U32, },
+};
+
 /* Ops table for ferry */
 static const struct genl_split_ops ferry_nl_ops[] = {
 	{
@@ -31,6 +70,62 @@ static const struct genl_split_ops ferry_nl_ops[] = {
 		.dumpit	= ferry_nl_device_get_dumpit,
 		.flags	= GENL_CMD_CAP_DUMP,
 	},
+	{
+		.cmd		= FERRY_CMD_LISTENER_ADD,
+		.doit		= ferry_nl_listener_add_doit,
+		.policy		= ferry_listener_add_nl_policy,
+		.maxattr	= FERRY_A_LISTENER_PORT,
+		.flags		= GENL_ADMIN_PERM | GENL_CMD_CAP_DO,
+	},
+	{
+		.cmd		= FERRY_CMD_LISTENER_DEL,
+		.doit		= ferry_nl_listener_del_doit,
+		.policy		= ferry_listener_del_nl_policy,
+		.maxattr	= FERRY_A_LISTENER_ID,
+		.flags		= GENL_ADMIN_PERM | GENL_CMD_CAP_DO,
+	},
+	{
+		.cmd		= FERRY_CMD_LISTENER_GET,
+		.doit		= ferry_nl_listener_get_doit,
+		.policy		= ferry_listener_get_nl_policy,
+		.maxattr	= FERRY_A_LISTENER_ID,
+		.flags		= GENL_CMD_CAP_DO,
+	},
+	{
+		.cmd	= FERRY_CMD_LISTENER_GET,
+		.dumpit	= ferry_nl_listener_get_dumpit,
+		.flags	= GENL_CMD_CAP_DUMP,
+	},
+	{
+		.cmd		= FERRY_CMD_SESSION_CONNECT,
+		.doit		= ferry_nl_session_connect_doit,
+		.policy		= ferry_session_connect_nl_policy,
+		.maxattr	= FERRY_A_SESSION_GIVE_UP_S,
+		.flags		= GENL_ADMIN_PERM | GENL_CMD_CAP_DO,
+	},
+	{
+		.cmd		= FERRY_CMD_SESSION_DISCONNECT,
+		.doit		= ferry_nl_session_disconnect_doit,
+		.policy		= ferry_session_disconnect_nl_policy,
+		.maxattr	= FERRY_A_SESSION_ID,
+		.flags		= GENL_ADMIN_PERM | GENL_CMD_CAP_DO,
+	},
+	{
+		.cmd		= FERRY_CMD_SESSION_GET,
+		.doit		= ferry_nl_session_get_doit,
+		.policy		= ferry_session_get_nl_policy,
+		.maxattr	= FERRY_A_SESSION_ID,
+		.flags		= GENL_CMD_CAP_DO,
+	},
+	{
+		.cmd	= FERRY_CMD_SESSION_GET,
+		.dumpit	= ferry_nl_session_get_dumpit,
+		.flags	= GENL_CMD_CAP_DUMP,
+	},
+};
+
+static const struct genl_multicast_group ferry_nl_mcgrps[] = {
+	[FERRY_NLGRP_EVENTS] = { "events", },
 };
 
 struct genl_family ferry_nl_family __ro_after_init = {
@@ -41,4 +136,6 @@ struct genl_family ferry_nl_family __ro_after_init = {
 	.module		= THIS_MODULE,
 	.split_ops	= ferry_nl_ops,
 	.n_split_ops	= ARRAY_SIZE(ferry_nl_ops),
+	.mcgrps		= ferry_nl_mcgrps,
+	.n_mcgrps	= ARRAY_SIZE(ferry_nl_mcgrps),
 };

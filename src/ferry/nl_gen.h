@@ -15,6 +15,21 @@
 int ferry_nl_device_get_doit(struct sk_buff *skb, struct genl_info *info);
 int ferry_nl_device_get_dumpit(struct sk_buff *skb,
 			       struct netlink_callback *cb);
+int ferry_nl_listener_add_doit(struct sk_buff *skb, struct genl_info *info);
+int ferry_nl_listener_del_doit(struct sk_buff *skb, struct genl_info *info);
+int ferry_nl_listener_get_doit(struct sk_buff *skb, struct genl_info *info);
+int ferry_nl_listener_get_dumpit(struct sk_buff *skb,
+				 struct netlink_callback *cb);
+int ferry_nl_session_connect_doit(struct sk_buff *skb, struct genl_info *info);
+int ferry_nl_session_disconnect_doit(struct sk_buff *skb,
+				     struct genl_info *info);
+int ferry_nl_session_get_doit(struct sk_buff *skb, struct genl_info *info);
+int ferry_nl_session_get_dumpit(struct sk_buff *skb,
+				struct netlink_callback *cb);
+
+enum {
+	FERRY_NLGRP_EVENTS,
+};
 
 extern struct genl_family ferry_nl_family;
 

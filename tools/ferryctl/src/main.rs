@@ -5,9 +5,13 @@
 //! `show` as the default command and objects and commands abbreviable.
 //! Exit codes: 0 success, 1 usage error, 2 the kernel refused or is unreachable.
 
+mod args;
 mod attr;
 mod device;
+mod listener;
+mod monitor;
 mod nl;
+mod session;
 
 /// Constants generated from include/uapi/linux/ferry.h (see build.rs).
 #[allow(dead_code)]
@@ -23,11 +27,27 @@ const HELP: &str = "\
 Usage: ferryctl [OPTIONS] OBJECT [COMMAND [ARGS]]
        ferryctl help
 
-OBJECT := { device }
+OBJECT := { device | listener | session | monitor }
 OPTIONS := { -j[son] | -p[retty] | -s[tatistics] | -d[etails] | -V[ersion] | -h[elp] }
 
 ferryctl device show [DEV | name DEV | index N]
     RDMA devices ferry uses and the resources it holds on each.
+
+ferryctl listener add ADDR port PORT
+ferryctl listener del id ID
+ferryctl listener show [id ID]
+    Addresses and ports on which ferry accepts sessions (ADDR may be
+    0.0.0.0 or ::).
+
+ferryctl session connect ADDR port PORT service NAME [channels N]
+        [queue-depth N] [max-msg-size BYTES] [heartbeat-ms MS]
+        [timeout-ms MS] [give-up-s S]
+ferryctl session disconnect id ID
+ferryctl session show [id ID]
+    Sessions to and from peers; -d adds their channels, -s their counters.
+
+ferryctl monitor
+    Print session and device events as they happen, until interrupted.
 
 Exit status: 0 success, 1 usage error, 2 the kernel refused the request.
 ";
@@ -35,22 +55,58 @@ Exit status: 0 success, 1 usage error, 2 the kernel refused the request.
 /// Command-line state shared by the objects.
 pub struct Ctx {
     sock: nl::Socket,
-    family: Option<u16>,
+    family: Option<nl::Family>,
     details: bool,
+    stats: bool,
 }
 
 impl Ctx {
-    /// The `ferry` family id, resolved on first use.
+    /// The `ferry` family, resolved on first use.
+    fn resolve(&mut self) -> Result<&nl::Family, CliError> {
+        let f = match self.family.take() {
+            Some(f) => f,
+            None => self
+                .sock
+                .family(uapi::FERRY_FAMILY_NAME)
+                .map_err(|e| CliError::Kernel(e, |_| None))?,
+        };
+        Ok(self.family.insert(f))
+    }
+
+    /// The `ferry` family id.
     fn family(&mut self) -> Result<u16, CliError> {
-        if let Some(f) = self.family {
-            return Ok(f);
-        }
-        let f = self
-            .sock
-            .family(uapi::FERRY_FAMILY_NAME)
-            .map_err(|e| CliError::Kernel(e, |_| None))?;
-        self.family = Some(f);
-        Ok(f)
+        Ok(self.resolve()?.id)
+    }
+
+    /// The id of the `ferry` multicast group `name`.
+    fn mcast_group(&mut self, name: &str) -> Result<u32, CliError> {
+        self.resolve()?.group(name).ok_or_else(|| {
+            CliError::Kernel(
+                nl::Error::NoGroup(uapi::FERRY_FAMILY_NAME.into(), name.into()),
+                |_| None,
+            )
+        })
+    }
+
+    /// Sends a `ferry` request and returns its replies; `names` names the
+    /// attributes a kernel error may point at.
+    fn request(
+        &mut self,
+        cmd: u32,
+        flags: u16,
+        attrs: &nl::Builder,
+        names: fn(u16) -> Option<&'static str>,
+    ) -> Result<Vec<Vec<u8>>, CliError> {
+        let family = self.family()?;
+        self.sock
+            .request(
+                family,
+                cmd as u8,
+                uapi::FERRY_FAMILY_VERSION as u8,
+                flags,
+                attrs.bytes(),
+            )
+            .map_err(|e| CliError::Kernel(e, names))
     }
 }
 
@@ -61,6 +117,7 @@ pub struct Output {
 }
 
 /// Why a command failed.
+#[derive(Debug)]
 pub enum CliError {
     /// Bad command line: exit 1.
     Usage(String),
@@ -155,18 +212,31 @@ fn run(mut args: Vec<String>) -> Result<(), CliError> {
         print!("{HELP}");
         return Ok(());
     }
-    let command = args.first().cloned().unwrap_or_else(|| "show".into());
-    if !args.is_empty() {
-        args.remove(0);
-    }
-    let _ = opts.stats; // accepted for every object; devices have no statistics yet
+    // A usage error never reaches the kernel: every object checks all of its
+    // arguments before it sends anything (listener, session and monitor even
+    // before this opens the socket). `-s` is accepted for every object; only
+    // sessions have statistics.
     let open = || -> Result<Ctx, CliError> {
         Ok(Ctx {
             sock: nl::Socket::open().map_err(|e| CliError::Kernel(e, |_| None))?,
             family: None,
             details: opts.details,
+            stats: opts.stats,
         })
     };
+    if matches(&object, "monitor") {
+        // No commands: `ferryctl monitor` and nothing more (or `help`).
+        if args.len() == 1 && matches(&args[0], "help") {
+            print!("{HELP}");
+            return Ok(());
+        }
+        monitor::parse(&args)?;
+        return monitor::run(&mut open()?, opts.json, opts.pretty);
+    }
+    let command = args.first().cloned().unwrap_or_else(|| "show".into());
+    if !args.is_empty() {
+        args.remove(0);
+    }
     let out = if matches(&object, "device") {
         if matches(&command, "show") || matches(&command, "list") {
             device::show(&mut open()?, &args)?
@@ -178,6 +248,24 @@ fn run(mut args: Vec<String>) -> Result<(), CliError> {
             let mut all = vec![command];
             all.extend(args);
             device::show(&mut open()?, &all)?
+        }
+    } else if matches(&object, "listener") {
+        let Some(cmd) = listener::Cmd::parse(&command, &args)? else {
+            print!("{HELP}");
+            return Ok(());
+        };
+        match listener::exec(&mut open()?, &cmd)? {
+            Some(out) => out,
+            None => return Ok(()),
+        }
+    } else if matches(&object, "session") {
+        let Some(cmd) = session::Cmd::parse(&command, &args)? else {
+            print!("{HELP}");
+            return Ok(());
+        };
+        match session::exec(&mut open()?, &cmd)? {
+            Some(out) => out,
+            None => return Ok(()),
         }
     } else {
         return Err(usage(format!("unknown object \"{object}\"")));
@@ -273,8 +361,39 @@ mod tests {
             "device show index x",
             "device show index",
             "device show rxe0 extra",
+            "listener add 192.0.2.1",
+            "listener add 192.0.2.1 port 4791 bogus",
+            "listener del id x",
+            "listener frob",
+            "session connect 192.0.2.1 port 4791",
+            "session connect 192.0.2.1 port 4791 service echo channels -1",
+            "session connect ::1::2 port 4791 service echo",
+            "session disconnect",
+            "session show id 1 id 2",
+            "monitor extra",
         ] {
             assert_eq!(run(args(a)).err().map(|e| e.report().1), Some(1), "{a}");
         }
+    }
+
+    #[test]
+    fn usage_errors_are_one_line() {
+        let (msg, code) = run(args("session connect ::1 port 4791"))
+            .err()
+            .unwrap()
+            .report();
+        assert_eq!(code, 1);
+        assert_eq!(msg, "Error: missing \"service\". Try \"ferryctl help\".");
+        assert!(!msg.contains('\n'));
+    }
+
+    #[test]
+    fn missing_group_is_a_kernel_error() {
+        let e = CliError::Kernel(nl::Error::NoGroup("ferry".into(), "events".into()), |_| {
+            None
+        });
+        let (msg, code) = e.report();
+        assert_eq!(code, 2);
+        assert!(msg.starts_with("Error: the loaded ferry module has no multicast group \"events\""));
     }
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
-//! A small generic netlink client: resolves a family, sends a request, collects
-//! the replies of a `do` or a dump, and decodes kernel errors with their extended
-//! ack (message, offending attribute, missing attribute).
+//! A small generic netlink client: resolves a family and its multicast groups,
+//! sends a request, collects the replies of a `do` or a dump, decodes kernel
+//! errors with their extended ack (message, offending attribute, missing
+//! attribute), and receives the notifications of a subscribed group.
 
 use std::{
     fmt, io,
@@ -21,12 +22,16 @@ pub const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_CAPPED: u16 = 0x100;
 const NLM_F_ACK_TLVS: u16 = 0x200;
 const SOL_NETLINK: libc::c_int = 270;
+const NETLINK_ADD_MEMBERSHIP: libc::c_int = 1;
 const NETLINK_CAP_ACK: libc::c_int = 10;
 const NETLINK_EXT_ACK: libc::c_int = 11;
 const GENL_ID_CTRL: u16 = 0x10;
 const CTRL_CMD_GETFAMILY: u8 = 3;
 const CTRL_ATTR_FAMILY_ID: u16 = 1;
 const CTRL_ATTR_FAMILY_NAME: u16 = 2;
+const CTRL_ATTR_MCAST_GROUPS: u16 = 7;
+const CTRL_ATTR_MCAST_GRP_NAME: u16 = 1;
+const CTRL_ATTR_MCAST_GRP_ID: u16 = 2;
 const NLMSGERR_ATTR_MSG: u16 = 1;
 const NLMSGERR_ATTR_OFFS: u16 = 2;
 const NLMSGERR_ATTR_MISS_TYPE: u16 = 5;
@@ -40,6 +45,8 @@ pub enum Error {
     Kernel(KernelError),
     /// No generic netlink family of this name: its module is not loaded.
     NoFamily(String),
+    /// The family (first) has no multicast group of this name (second).
+    NoGroup(String, String),
     /// The kernel's answer was not what the protocol says.
     Protocol(String),
 }
@@ -72,6 +79,11 @@ impl fmt::Display for Error {
                 f,
                 "the {name} module is not loaded (no generic netlink family \"{name}\"); \
                  load it with: modprobe {name}"
+            ),
+            Error::NoGroup(family, group) => write!(
+                f,
+                "the loaded {family} module has no multicast group \"{group}\" \
+                 (is it older than this ferryctl?)"
             ),
             Error::Protocol(m) => write!(f, "unexpected reply from the kernel: {m}"),
         }
@@ -119,6 +131,18 @@ impl Builder {
         self
     }
 
+    /// Adds a `u16` attribute.
+    pub fn u16(mut self, ty: u32, v: u16) -> Self {
+        self.put(ty as u16, &v.to_ne_bytes());
+        self
+    }
+
+    /// Adds a binary attribute.
+    pub fn binary(mut self, ty: u32, v: &[u8]) -> Self {
+        self.put(ty as u16, v);
+        self
+    }
+
     /// Adds a NUL-terminated string attribute.
     pub fn str(mut self, ty: u32, s: &str) -> Self {
         let mut p = s.as_bytes().to_vec();
@@ -131,6 +155,57 @@ impl Builder {
     pub fn bytes(&self) -> &[u8] {
         &self.buf
     }
+}
+
+/// A generic netlink family as the controller describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Family {
+    /// The family id: the `nlmsg_type` of its messages.
+    pub id: u16,
+    /// Its multicast groups: (name, id).
+    pub groups: Vec<(String, u32)>,
+}
+
+impl Family {
+    /// Decodes a `CTRL_CMD_GETFAMILY` reply.
+    fn decode(reply: &[u8]) -> Result<Self, Error> {
+        let id = Attrs::new(reply)
+            .get(CTRL_ATTR_FAMILY_ID)
+            .and_then(attr::u16)
+            .ok_or_else(|| Error::Protocol("family reply without an id".into()))?;
+        let mut groups = Vec::new();
+        if let Some(list) = Attrs::new(reply).get(CTRL_ATTR_MCAST_GROUPS) {
+            // A nest of nests, each indexed 1, 2, ... and holding a name and an id.
+            for (_, g) in Attrs::new(list) {
+                let name = Attrs::new(g)
+                    .get(CTRL_ATTR_MCAST_GRP_NAME)
+                    .and_then(attr::string);
+                let id = Attrs::new(g)
+                    .get(CTRL_ATTR_MCAST_GRP_ID)
+                    .and_then(attr::u32);
+                if let (Some(name), Some(id)) = (name, id) {
+                    groups.push((name, id));
+                }
+            }
+        }
+        Ok(Family { id, groups })
+    }
+
+    /// The id of the multicast group `name`.
+    pub fn group(&self, name: &str) -> Option<u32> {
+        self.groups
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, id)| *id)
+    }
+}
+
+/// A notification: the generic netlink command and the attributes after the
+/// genetlink header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub cmd: u8,
+    pub payload: Vec<u8>,
 }
 
 /// An open generic netlink socket.
@@ -191,8 +266,8 @@ impl Socket {
         })
     }
 
-    /// The id of the generic netlink family `name`.
-    pub fn family(&mut self, name: &str) -> Result<u16, Error> {
+    /// The generic netlink family `name`: its id and multicast groups.
+    pub fn family(&mut self, name: &str) -> Result<Family, Error> {
         let req = Builder::new().str(CTRL_ATTR_FAMILY_NAME as u32, name);
         let replies = match self.request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, 1, 0, req.bytes()) {
             Err(Error::Kernel(k)) if k.errno == libc::ENOENT => {
@@ -203,10 +278,65 @@ impl Socket {
         let reply = replies
             .first()
             .ok_or_else(|| Error::Protocol("no reply to CTRL_CMD_GETFAMILY".into()))?;
-        Attrs::new(reply)
-            .get(CTRL_ATTR_FAMILY_ID)
-            .and_then(attr::u16)
-            .ok_or_else(|| Error::Protocol("family reply without an id".into()))
+        Family::decode(reply)
+    }
+
+    /// Joins the multicast group `group`: its notifications then arrive through
+    /// [`Socket::events`].
+    pub fn subscribe(&mut self, group: u32) -> Result<(), Error> {
+        // Notifications come in bursts (every session of a failed device at
+        // once); a larger receive buffer makes overruns rarer. The kernel caps
+        // it at net.core.rmem_max, and a failure only leaves the default.
+        let size: libc::c_int = 1 << 20;
+        // SAFETY: `size` is a valid c_int option value of the given size.
+        unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                &size as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        // SAFETY: `group` is a valid u32 option value of the given size.
+        let r = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                SOL_NETLINK,
+                NETLINK_ADD_MEMBERSHIP,
+                &group as *const _ as *const libc::c_void,
+                std::mem::size_of::<u32>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        Ok(())
+    }
+
+    /// Waits for the next datagram and returns the notifications of `family`
+    /// in it. An overrun (the kernel dropped notifications because the receive
+    /// buffer was full) is `Error::Io` with `ENOBUFS`; the socket stays usable.
+    pub fn events(&mut self, family: u16) -> Result<Vec<Event>, Error> {
+        loop {
+            // SAFETY: `buf` is a valid writable buffer of its length.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr().cast(),
+                    self.buf.len(),
+                    0,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e.into());
+            }
+            return parse_events(&self.buf[..n as usize], family);
+        }
     }
 
     /// Sends one request and returns the payloads (after the genetlink header) of
@@ -330,6 +460,31 @@ fn parse_datagram(
         }
     }
     Ok(Status::More)
+}
+
+/// The messages of `family` in a datagram of notifications; others are skipped.
+fn parse_events(mut data: &[u8], family: u16) -> Result<Vec<Event>, Error> {
+    let short = || Error::Protocol("truncated netlink message".into());
+    let mut events = Vec::new();
+    while !data.is_empty() {
+        let len = rd_u32(data, 0).ok_or_else(short)? as usize;
+        let ty = rd_u16(data, 4).ok_or_else(short)?;
+        if len < NLMSG_HDRLEN || len > data.len() {
+            return Err(short());
+        }
+        let msg = &data[..len];
+        data = &data[len.next_multiple_of(4).min(data.len())..];
+        if ty != family {
+            continue;
+        }
+        let cmd = *msg.get(NLMSG_HDRLEN).ok_or_else(short)?;
+        let payload = msg.get(NLMSG_HDRLEN + GENL_HDRLEN..).ok_or_else(short)?;
+        events.push(Event {
+            cmd,
+            payload: payload.to_vec(),
+        });
+    }
+    Ok(events)
 }
 
 /// Decodes an `NLMSG_ERROR` message (an error, or an ACK when `errno` is 0).
@@ -469,6 +624,69 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn family_with_multicast_groups() {
+        let group = |idx: u16, name: &str, id: u32| {
+            let inner = Builder::new()
+                .str(CTRL_ATTR_MCAST_GRP_NAME as u32, name)
+                .u32(CTRL_ATTR_MCAST_GRP_ID as u32, id);
+            let mut v = ((inner.bytes().len() + 4) as u16).to_ne_bytes().to_vec();
+            v.extend_from_slice(&(idx | 0x8000).to_ne_bytes());
+            v.extend_from_slice(inner.bytes());
+            v
+        };
+        let mut groups = group(1, "events", 42);
+        groups.extend(group(2, "other", 43));
+        let list = Builder::new().binary(CTRL_ATTR_MCAST_GROUPS as u32, &groups);
+        let mut reply = Builder::new()
+            .u16(CTRL_ATTR_FAMILY_ID as u32, 0x1f)
+            .str(CTRL_ATTR_FAMILY_NAME as u32, "ferry")
+            .bytes()
+            .to_vec();
+        reply.extend_from_slice(list.bytes());
+        let f = Family::decode(&reply).unwrap();
+        assert_eq!(f.id, 0x1f);
+        assert_eq!(f.group("events"), Some(42));
+        assert_eq!(f.group("other"), Some(43));
+        assert_eq!(f.group("nope"), None);
+        // An older kernel's family without groups still resolves.
+        let f = Family::decode(Builder::new().u16(CTRL_ATTR_FAMILY_ID as u32, 3).bytes());
+        assert_eq!(f.unwrap().groups, vec![]);
+    }
+
+    #[test]
+    fn builder_pads_u16_and_binary() {
+        let b = Builder::new().u16(3, 4791).binary(2, &[192, 0, 2, 1, 9]);
+        let mut want = vec![6, 0, 3, 0];
+        want.extend_from_slice(&4791u16.to_ne_bytes());
+        want.extend_from_slice(&[0, 0, 9, 0, 2, 0, 192, 0, 2, 1, 9, 0, 0, 0]);
+        assert_eq!(b.bytes(), &want[..]);
+    }
+
+    #[test]
+    fn events_of_the_family_only() {
+        let mut dgram = nlmsg(0x20, 0, 0, &[7, 1, 0, 0, 8, 0, 1, 0, 3, 0, 0, 0]);
+        dgram.extend(nlmsg(0x21, 0, 0, &[1, 1, 0, 0]));
+        dgram.extend(nlmsg(0x20, 0, 0, &[8, 1, 0, 0]));
+        let ev = parse_events(&dgram, 0x20).unwrap();
+        assert_eq!(
+            ev,
+            vec![
+                Event {
+                    cmd: 7,
+                    payload: vec![8, 0, 1, 0, 3, 0, 0, 0]
+                },
+                Event {
+                    cmd: 8,
+                    payload: vec![]
+                },
+            ]
+        );
+        let mut bad = nlmsg(0x20, 0, 0, &[7, 1, 0, 0]);
+        bad.truncate(18);
+        assert!(parse_events(&bad, 0x20).is_err());
     }
 
     #[test]

@@ -5,11 +5,13 @@
 # $FERRY_CACHE/kbuild/<version>-<key>, where <key> hashes the config fragment and
 # the rustc, bindgen and clang versions. Prints the build directory on stdout.
 #
+# FERRY_DEBUG=1 adds tools/testing/config/debug.config (KASAN, lockdep, kmemleak).
 # Set KDIR to use another Rust-enabled 7.3 tree instead (nothing is built then).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
-FRAGMENT=${FERRY_CONFIG:-$FERRY_ROOT/tools/testing/config/ferry.config}
+FRAGMENTS=("${FERRY_CONFIG:-$FERRY_ROOT/tools/testing/config/ferry.config}")
+[ "${FERRY_DEBUG:-0}" = 0 ] || FRAGMENTS+=("$FERRY_ROOT/tools/testing/config/debug.config")
 
 if [ -n "${KDIR:-}" ]; then
 	[ -f "$KDIR/Module.symvers" ] || die "KDIR=$KDIR has no Module.symvers" \
@@ -70,7 +72,7 @@ fetch_source
 
 # --- 2. cache key ----------------------------------------------------------
 key=$({
-	cat "$FRAGMENT"
+	cat "${FRAGMENTS[@]}"
 	"$FERRY_RUSTC" --version
 	"$FERRY_BINDGEN" --version
 	"clang$FERRY_LLVM" --version | head -1
@@ -95,13 +97,13 @@ fi
 # --- 3. configure ----------------------------------------------------------
 mapfile -t KV < <(kmake_vars)
 mkdir -p "$OUT"
-step "configuring the test kernel (tinyconfig + $(basename "$FRAGMENT"))"
+step "configuring the test kernel (tinyconfig + ${FRAGMENTS[*]##*/})"
 make -s -C "$SRCDIR" O="$OUT" "${KV[@]}" rustavailable >/dev/null ||
 	die "the kernel does not accept this Rust toolchain" \
 		"make -C $SRCDIR ${KV[*]} rustavailable shows why"
 make -s -C "$SRCDIR" O="$OUT" "${KV[@]}" tinyconfig >/dev/null
 KCONFIG_CONFIG=$OUT/.config "$SRCDIR/scripts/kconfig/merge_config.sh" -m -O "$OUT" \
-	"$OUT/.config" "$FRAGMENT" >/dev/null
+	"$OUT/.config" "${FRAGMENTS[@]}" >/dev/null
 make -s -C "$SRCDIR" O="$OUT" "${KV[@]}" olddefconfig >/dev/null
 # Every option the fragment asks for must have survived Kconfig's dependencies.
 bad=0
@@ -111,9 +113,9 @@ while read -r line; do
 	"# CONFIG_"*" is not set") opt=${line#\# } opt=${opt%% *}
 		grep -q "^$opt=" "$OUT/.config" && { echo "  still set: $opt" >&2; bad=1; } ;;
 	esac
-done <"$FRAGMENT"
-[ $bad = 0 ] || die "the config fragment does not apply cleanly to $SRCVER" \
-	"fix the dependencies of the options above in $FRAGMENT"
+done < <(cat "${FRAGMENTS[@]}")
+[ $bad = 0 ] || die "the config fragments do not apply cleanly to $SRCVER" \
+	"fix the dependencies of the options above in ${FRAGMENTS[*]}"
 
 # --- 4. build --------------------------------------------------------------
 jobs=${FERRY_JOBS:-$(($(nproc) + 1))}

@@ -1,0 +1,538 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Reliable-connected queue pairs with their own CQ and message buffers.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//! (`struct ib_qp`, `struct ib_cqe`, `ib_post_send`, `ib_post_recv`).
+//!
+//! A [`Qp`] owns an RC QP, the CQ both its queues complete on (polled from
+//! `ib_comp_wq`), and one DMA-mapped buffer per work request *slot*: slots
+//! `0..recv_slots` receive, the rest send. Every posted work request carries the
+//! `ib_cqe` of its slot; the CQ's completion work calls [`Completion`] with the
+//! slot and, for a receive, the bytes that arrived. A slot is busy from posting
+//! until its completion has been handled, so its buffer is never written by the
+//! CPU and the device at once.
+//!
+//! Dropping the [`Qp`] drains it (`ib_drain_qp`: every posted request completes,
+//! flushed, and its handler has run), then destroys the QP and frees the CQ with
+//! `ib_free_cq`, which also waits out the late completions rxe can deliver.
+//! So the handler is never called after the drop, and never with a freed buffer.
+//! Do not drop a `Qp` from its own completion handler: the drain would wait for
+//! itself.
+
+use core::{
+    cell::UnsafeCell,
+    ptr::NonNull,
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+};
+use kernel::{
+    error::from_err_ptr,
+    error::to_result,
+    prelude::*,
+    sync::{Arc, ArcBorrow},
+};
+
+use super::{device::Registered, Cq, Pd};
+use crate::bindings;
+
+/// QP states ferry moves a QP through (`enum ib_qp_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum QpState {
+    /// Initialized: receives may be posted.
+    Init = bindings::ib_qp_state_IB_QPS_INIT,
+    /// Ready to receive.
+    Rtr = bindings::ib_qp_state_IB_QPS_RTR,
+    /// Ready to send.
+    Rts = bindings::ib_qp_state_IB_QPS_RTS,
+    /// Error: every outstanding request completes flushed.
+    Err = bindings::ib_qp_state_IB_QPS_ERR,
+}
+
+/// A work completion, as far as ferry reads it.
+pub struct Wc {
+    status: u32,
+    vendor_err: u32,
+    byte_len: u32,
+}
+
+impl Wc {
+    /// Whether the request succeeded.
+    pub fn ok(&self) -> bool {
+        self.status == bindings::ib_wc_status_IB_WC_SUCCESS
+    }
+
+    /// Whether the request was flushed because the QP had gone to the error
+    /// state (an expected consequence of an earlier failure or a drain).
+    pub fn flushed(&self) -> bool {
+        self.status == bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR
+    }
+
+    /// The raw `enum ib_wc_status`.
+    pub fn status(&self) -> u32 {
+        self.status
+    }
+
+    /// The device's own error code, for the log.
+    pub fn vendor_err(&self) -> u32 {
+        self.vendor_err
+    }
+
+    /// ib_core's text for the status, such as "RNR retry counter exceeded".
+    pub fn status_msg(&self) -> &'static CStr {
+        // SAFETY: `ib_wc_status_msg` returns a static string for any value.
+        unsafe { CStr::from_char_ptr(bindings::ib_wc_status_msg(self.status)) }
+    }
+
+    /// Bytes received (receives only).
+    pub fn byte_len(&self) -> u32 {
+        self.byte_len
+    }
+}
+
+/// Handles the completions of a [`Qp`]'s requests.
+///
+/// Called from the CQ's work item on `ib_comp_wq`: process context, may take
+/// mutexes, should not block for long. Completions of one queue arrive in
+/// posting order.
+pub trait Completion: Send + Sync + 'static {
+    /// Receive slot `slot` completed. `data` holds the bytes received (empty on
+    /// failure). Return `true` to post the slot again at once.
+    fn recv_done(this: ArcBorrow<'_, Self>, slot: u32, wc: &Wc, data: &[u8]) -> bool;
+
+    /// Receive slot `slot` was posted again after [`Completion::recv_done`]
+    /// asked for it: from now on the peer may fill it.
+    fn recv_reposted(this: ArcBorrow<'_, Self>, slot: u32);
+
+    /// Send slot `slot` completed; the slot is free again.
+    fn send_done(this: ArcBorrow<'_, Self>, slot: u32, wc: &Wc);
+}
+
+/// Sizes of a [`Qp`].
+#[derive(Clone, Copy, Debug)]
+pub struct QpConfig {
+    /// Receive slots (buffers posted to the receive queue).
+    pub recv_slots: u32,
+    /// Send slots (sends that can be outstanding).
+    pub send_slots: u32,
+    /// Bytes per buffer: the largest message.
+    pub buf_size: u32,
+    /// Completion vector of the QP's CQ.
+    pub comp_vector: u32,
+}
+
+/// One DMA-mapped message buffer.
+///
+/// # Invariants
+///
+/// `mem` holds `len` bytes mapped at `dma` on `device` in direction `dir`
+/// until drop; `ptr` points to them.
+struct Buf {
+    device: Registered,
+    _mem: KVec<u8>,
+    ptr: NonNull<u8>,
+    len: usize,
+    dma: u64,
+    dir: bindings::dma_data_direction,
+}
+
+impl Buf {
+    fn new(device: &Registered, len: usize, dir: bindings::dma_data_direction) -> Result<Self> {
+        let mut mem = KVec::from_elem(0u8, len, GFP_KERNEL)?;
+        let ptr = NonNull::new(mem.as_mut_ptr()).ok_or(ENOMEM)?;
+        // SAFETY: `device` is registered; `ptr` is `len` bytes of kmalloc memory,
+        // which stays allocated (and unmoved) until `unmap` in the owner's drop.
+        let dma = unsafe {
+            bindings::ferry_helper_ib_dma_map_single(
+                device.as_raw(),
+                ptr.as_ptr().cast(),
+                len,
+                dir as c_int,
+            )
+        };
+        // SAFETY: `dma` was just returned by a map on `device`.
+        if unsafe { bindings::ferry_helper_ib_dma_mapping_error(device.as_raw(), dma) } != 0 {
+            return Err(ENOMEM);
+        }
+        Ok(Self {
+            device: device.clone(),
+            _mem: mem,
+            ptr,
+            len,
+            dma,
+            dir,
+        })
+    }
+
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        // SAFETY: The buffer is mapped on `device` (type invariant) and no request
+        // uses it any more: its QP, if any, was drained and destroyed first.
+        unsafe {
+            bindings::ferry_helper_ib_dma_unmap_single(
+                self.device.as_raw(),
+                self.dma,
+                self.len,
+                self.dir as c_int,
+            )
+        };
+    }
+}
+
+/// The `ib_cqe` of one slot and the way back to its QP.
+#[repr(C)]
+struct Cqe<H: Completion> {
+    cqe: UnsafeCell<bindings::ib_cqe>,
+    owner: *const Inner<H>,
+    slot: u32,
+}
+
+/// What a [`Qp`] owns, at a fixed address that the slots point to.
+///
+/// # Invariants
+///
+/// `qp` is a live RC QP on `pd`'s device whose queues complete on `cq`;
+/// `cqes[i].owner` points to this object; `busy[i]` is set while slot `i` is
+/// posted or its completion is being handled.
+struct Inner<H: Completion> {
+    qp: NonNull<bindings::ib_qp>,
+    handler: Arc<H>,
+    cqes: KVec<Cqe<H>>,
+    bufs: KVec<Buf>,
+    busy: KVec<AtomicBool>,
+    recv_slots: u32,
+    next_send: AtomicU32,
+    cq: Option<Cq>,
+    pd: Arc<Pd>,
+}
+
+/// A reliable-connected QP with its CQ and buffers; see the module docs.
+pub struct Qp<H: Completion> {
+    inner: KBox<Inner<H>>,
+}
+
+// SAFETY: The QP is used through `ib_post_*` calls, which drivers serialize
+// internally, and per-slot state guarded by the atomic busy flags.
+unsafe impl<H: Completion> Send for Qp<H> {}
+// SAFETY: As for `Send`.
+unsafe impl<H: Completion> Sync for Qp<H> {}
+
+impl<H: Completion> Qp<H> {
+    /// Creates the QP (in RESET) on `pd`'s device, its CQ sized for every
+    /// request that can be outstanding (plus the drain's), and its buffers;
+    /// attributed to `owner` in `rdma res show`. Fails with `EINVAL` if the
+    /// device cannot hold that many requests. May sleep.
+    pub fn new(pd: &Arc<Pd>, cfg: QpConfig, handler: Arc<H>, owner: &'static CStr) -> Result<Self> {
+        let device = pd.device();
+        let caps = device.caps();
+        // One more on each queue for ib_drain_qp's marker requests.
+        let (rq, sq) = (cfg.recv_slots + 1, cfg.send_slots + 1);
+        if cfg.recv_slots == 0
+            || cfg.send_slots == 0
+            || cfg.buf_size == 0
+            || rq > caps.max_qp_wr
+            || sq > caps.max_qp_wr
+            || rq + sq > caps.max_cqe
+        {
+            return Err(EINVAL);
+        }
+        let cq = Cq::new(device, rq + sq, cfg.comp_vector, owner)?;
+        let total = (cfg.recv_slots + cfg.send_slots) as usize;
+        let mut bufs = KVec::with_capacity(total, GFP_KERNEL)?;
+        let mut busy = KVec::with_capacity(total, GFP_KERNEL)?;
+        for i in 0..total {
+            let dir = if i < cfg.recv_slots as usize {
+                bindings::dma_data_direction_DMA_FROM_DEVICE
+            } else {
+                bindings::dma_data_direction_DMA_TO_DEVICE
+            };
+            bufs.push(Buf::new(device, cfg.buf_size as usize, dir)?, GFP_KERNEL)?;
+            busy.push(AtomicBool::new(false), GFP_KERNEL)?;
+        }
+        let mut init = bindings::ib_qp_init_attr {
+            send_cq: cq.as_raw(),
+            recv_cq: cq.as_raw(),
+            cap: bindings::ib_qp_cap {
+                max_send_wr: sq,
+                max_recv_wr: rq,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                ..Default::default()
+            },
+            sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_ALL_WR,
+            qp_type: bindings::ib_qp_type_IB_QPT_RC,
+            ..Default::default()
+        };
+        // SAFETY: `pd` is a live PD on a registered device; `init` names a live
+        // CQ of that device for both queues; `owner` is static.
+        let qp = from_err_ptr(unsafe {
+            bindings::ib_create_qp_kernel(pd.as_raw(), &mut init, owner.as_char_ptr())
+        });
+        let qp = NonNull::new(qp?).ok_or(ENOMEM)?;
+        // If the box cannot be allocated, dropping the `Inner` undoes all of it.
+        let mut inner = KBox::new(
+            Inner {
+                qp,
+                handler,
+                cqes: KVec::new(),
+                bufs,
+                busy,
+                recv_slots: cfg.recv_slots,
+                next_send: AtomicU32::new(0),
+                cq: Some(cq),
+                pd: pd.clone(),
+            },
+            GFP_KERNEL,
+        )?;
+        let owner_ptr: *const Inner<H> = &*inner;
+        let mut cqes = KVec::with_capacity(total, GFP_KERNEL)?;
+        for slot in 0..total {
+            cqes.push(
+                Cqe {
+                    cqe: UnsafeCell::new(bindings::ib_cqe {
+                        done: Some(done::<H>),
+                    }),
+                    owner: owner_ptr,
+                    // CAST: `total` is the sum of two `u32`s checked above.
+                    slot: slot as u32,
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        // INVARIANT: the slots point to `inner`, which a box keeps in place.
+        inner.cqes = cqes;
+        Ok(Self { inner })
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: `qp` is live (type invariant); `qp_num` is fixed at creation.
+        unsafe { (*self.inner.qp.as_ptr()).qp_num }
+    }
+
+    /// The device the QP is on.
+    pub fn device(&self) -> &Registered {
+        self.inner.pd.device()
+    }
+
+    /// The completion vector of the QP's CQ.
+    pub fn comp_vector(&self) -> u32 {
+        self.inner.cq.as_ref().map_or(0, Cq::comp_vector)
+    }
+
+    /// The resource-tracking id of the QP's CQ.
+    pub fn cq_id(&self) -> u32 {
+        self.inner.cq.as_ref().map_or(0, Cq::id)
+    }
+
+    /// The number of receive slots.
+    pub fn recv_slots(&self) -> u32 {
+        self.inner.recv_slots
+    }
+
+    /// Applies `attr` under `mask` (`ib_modify_qp`).
+    pub(crate) fn modify(&self, attr: &mut bindings::ib_qp_attr, mask: c_int) -> Result {
+        // SAFETY: `qp` is live (type invariant); `attr` is valid for the call.
+        to_result(unsafe { bindings::ib_modify_qp(self.inner.qp.as_ptr(), attr, mask) })
+    }
+
+    /// Moves the QP to the error state: every posted request completes flushed.
+    pub fn set_error(&self) -> Result {
+        let mut attr = bindings::ib_qp_attr {
+            qp_state: QpState::Err as u32,
+            ..Default::default()
+        };
+        self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE as c_int)
+    }
+
+    /// Posts receive slot `slot`. Fails with `EBUSY` if it is posted already,
+    /// `EINVAL` if it is not a receive slot.
+    pub fn post_recv(&self, slot: u32) -> Result {
+        if slot >= self.inner.recv_slots {
+            return Err(EINVAL);
+        }
+        self.inner.claim(slot)?;
+        self.inner.post_recv_claimed(slot)
+    }
+
+    /// Fills a free send slot with `fill` (which gets the whole buffer and
+    /// returns how many bytes to send) and posts it as a signaled SEND.
+    /// Returns the slot; fails with `EAGAIN` if every send slot is busy.
+    pub fn send(&self, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<u32> {
+        let inner = &*self.inner;
+        let sends = inner.cqes.len() as u32 - inner.recv_slots;
+        let start = inner.next_send.fetch_add(1, Ordering::Relaxed);
+        let slot = (0..sends)
+            .map(|i| inner.recv_slots + (start.wrapping_add(i) % sends))
+            .find(|&s| inner.claim(s).is_ok())
+            .ok_or(EAGAIN)?;
+        let res = inner.fill_and_send(slot, fill);
+        if res.is_err() {
+            inner.release(slot);
+        }
+        res.map(|()| slot)
+    }
+}
+
+impl<H: Completion> Inner<H> {
+    fn device(&self) -> &Registered {
+        self.pd.device()
+    }
+
+    fn claim(&self, slot: u32) -> Result {
+        let busy = self.busy.get(slot as usize).ok_or(EINVAL)?;
+        busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .map(|_| ())
+            .map_err(|_| EBUSY)
+    }
+
+    fn release(&self, slot: u32) {
+        if let Some(b) = self.busy.get(slot as usize) {
+            b.store(false, Ordering::Release);
+        }
+    }
+
+    fn sge(&self, slot: u32, len: u32) -> bindings::ib_sge {
+        let buf = &self.bufs[slot as usize];
+        bindings::ib_sge {
+            addr: buf.dma,
+            length: len,
+            lkey: self.pd.local_dma_lkey(),
+        }
+    }
+
+    fn cqe(&self, slot: u32) -> *mut bindings::ib_cqe {
+        self.cqes[slot as usize].cqe.get()
+    }
+
+    /// Posts receive slot `slot`, which the caller has claimed.
+    fn post_recv_claimed(&self, slot: u32) -> Result {
+        // CAST: buffer sizes come from a `u32`.
+        let mut sge = self.sge(slot, self.bufs[slot as usize].len as u32);
+        let mut wr = bindings::ib_recv_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            ..Default::default()
+        };
+        wr.__bindgen_anon_1.wr_cqe = self.cqe(slot);
+        // SAFETY: `qp` is live (type invariant); the WR and SGE are valid for the
+        // call (the driver copies them); the buffer stays mapped and the slot's
+        // cqe in place until the request completes, which the drain in drop
+        // waits for.
+        let ret = to_result(unsafe { bindings::ferry_helper_ib_post_recv(self.qp.as_ptr(), &wr) });
+        if ret.is_err() {
+            self.release(slot);
+        }
+        ret
+    }
+
+    fn fill_and_send(&self, slot: u32, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result {
+        let buf = &self.bufs[slot as usize];
+        // SAFETY: The slot is claimed, so nothing else reads or writes its buffer
+        // (type invariant on `busy`); the buffer is `len` valid bytes.
+        let bytes = unsafe { core::slice::from_raw_parts_mut(buf.ptr.as_ptr(), buf.len) };
+        let len = fill(bytes)?;
+        if len > buf.len {
+            return Err(EMSGSIZE);
+        }
+        // SAFETY: The buffer is mapped on this device in this direction.
+        unsafe {
+            bindings::ferry_helper_ib_dma_sync_single_for_device(
+                self.device().as_raw(),
+                buf.dma,
+                len,
+                buf.dir as c_int,
+            )
+        };
+        // CAST: `len <= buf.len`, which came from a `u32`.
+        let mut sge = self.sge(slot, len as u32);
+        let mut wr = bindings::ib_send_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: bindings::ib_wr_opcode_IB_WR_SEND,
+            send_flags: bindings::ib_send_flags_IB_SEND_SIGNALED as c_int,
+            ..Default::default()
+        };
+        wr.__bindgen_anon_1.wr_cqe = self.cqe(slot);
+        // SAFETY: As in `post_recv_claimed`.
+        to_result(unsafe { bindings::ferry_helper_ib_post_send(self.qp.as_ptr(), &wr) })
+    }
+
+    /// Handles the completion `wc` of `slot`.
+    fn complete(&self, slot: u32, wc: &bindings::ib_wc) {
+        let w = Wc {
+            status: wc.status,
+            vendor_err: wc.vendor_err,
+            byte_len: wc.byte_len,
+        };
+        if slot >= self.recv_slots {
+            self.release(slot);
+            H::send_done(self.handler.as_arc_borrow(), slot, &w);
+            return;
+        }
+        let buf = &self.bufs[slot as usize];
+        let len = if w.ok() {
+            (wc.byte_len as usize).min(buf.len)
+        } else {
+            0
+        };
+        // SAFETY: The buffer is mapped on this device in this direction.
+        unsafe {
+            bindings::ferry_helper_ib_dma_sync_single_for_cpu(
+                self.device().as_raw(),
+                buf.dma,
+                len,
+                buf.dir as c_int,
+            )
+        };
+        // SAFETY: The slot stays claimed until it is posted again or released
+        // below, so neither the device nor another thread writes the buffer
+        // while the handler reads it.
+        let data = unsafe { core::slice::from_raw_parts(buf.ptr.as_ptr(), len) };
+        if H::recv_done(self.handler.as_arc_borrow(), slot, &w, data) && w.ok() {
+            // A failed post fails the QP, which the handler sees as flushes.
+            if self.post_recv_claimed(slot).is_ok() {
+                H::recv_reposted(self.handler.as_arc_borrow(), slot);
+            }
+        } else {
+            self.release(slot);
+        }
+    }
+}
+
+impl<H: Completion> Drop for Inner<H> {
+    fn drop(&mut self) {
+        let qp = self.qp.as_ptr();
+        // SAFETY: `qp` is live (type invariant) and its CQ is polled from a work
+        // queue, as `ib_drain_qp` requires; after it returns every posted request
+        // has completed and been handled.
+        unsafe { bindings::ib_drain_qp(qp) };
+        // SAFETY: `qp` is live and idle; nothing uses it after this.
+        unsafe { bindings::ferry_helper_ib_destroy_qp(qp) };
+        // The CQ goes after its QP (ib_free_cq waits for rxe's late completions);
+        // the buffers are unmapped when the fields drop, the PD last.
+        drop(self.cq.take());
+    }
+}
+
+/// The `done` function of every slot's `ib_cqe`.
+///
+/// # Safety
+///
+/// Only ib_core's CQ polling calls this, with a valid `wc` whose `wr_cqe` is the
+/// `cqe` field of a [`Cqe<H>`] of a live [`Inner<H>`].
+unsafe extern "C" fn done<H: Completion>(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: `wc` is valid for the call.
+    let wc = unsafe { &*wc };
+    // SAFETY: every request posted by `Inner` carries a `wr_cqe`.
+    let cqe = unsafe { wc.__bindgen_anon_1.wr_cqe };
+    // SAFETY: `cqe` is the first field of a `#[repr(C)]` `Cqe<H>` (the function's
+    // contract), so the pointers coincide; the slot lives as long as its
+    // `Inner`, which the drain in its drop keeps alive across this call.
+    let slot = unsafe { &*cqe.cast::<Cqe<H>>() };
+    // SAFETY: `owner` points to the live `Inner` (type invariant of `Inner`).
+    let inner = unsafe { &*slot.owner };
+    inner.complete(slot.slot, wc);
+}

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A work queue of one module's own, and random numbers.
+//!
+//! C headers: [`include/linux/workqueue.h`](srctree/include/linux/workqueue.h),
+//! [`include/linux/random.h`](srctree/include/linux/random.h).
+//!
+//! The kernel crate's [`kernel::workqueue::Queue`] borrows the system queues,
+//! which a module cannot flush at unload. [`OwnedQueue`] allocates a queue and
+//! destroys it on drop, which first runs every work item still queued: once it
+//! is gone, no work of the module runs any more.
+
+use core::ptr::NonNull;
+use kernel::{prelude::*, workqueue::Queue};
+
+use crate::bindings;
+
+/// A work queue allocated by the module; drained and destroyed on drop.
+///
+/// # Invariants
+///
+/// `wq` is a live workqueue owned by this object.
+pub struct OwnedQueue {
+    wq: NonNull<bindings::workqueue_struct>,
+}
+
+// SAFETY: Workqueues may be used and destroyed from any thread.
+unsafe impl Send for OwnedQueue {}
+// SAFETY: Queueing work is thread-safe.
+unsafe impl Sync for OwnedQueue {}
+
+impl OwnedQueue {
+    /// Allocates a reclaim-safe queue called `name`.
+    pub fn new(name: &'static CStr) -> Result<Self> {
+        // SAFETY: `name` is a valid string; the queue copies it.
+        let wq = unsafe { bindings::ferry_helper_alloc_workqueue(name.as_char_ptr()) };
+        Ok(Self {
+            wq: NonNull::new(wq).ok_or(ENOMEM)?,
+        })
+    }
+
+    /// The queue, for the kernel crate's work item API.
+    pub fn queue(&self) -> &Queue {
+        // SAFETY: `wq` is live until `self` is dropped (type invariant), which the
+        // borrow prevents; the kernel crate's `Queue` is a transparent wrapper.
+        unsafe { Queue::from_raw(self.wq.as_ptr().cast()) }
+    }
+
+    /// Runs `f` once, later, on this queue.
+    pub fn spawn(&self, f: impl FnOnce() + Send + 'static) -> Result {
+        self.queue().try_spawn(GFP_KERNEL, f).map_err(|_| ENOMEM)
+    }
+}
+
+impl Drop for OwnedQueue {
+    fn drop(&mut self) {
+        // SAFETY: The queue is owned (type invariant); `destroy_workqueue` runs
+        // what is still queued and frees it. Nothing queues on it afterwards, as
+        // nobody can borrow it any more.
+        unsafe { bindings::destroy_workqueue(self.wq.as_ptr()) };
+    }
+}
+
+/// A random `u32` from the kernel's CRNG.
+pub fn random_u32() -> u32 {
+    // SAFETY: No preconditions.
+    unsafe { bindings::get_random_u32() }
+}
+
+/// A random `u64` from the kernel's CRNG.
+pub fn random_u64() -> u64 {
+    (u64::from(random_u32()) << 32) | u64::from(random_u32())
+}

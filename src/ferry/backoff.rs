@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Reconnect backoff: exponential, capped, with jitter of seconds.
+//!
+//! The n-th delay is drawn uniformly from `[d/2, d]` with
+//! `d = min(base * 2^n, max)`. Half of each delay is random, so clients that
+//! lost the same server at the same moment spread their reconnects over
+//! seconds instead of arriving together.
+
+/// First delay, before jitter.
+pub(crate) const BASE_MS: u32 = 1000;
+/// Largest delay, before jitter.
+pub(crate) const MAX_MS: u32 = 30_000;
+
+/// Backoff state of one session.
+#[derive(Debug, Default)]
+pub(crate) struct Backoff {
+    attempt: u32,
+}
+
+impl Backoff {
+    /// The delay before the next attempt, in milliseconds, jittered by `random`.
+    pub(crate) fn next_delay_ms(&mut self, random: u32) -> u32 {
+        // From 2^5 on the cap applies; the guard keeps the shift from overflowing.
+        let d = if self.attempt < 5 {
+            (BASE_MS << self.attempt).min(MAX_MS)
+        } else {
+            MAX_MS
+        };
+        self.attempt = self.attempt.saturating_add(1);
+        let half = d / 2;
+        half + random % (d - half + 1)
+    }
+
+    /// Attempts made since the last success.
+    pub(crate) fn attempts(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Starts over after a success.
+    pub(crate) fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kernel::prelude::kunit_tests(ferry_backoff)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_double_within_jitter_bounds() {
+        for random in [0, 1, 499, 500, 12345, u32::MAX / 2, u32::MAX] {
+            let mut b = Backoff::default();
+            let mut d = BASE_MS;
+            for _ in 0..40 {
+                let got = b.next_delay_ms(random);
+                assert!(got >= d / 2 && got <= d);
+                d = (d * 2).min(MAX_MS);
+            }
+        }
+    }
+
+    #[test]
+    fn jitter_spans_seconds() {
+        // At the cap, the spread between the extremes is 15 s, not milliseconds.
+        let mut lo = Backoff { attempt: 10 };
+        let mut hi = Backoff { attempt: 10 };
+        let spread = hi.next_delay_ms(MAX_MS / 2) - lo.next_delay_ms(0);
+        assert_eq!(spread, MAX_MS / 2);
+        // Even the first delay spreads by half a second.
+        let (mut a, mut b) = (Backoff::default(), Backoff::default());
+        assert!(b.next_delay_ms(BASE_MS / 2) - a.next_delay_ms(0) >= 500);
+    }
+
+    #[test]
+    fn huge_attempt_counts_stay_capped() {
+        let mut b = Backoff { attempt: u32::MAX - 1 };
+        for _ in 0..3 {
+            let d = b.next_delay_ms(u32::MAX);
+            assert!((MAX_MS / 2..=MAX_MS).contains(&d));
+        }
+        assert_eq!(b.attempts(), u32::MAX);
+        b.reset();
+        assert!(b.next_delay_ms(0) <= BASE_MS);
+    }
+}

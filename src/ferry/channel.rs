@@ -1,0 +1,645 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! One channel of a session: an RC connection, its QP, credits and heartbeats.
+//!
+//! A channel is driven from three contexts: rdma_cm events (its [`Handler`]),
+//! completions on `ib_comp_wq` (its [`Completion`]) and the session's tick.
+//! All of them take the channel's lock briefly; none of them tears anything
+//! down. A failure only marks the channel failed, moves its QP to the error
+//! state and tells the session, whose work item later calls
+//! [`Channel::shutdown`]. That is the only place the QP and the CM id are
+//! destroyed, always without the lock held: destroying them waits for the
+//! handlers, which take the lock.
+//!
+//! Lock order: a session's lock, then its channels' locks.
+
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{Arc, ArcBorrow, Mutex},
+    time::{Instant, Monotonic},
+};
+
+use crate::{
+    cm::{self, CmId, ConnParams, ConnectRequest, Event, EventKind, Handler, Locked},
+    credits::Credits,
+    device::{Ferry, OWNER},
+    rdma::{
+        device::DeviceName,
+        qp::{Completion, Qp, QpConfig, QpState, Wc},
+    },
+    session::Session,
+    state::Role,
+    wire::{self, AcceptData, ConnectData, Header, Hello, HelloReply, Kind, Reason, RejectData},
+};
+
+/// How long address and route resolution may take, in milliseconds.
+const RESOLVE_TIMEOUT_MS: u32 = 2000;
+/// Local ACK timeout exponent: 4.096 µs * 2^14 = 67 ms per transport retry.
+const ACK_TIMEOUT: u8 = 14;
+/// Transport retries before a send to a silent peer fails.
+const RETRY_COUNT: u8 = 7;
+
+/// Where a channel is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChanState {
+    /// Resolving the peer's address and route (client).
+    Resolving,
+    /// Connect request sent (client) or accepted (server).
+    Connecting,
+    /// Connected, hello not yet answered.
+    Handshake,
+    /// Refusing the hello; fails once the refusal is sent (server).
+    Refusing(Reason),
+    /// Carrying traffic.
+    Up,
+    /// Failed; waiting for the session to shut it down.
+    Failed,
+    /// Shut down.
+    Closed,
+}
+
+fn conn_params(private_data: &[u8]) -> ConnParams<'_> {
+    ConnParams {
+        private_data,
+        // No RDMA READs yet; the data transport raises these.
+        responder_resources: 0,
+        initiator_depth: 0,
+        retry_count: RETRY_COUNT,
+        // Credits make receiver-not-ready impossible: one would be a bug, and
+        // must fail loudly instead of being retried.
+        rnr_retry_count: 0,
+    }
+}
+
+/// Counters of a channel.
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub(crate) tx_msgs: AtomicU64,
+    pub(crate) rx_msgs: AtomicU64,
+    pub(crate) tx_bytes: AtomicU64,
+    pub(crate) rx_bytes: AtomicU64,
+    pub(crate) heartbeats_tx: AtomicU64,
+    pub(crate) heartbeats_rx: AtomicU64,
+    pub(crate) credit_updates: AtomicU64,
+    pub(crate) wc_errors: AtomicU64,
+    pub(crate) flush_errors: AtomicU64,
+}
+
+/// What the channel's lock protects.
+struct Inner {
+    state: ChanState,
+    cm: Option<CmId<Channel>>,
+    qp: Option<Qp<Channel>>,
+    credits: Credits,
+    /// Largest message the peer accepts.
+    peer_max_msg: u32,
+    peer_depth: u32,
+    /// When the current state began (for timeouts).
+    since: Instant<Monotonic>,
+    last_rx: Instant<Monotonic>,
+    last_heartbeat: Instant<Monotonic>,
+    heartbeat_seq: u64,
+    /// The heartbeat in flight and when it left.
+    heartbeat_out: Option<(u64, Instant<Monotonic>)>,
+    rtt_us: u32,
+    device: Option<(u32, DeviceName)>,
+}
+
+/// One RC connection of a session.
+#[pin_data]
+pub(crate) struct Channel {
+    session: Arc<Session>,
+    index: u16,
+    generation: u32,
+    #[pin]
+    inner: Mutex<Inner>,
+    pub(crate) stats: Stats,
+}
+
+/// A snapshot for netlink.
+pub(crate) struct ChannelInfo {
+    pub(crate) index: u32,
+    pub(crate) qp_num: Option<u32>,
+    pub(crate) comp_vector: Option<u32>,
+    pub(crate) device: Option<DeviceName>,
+    pub(crate) credits: u32,
+    pub(crate) rtt_us: u32,
+    pub(crate) stalls: u64,
+    pub(crate) up: bool,
+}
+
+impl Channel {
+    fn new(session: &Arc<Session>, index: u16, generation: u32, state: ChanState) -> Result<Arc<Self>> {
+        let now = Instant::now();
+        Arc::pin_init(
+            pin_init!(Self {
+                session: session.clone(),
+                index,
+                generation,
+                inner <- new_mutex!(Inner {
+                    state,
+                    cm: None,
+                    qp: None,
+                    credits: Credits::new(session.params.queue_depth),
+                    peer_max_msg: wire::MIN_MSG_SIZE,
+                    peer_depth: 0,
+                    since: now,
+                    last_rx: now,
+                    last_heartbeat: now,
+                    heartbeat_seq: 0,
+                    heartbeat_out: None,
+                    rtt_us: 0,
+                    device: None,
+                }),
+                stats: Stats::default(),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// A client channel, not started yet.
+    pub(crate) fn client(session: &Arc<Session>, index: u16, generation: u32) -> Result<Arc<Self>> {
+        Self::new(session, index, generation, ChanState::Resolving)
+    }
+
+    /// Starts a client channel: creates its CM id and resolves the peer. A
+    /// failure fails the channel.
+    pub(crate) fn start(self: &Arc<Self>) {
+        let id = match CmId::new(&self.session.net, self.clone(), OWNER) {
+            Ok(id) => id,
+            Err(_) => return self.fail(Reason::NoResources),
+        };
+        let _ = id.set_ack_timeout(ACK_TIMEOUT);
+        // Store the id first: its events take the lock and expect to find it.
+        let mut inner = self.inner.lock();
+        let res = id.resolve_addr(None, &self.session.peer, RESOLVE_TIMEOUT_MS);
+        inner.cm = Some(id);
+        drop(inner);
+        if res.is_err() {
+            // No device has a route to the peer.
+            self.fail(Reason::Unreachable);
+        }
+    }
+
+    /// Accepts a server channel from a connection request: creates the QP on
+    /// the request's device, posts the receive buffers and accepts.
+    pub(crate) fn accept(
+        session: &Arc<Session>,
+        data: &ConnectData,
+        req: ConnectRequest<'_>,
+    ) -> Result<Arc<Self>, Reason> {
+        let chan = Self::new(session, data.channel, data.generation, ChanState::Connecting)
+            .map_err(|_| Reason::NoResources)?;
+        let qp = match chan.create_qp(req.id()) {
+            Ok(qp) => qp,
+            Err(r) => {
+                let _ = req.reject(&RejectData { reason: r }.encode());
+                return Err(r);
+            }
+        };
+        let ready = req
+            .id()
+            .modify_qp(&qp, QpState::Init)
+            .and_then(|()| req.id().modify_qp(&qp, QpState::Rtr))
+            .and_then(|()| req.id().modify_qp(&qp, QpState::Rts));
+        let accept = AcceptData {
+            session_id: data.session_id,
+        }
+        .encode();
+        // Completions may arrive as soon as the accept is out: hold the lock
+        // until the QP and the id are in place.
+        let mut inner = chan.inner.lock();
+        let res = ready.and_then(|()| req.accept(chan.clone(), &qp, &conn_params(&accept)));
+        match res {
+            Ok(id) => {
+                inner.cm = Some(id);
+                inner.qp = Some(qp);
+                inner.since = Instant::now();
+                drop(inner);
+                Ok(chan)
+            }
+            Err(_) => {
+                drop(inner);
+                // Dropped outside the lock: the drain runs completion handlers.
+                drop(qp);
+                Err(Reason::NoResources)
+            }
+        }
+    }
+
+    /// Creates the QP on the device `id` is bound to and posts every receive
+    /// buffer.
+    fn create_qp(self: &Arc<Self>, id: &Locked<'_>) -> Result<Qp<Self>, Reason> {
+        let device = id.device().ok_or(Reason::DeviceRemoved)?;
+        let pd = Ferry::get()
+            .and_then(|f| f.pd_of(device.index()))
+            .ok_or(Reason::DeviceRemoved)?;
+        let p = &self.session.params;
+        let vectors = device.num_comp_vectors().max(1);
+        let cfg = QpConfig {
+            recv_slots: p.queue_depth,
+            send_slots: p.queue_depth,
+            buf_size: p.max_msg,
+            comp_vector: u32::from(self.index) % vectors,
+        };
+        let qp = Qp::new(&pd, cfg, self.clone(), OWNER).map_err(|_| Reason::NoResources)?;
+        for slot in 0..qp.recv_slots() {
+            qp.post_recv(slot).map_err(|_| Reason::NoResources)?;
+        }
+        self.inner.lock().device = Some((device.index(), device.name()));
+        Ok(qp)
+    }
+
+    /// The channel index.
+    pub(crate) fn index(&self) -> u16 {
+        self.index
+    }
+
+    /// Whether the channel runs on device `index`.
+    pub(crate) fn on_device(&self, index: u32) -> bool {
+        self.inner.lock().device.as_ref().is_some_and(|d| d.0 == index)
+    }
+
+    /// A snapshot for netlink.
+    pub(crate) fn info(&self) -> ChannelInfo {
+        let inner = self.inner.lock();
+        ChannelInfo {
+            index: u32::from(self.index),
+            qp_num: inner.qp.as_ref().map(Qp::qp_num),
+            comp_vector: inner.qp.as_ref().map(Qp::comp_vector),
+            device: inner.device.as_ref().map(|d| d.1),
+            credits: inner.credits.available(),
+            rtt_us: inner.rtt_us,
+            stalls: inner.credits.stalls(),
+            up: inner.state == ChanState::Up,
+        }
+    }
+
+    /// The peer's limits learnt in the handshake: (queue depth, largest message).
+    pub(crate) fn peer_limits(&self) -> (u32, u32) {
+        let inner = self.inner.lock();
+        (inner.peer_depth, inner.peer_max_msg)
+    }
+
+    /// Marks the channel failed for `reason` (the first reason wins), makes its
+    /// QP flush and tells the session. Callable from any of the channel's
+    /// contexts; tears nothing down itself.
+    pub(crate) fn fail(&self, reason: Reason) {
+        let mut inner = self.inner.lock();
+        if matches!(inner.state, ChanState::Failed | ChanState::Closed) {
+            return;
+        }
+        inner.state = ChanState::Failed;
+        if let Some(qp) = inner.qp.as_ref() {
+            let _ = qp.set_error();
+        }
+        drop(inner);
+        self.session.channel_failed(self.index, self.generation, reason);
+    }
+
+    /// Tears the channel down: disconnects, drains and destroys the QP, then
+    /// the CM id. Must not be called from the channel's own handlers. May sleep.
+    pub(crate) fn shutdown(&self) {
+        let mut inner = self.inner.lock();
+        inner.state = ChanState::Closed;
+        let (cm, qp) = (inner.cm.take(), inner.qp.take());
+        drop(inner);
+        if let Some(cm) = cm.as_ref() {
+            // Tells a live peer at once instead of leaving it to its heartbeat.
+            let _ = cm.disconnect();
+        }
+        drop(qp);
+        drop(cm);
+    }
+
+    /// Periodic work: connect and heartbeat timeouts, heartbeats. Called from
+    /// the session's tick with the session's lock not held.
+    pub(crate) fn tick(&self, heartbeat_ms: u32, timeout_ms: u32, connect_timeout_ms: u32) {
+        let mut inner = self.inner.lock();
+        let timed_out = match inner.state {
+            ChanState::Resolving
+            | ChanState::Connecting
+            | ChanState::Handshake
+            | ChanState::Refusing(_) => inner.since.elapsed().as_millis() > i64::from(connect_timeout_ms),
+            ChanState::Up => inner.last_rx.elapsed().as_millis() > i64::from(timeout_ms),
+            ChanState::Failed | ChanState::Closed => false,
+        };
+        if timed_out {
+            drop(inner);
+            self.fail(Reason::Timeout);
+            return;
+        }
+        if inner.state == ChanState::Up
+            && inner.last_heartbeat.elapsed().as_millis() >= i64::from(heartbeat_ms)
+        {
+            inner.heartbeat_seq += 1;
+            let seq = inner.heartbeat_seq;
+            let now = Instant::now();
+            inner.last_heartbeat = now;
+            // Without a credit the heartbeat waits: the peer's silence is then
+            // what the timeout measures.
+            if self.send_locked(&mut inner, Kind::Heartbeat, seq, &[]).is_ok() {
+                inner.heartbeat_out = Some((seq, now));
+                self.stats.heartbeats_tx.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// Sends a message, taking a credit. `EAGAIN` if there is no credit or send
+    /// slot.
+    fn send_locked(&self, inner: &mut Inner, kind: Kind, cookie: u64, payload: &[u8]) -> Result {
+        let qp = inner.qp.as_ref().ok_or(ENOTCONN)?;
+        let grant = inner.credits.take(kind == Kind::Credits).ok_or(EAGAIN)?;
+        let res = qp.send(|buf| Header::write(kind, grant, cookie, payload, buf));
+        match res {
+            Ok(_) => {
+                self.stats.tx_msgs.fetch_add(1, Relaxed);
+                self.stats
+                    .tx_bytes
+                    .fetch_add((Header::LEN + payload.len()) as u64, Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                inner.credits.untake(grant);
+                Err(e)
+            }
+        }
+    }
+
+    /// Client, connection up: sends the hello.
+    fn send_hello(&self, inner: &mut Inner) -> Result {
+        let p = &self.session.params;
+        let hello = Hello {
+            service: self.session.service(),
+            queue_depth: p.queue_depth,
+            max_msg: p.max_msg,
+            heartbeat_ms: p.heartbeat_ms,
+        };
+        self.send_locked(inner, Kind::Hello, 0, &hello.encode())
+    }
+
+    /// Handles one received message; `Err` fails the channel.
+    fn receive(&self, msg: &[u8]) -> Result<(), Reason> {
+        let (h, payload) = Header::parse(msg)?;
+        let mut inner = self.inner.lock();
+        inner.last_rx = Instant::now();
+        self.stats.rx_msgs.fetch_add(1, Relaxed);
+        self.stats.rx_bytes.fetch_add(msg.len() as u64, Relaxed);
+        let role = self.session.role;
+        match (h.kind, inner.state, role) {
+            (Kind::Hello, ChanState::Connecting | ChanState::Handshake, Role::Server) => {
+                let hello = Hello::decode(payload)?;
+                let status = self.session.check_hello(&hello, self.index);
+                // The peer's depth bounds its grants from here on.
+                inner.credits.set_peer_depth(hello.queue_depth);
+                inner.credits.grant(h.credits)?;
+                inner.peer_depth = hello.queue_depth;
+                inner.peer_max_msg = hello.max_msg.min(self.session.params.max_msg);
+                let p = &self.session.params;
+                let reply = HelloReply {
+                    status,
+                    queue_depth: p.queue_depth,
+                    max_msg: p.max_msg,
+                    heartbeat_ms: p.heartbeat_ms,
+                };
+                self.send_locked(&mut inner, Kind::HelloReply, 0, &reply.encode())
+                    .map_err(|_| Reason::NoResources)?;
+                if status != Reason::None {
+                    // Fail once the refusal has left (see `send_done`).
+                    inner.state = ChanState::Refusing(status);
+                    return Ok(());
+                }
+                inner.state = ChanState::Up;
+                inner.last_heartbeat = Instant::now();
+                drop(inner);
+                self.session.channel_up(self.index, self.generation);
+                Ok(())
+            }
+            (Kind::HelloReply, ChanState::Handshake, Role::Client) => {
+                let reply = HelloReply::decode(payload)?;
+                if reply.status != Reason::None {
+                    return Err(reply.status);
+                }
+                inner.credits.set_peer_depth(reply.queue_depth);
+                inner.credits.grant(h.credits)?;
+                inner.peer_depth = reply.queue_depth;
+                inner.peer_max_msg = reply.max_msg.min(self.session.params.max_msg);
+                inner.state = ChanState::Up;
+                inner.last_heartbeat = Instant::now();
+                drop(inner);
+                self.session.channel_up(self.index, self.generation);
+                Ok(())
+            }
+            (Kind::Heartbeat, ChanState::Up, _) => {
+                inner.credits.grant(h.credits)?;
+                self.stats.heartbeats_rx.fetch_add(1, Relaxed);
+                // No credit for the ack: the peer's heartbeat times out only if
+                // this goes on, which is what it should measure.
+                let _ = self.send_locked(&mut inner, Kind::HeartbeatAck, h.cookie, &[]);
+                Ok(())
+            }
+            (Kind::HeartbeatAck, ChanState::Up, _) => {
+                inner.credits.grant(h.credits)?;
+                if let Some((seq, at)) = inner.heartbeat_out {
+                    if seq == h.cookie {
+                        let us = at.elapsed().as_micros_ceil();
+                        inner.rtt_us = u32::try_from(us).unwrap_or(u32::MAX);
+                        inner.heartbeat_out = None;
+                    }
+                }
+                Ok(())
+            }
+            (Kind::Credits, ChanState::Up, _) => inner.credits.grant(h.credits),
+            // A message out of place: a hello twice, a reply to a server, data
+            // before the handshake.
+            _ => Err(Reason::ProtocolError),
+        }
+    }
+
+    /// A failed work completion: the first one that is not a flush is logged
+    /// and fails the channel; flushes are only counted.
+    fn wc_failed(&self, wc: &Wc) {
+        if wc.flushed() {
+            self.stats.flush_errors.fetch_add(1, Relaxed);
+        } else {
+            let first = self.stats.wc_errors.fetch_add(1, Relaxed) == 0;
+            if first {
+                pr_warn!(
+                    "session {} channel {}: {} (status {}, vendor error {:#x})\n",
+                    self.session.id,
+                    self.index,
+                    wc.status_msg(),
+                    wc.status(),
+                    wc.vendor_err()
+                );
+            }
+        }
+        self.fail(Reason::TransportError);
+    }
+}
+
+impl Completion for Channel {
+    fn recv_done(this: ArcBorrow<'_, Self>, _slot: u32, wc: &Wc, data: &[u8]) -> bool {
+        this.recv_done(wc, data)
+    }
+
+    fn recv_reposted(this: ArcBorrow<'_, Self>, _slot: u32) {
+        let mut inner = this.inner.lock();
+        if inner.credits.reposted() && inner.state == ChanState::Up {
+            // Nothing else went out to carry the grant: send it alone.
+            if this.send_locked(&mut inner, Kind::Credits, 0, &[]).is_ok() {
+                this.stats.credit_updates.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    fn send_done(this: ArcBorrow<'_, Self>, _slot: u32, wc: &Wc) {
+        if !wc.ok() {
+            this.wc_failed(wc);
+            return;
+        }
+        let state = this.inner.lock().state;
+        if let ChanState::Refusing(reason) = state {
+            this.fail(reason);
+        }
+    }
+}
+
+impl Channel {
+    fn recv_done(&self, wc: &Wc, data: &[u8]) -> bool {
+        if !wc.ok() {
+            self.wc_failed(wc);
+            return false;
+        }
+        match self.receive(data) {
+            Ok(()) => true,
+            Err(reason) => {
+                if reason == Reason::ProtocolError || reason == Reason::Malformed {
+                    pr_warn!(
+                        "session {} channel {}: bad message from the peer ({} bytes)\n",
+                        self.session.id,
+                        self.index,
+                        data.len()
+                    );
+                }
+                self.fail(reason);
+                false
+            }
+        }
+    }
+}
+
+impl Handler for Channel {
+    fn event(this: ArcBorrow<'_, Self>, id: &Locked<'_>, ev: &Event<'_>) {
+        let this: Arc<Self> = this.into();
+        this.cm_event(id, ev);
+    }
+}
+
+impl Channel {
+    fn cm_event(self: &Arc<Self>, id: &Locked<'_>, ev: &Event<'_>) {
+        match ev.kind() {
+            EventKind::AddrResolved => {
+                if id.resolve_route(RESOLVE_TIMEOUT_MS).is_err() {
+                    self.fail(Reason::Unreachable);
+                }
+            }
+            EventKind::AddrError | EventKind::RouteError => self.fail(Reason::Unreachable),
+            EventKind::RouteResolved => {
+                if let Err(r) = self.route_resolved(id) {
+                    self.fail(r);
+                }
+            }
+            EventKind::ConnectResponse => {
+                if let Err(r) = self.connect_response(id, ev) {
+                    self.fail(r);
+                }
+            }
+            EventKind::Established => {
+                // Server side: the client's hello may already be in.
+                let mut inner = self.inner.lock();
+                if inner.state == ChanState::Connecting {
+                    inner.state = ChanState::Handshake;
+                }
+            }
+            EventKind::Rejected => {
+                let reason = match ev.consumer_reject_data().and_then(RejectData::decode) {
+                    Some(r) => r.reason,
+                    None if ev.status() == cm::REJ_INVALID_SERVICE_ID => Reason::NoListener,
+                    None => {
+                        pr_info!(
+                            "session {}: connect rejected: {}\n",
+                            self.session.id,
+                            id.reject_msg(ev.status())
+                        );
+                        Reason::CmRejected
+                    }
+                };
+                self.fail(reason);
+            }
+            EventKind::Unreachable | EventKind::ConnectError => {
+                self.fail(if ev.status() == ETIMEDOUT.to_errno() {
+                    Reason::Timeout
+                } else {
+                    Reason::Unreachable
+                })
+            }
+            EventKind::Disconnected => self.fail(Reason::PeerClosed),
+            // The session's work destroys the id, which rdma_cm waits for.
+            EventKind::DeviceRemoval => self.fail(Reason::DeviceRemoved),
+            EventKind::AddrChange => self.fail(Reason::Unreachable),
+            EventKind::TimewaitExit | EventKind::Other(_) => {}
+        }
+    }
+
+    /// Client: route known; create the QP and send the connect request.
+    fn route_resolved(self: &Arc<Self>, id: &Locked<'_>) -> Result<(), Reason> {
+        let qp = self.create_qp(id)?;
+        let data = ConnectData {
+            session_id: self.session.session_id,
+            generation: self.generation,
+            channel: self.index,
+            channels: self.session.params.channels,
+        }
+        .encode();
+        let mut inner = self.inner.lock();
+        if inner.state != ChanState::Resolving {
+            drop(inner);
+            drop(qp);
+            return Err(Reason::LocalClose);
+        }
+        let res = id
+            .modify_qp(&qp, QpState::Init)
+            .and_then(|()| id.connect(&qp, &conn_params(&data)));
+        if res.is_err() {
+            drop(inner);
+            drop(qp);
+            return Err(Reason::NoResources);
+        }
+        inner.qp = Some(qp);
+        inner.state = ChanState::Connecting;
+        Ok(())
+    }
+
+    /// Client: the server accepted; check its data, bring the QP up, complete
+    /// the connection and say hello.
+    fn connect_response(&self, id: &Locked<'_>, ev: &Event<'_>) -> Result<(), Reason> {
+        let acc = AcceptData::decode(ev.private_data())?;
+        if acc.session_id != self.session.session_id {
+            return Err(Reason::ProtocolError);
+        }
+        let mut inner = self.inner.lock();
+        {
+            let qp = inner.qp.as_ref().ok_or(Reason::LocalClose)?;
+            id.modify_qp(qp, QpState::Rtr)
+                .and_then(|()| id.modify_qp(qp, QpState::Rts))
+                .and_then(|()| id.establish())
+                .map_err(|_| Reason::TransportError)?;
+        }
+        inner.state = ChanState::Handshake;
+        inner.since = Instant::now();
+        self.send_hello(&mut inner).map_err(|_| Reason::NoResources)
+    }
+}

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Listeners: an address and port on which ferry accepts sessions.
+//!
+//! A connection request is checked before anything is allocated for it: its
+//! private data must decode (see [`crate::wire::ConnectData`]) and fit the
+//! session it names. A refusal goes back as CM reject data carrying the
+//! [`Reason`], which the client reports instead of a bare "rejected".
+
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{aref::ARef, Arc, ArcBorrow, Mutex},
+};
+
+use crate::{
+    channel::Channel,
+    cm::{CmId, ConnectRequest, Event, EventKind, Handler, Locked, SockAddr},
+    device::{Ferry, OWNER},
+    netns::Net,
+    session::Session,
+    wire::{ConnectData, Reason, RejectData},
+};
+
+/// Connection requests rdma_cm queues for a listener.
+const BACKLOG: i32 = 128;
+
+/// A listening address and port.
+#[pin_data]
+pub(crate) struct Listener {
+    /// Local handle (netlink `id`).
+    pub(crate) id: u32,
+    /// The address and port listened on.
+    pub(crate) addr: SockAddr,
+    /// The namespace of the listening id.
+    pub(crate) net: ARef<Net>,
+    /// `None` once the listener is closed, or its device went away.
+    #[pin]
+    cm: Mutex<Option<CmId<Listener>>>,
+}
+
+impl Listener {
+    /// Binds and listens on `addr` in `net`.
+    pub(crate) fn new(id: u32, net: &Net, addr: SockAddr) -> Result<Arc<Self>> {
+        let l = Arc::pin_init(
+            pin_init!(Self {
+                id,
+                addr,
+                net: net.into(),
+                cm <- new_mutex!(None),
+            }),
+            GFP_KERNEL,
+        )?;
+        let cm = CmId::new(net, l.clone(), OWNER)?;
+        if addr.is_v6() {
+            // An IPv6 listener takes IPv6 only; IPv4 gets its own.
+            cm.set_afonly(true)?;
+        }
+        cm.bind(&addr)?;
+        cm.listen(BACKLOG)?;
+        *l.cm.lock() = Some(cm);
+        Ok(l)
+    }
+
+    /// Stops listening. Sessions accepted through the listener stay. May sleep;
+    /// not from the listener's own handler.
+    pub(crate) fn close(&self) {
+        let cm = self.cm.lock().take();
+        drop(cm);
+    }
+
+    /// Whether the listener still listens.
+    pub(crate) fn is_listening(&self) -> bool {
+        self.cm.lock().is_some()
+    }
+
+    fn refuse(req: ConnectRequest<'_>, reason: Reason) {
+        let _ = req.reject(&RejectData { reason }.encode());
+    }
+
+    fn accept_request(&self, req: ConnectRequest<'_>, ev: &Event<'_>) {
+        let data = match ConnectData::decode(ev.private_data()) {
+            Ok(d) => d,
+            Err(r) => {
+                pr_info!(
+                    "listener {}: refused a request from {}: {}\n",
+                    self.id,
+                    req.id().dst_addr(),
+                    r.describe()
+                );
+                return Self::refuse(req, r);
+            }
+        };
+        let Some(ferry) = Ferry::get().filter(|f| !f.shutting_down()) else {
+            return Self::refuse(req, Reason::ShuttingDown);
+        };
+        let peer = req.id().dst_addr();
+        let session = match ferry.server_session(data.session_id, &peer) {
+            Some(s) if s.generation() == data.generation => {
+                if let Err(r) = s.check_request(data.generation, data.channel, data.channels) {
+                    return Self::refuse(req, r);
+                }
+                s
+            }
+            // A newer attempt from the same client: what is left of the old one
+            // is half-open and must not block it.
+            Some(s) if (data.generation.wrapping_sub(s.generation()) as i32) > 0 => {
+                let _ = ferry.spawn(move || s.close(Reason::PeerClosed));
+                match Session::server(&ferry, &self.net, peer, &data, self.id) {
+                    Ok(s) => s,
+                    Err(_) => return Self::refuse(req, Reason::NoResources),
+                }
+            }
+            Some(_) => return Self::refuse(req, Reason::BadChannel),
+            None => match Session::server(&ferry, &self.net, peer, &data, self.id) {
+                Ok(s) => s,
+                Err(_) => return Self::refuse(req, Reason::NoResources),
+            },
+        };
+        match Channel::accept(&session, &data, req) {
+            Ok(chan) => {
+                if let Err(r) = session.add_channel(chan.clone()) {
+                    chan.fail(r);
+                    // Not in the session's list: tear it down here, later.
+                    let _ = ferry.spawn(move || chan.shutdown());
+                }
+            }
+            Err(r) => session.channel_failed(data.channel, data.generation, r),
+        }
+    }
+}
+
+impl Handler for Listener {
+    fn event(this: ArcBorrow<'_, Self>, _id: &Locked<'_>, ev: &Event<'_>) {
+        if ev.kind() == EventKind::DeviceRemoval {
+            // Bound to a device that is going away: rdma_cm waits until the id
+            // is destroyed, which must not happen in this handler.
+            pr_warn!(
+                "listener {} on {}: RDMA device removed, no longer listening\n",
+                this.id,
+                this.addr
+            );
+            let this: Arc<Self> = this.into();
+            if let Some(ferry) = Ferry::get() {
+                let _ = ferry.spawn(move || this.close());
+            }
+        }
+    }
+
+    fn connect_request(this: ArcBorrow<'_, Self>, req: ConnectRequest<'_>, ev: &Event<'_>) {
+        this.accept_request(req, ev);
+    }
+}

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The session state machine.
+//!
+//! ```text
+//!              connect
+//!                 |
+//!                 v        all channels up
+//!  +-------> Connecting ------------------> Connected
+//!  |              |  \                          |
+//!  | backoff      |   \ first attempt failed,   | a channel failed (client)
+//!  | elapsed      |    \ closed, gave up        v
+//!  +-------- Reconnecting <---------------------+
+//!                 |    \                        |
+//!                 |     +--> Closing <----------+ closed; server: any failure
+//!                 +--------> Closing --> Closed
+//! ```
+//!
+//! A server session never reconnects: the client does, with a new generation,
+//! and the server replaces whatever it still holds of the old one. Every
+//! change goes through [`SessionState::check`], which refuses anything the
+//! table does not allow, so a bug shows up as a refused transition (and a
+//! warning) instead of a session in an impossible state.
+
+use kernel::prelude::*;
+
+/// Which side opened the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum Role {
+    /// This side connected.
+    Client = 0,
+    /// This side accepted.
+    Server = 1,
+}
+
+/// States of a session (netlink `enum ferry_session_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum SessionState {
+    /// Channels are being set up.
+    Connecting = 0,
+    /// Every channel is up.
+    Connected = 1,
+    /// Waiting out the backoff before the next attempt (client only).
+    Reconnecting = 2,
+    /// Channels are being torn down for good.
+    Closing = 3,
+    /// Gone; no way back.
+    Closed = 4,
+}
+
+impl SessionState {
+    /// All states, for the tests.
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    const ALL: [Self; 5] = [
+        Self::Connecting,
+        Self::Connected,
+        Self::Reconnecting,
+        Self::Closing,
+        Self::Closed,
+    ];
+
+    /// Whether a session of `role` may go from `self` to `to`.
+    pub(crate) fn allows(self, role: Role, to: Self) -> bool {
+        use SessionState::*;
+        match (self, to) {
+            (Connecting, Connected) | (Connecting, Closing) => true,
+            (Connected, Closing) | (Reconnecting, Closing) => true,
+            (Closing, Closed) => true,
+            (Connecting, Reconnecting) | (Connected, Reconnecting) | (Reconnecting, Connecting) => {
+                role == Role::Client
+            }
+            _ => false,
+        }
+    }
+
+    /// `Ok(to)` if the transition is allowed, else `EINVAL`.
+    pub(crate) fn check(self, role: Role, to: Self) -> Result<Self> {
+        if self.allows(role, to) {
+            Ok(to)
+        } else {
+            Err(EINVAL)
+        }
+    }
+
+    /// Name, as in the netlink spec.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Connecting => "connecting",
+            Self::Connected => "connected",
+            Self::Reconnecting => "reconnecting",
+            Self::Closing => "closing",
+            Self::Closed => "closed",
+        }
+    }
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kunit_tests(ferry_state)]
+mod tests {
+    use super::{Role::*, SessionState::*, *};
+
+    /// The whole table, spelled out: every pair not listed is forbidden.
+    const CLIENT_ALLOWED: [(SessionState, SessionState); 8] = [
+        (Connecting, Connected),
+        (Connecting, Reconnecting),
+        (Connecting, Closing),
+        (Connected, Reconnecting),
+        (Connected, Closing),
+        (Reconnecting, Connecting),
+        (Reconnecting, Closing),
+        (Closing, Closed),
+    ];
+
+    #[test]
+    fn client_transitions_match_the_table() {
+        for from in SessionState::ALL {
+            for to in SessionState::ALL {
+                let want = CLIENT_ALLOWED.contains(&(from, to));
+                assert_eq!(from.allows(Client, to), want);
+                assert_eq!(from.check(Client, to).is_ok(), want);
+            }
+        }
+    }
+
+    #[test]
+    fn servers_never_reconnect() {
+        for from in SessionState::ALL {
+            for to in SessionState::ALL {
+                let want = CLIENT_ALLOWED.contains(&(from, to))
+                    && from != Reconnecting
+                    && to != Reconnecting;
+                assert_eq!(from.allows(Server, to), want);
+            }
+        }
+    }
+
+    #[test]
+    fn closed_is_final_and_no_state_loops() {
+        for s in SessionState::ALL {
+            assert!(!Closed.allows(Client, s));
+            assert!(!s.allows(Client, s));
+            assert!(!s.allows(Server, s));
+        }
+    }
+}

@@ -1,0 +1,321 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The transport's shared state: sessions, listeners, services, the work
+//! queue every teardown runs on, and the tick that drives timers.
+//!
+//! The tick runs every [`TICK_MS`] on ferry's own work queue and calls each
+//! session's [`Session::tick`]: heartbeats, dead-peer and connect timeouts,
+//! reconnect backoff, give-up. One periodic work item instead of timers per
+//! session keeps teardown simple: nothing is pending per session, and at
+//! unload the tick is stopped once, then the queue is drained and destroyed.
+
+use core::sync::atomic::{
+    AtomicBool, AtomicU32,
+    Ordering::{Acquire, Relaxed, Release},
+};
+use kernel::{
+    impl_has_delayed_work, new_condvar, new_delayed_work, new_mutex,
+    prelude::*,
+    sync::{Arc, CondVar, Mutex},
+    time::msecs_to_jiffies,
+    workqueue::{DelayedWork, WorkItem},
+};
+
+use crate::{
+    cm::SockAddr,
+    device::Ferry,
+    listener::Listener,
+    netns::Net,
+    session::Session,
+    wire::{Reason, ServiceName},
+    work::OwnedQueue,
+};
+
+/// Period of the transport's tick, in milliseconds.
+pub(crate) const TICK_MS: u32 = 100;
+
+/// The services this host offers. `echo` is built in: it answers heartbeats
+/// and nothing else yet, and is what `ferryctl` and the tests connect to.
+pub(crate) const BUILTIN_SERVICES: [&[u8]; 1] = [b"echo"];
+
+/// The periodic work item.
+#[pin_data]
+pub(crate) struct Ticker {
+    #[pin]
+    work: DelayedWork<Ticker>,
+    running: AtomicBool,
+    #[pin]
+    stopped: Mutex<bool>,
+    #[pin]
+    stopped_cv: CondVar,
+}
+
+impl_has_delayed_work! {
+    impl HasDelayedWork<Self> for Ticker { self.work }
+}
+
+impl WorkItem for Ticker {
+    type Pointer = Arc<Ticker>;
+
+    fn run(this: Arc<Ticker>) {
+        let ferry = Ferry::get();
+        if this.running.load(Acquire) {
+            if let Some(ferry) = ferry.as_ref() {
+                ferry.tick();
+                if ferry.schedule_tick(this.clone()).is_ok() {
+                    return;
+                }
+            }
+        }
+        *this.stopped.lock() = true;
+        this.stopped_cv.notify_all();
+    }
+}
+
+impl Ticker {
+    /// A ticker that is not running yet.
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                work <- new_delayed_work!("ferry::tick"),
+                running: AtomicBool::new(true),
+                stopped <- new_mutex!(false),
+                stopped_cv <- new_condvar!(),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Stops the tick and waits until it no longer runs or is queued.
+    fn stop(&self) {
+        self.running.store(false, Release);
+        let mut stopped = self.stopped.lock();
+        while !*stopped {
+            self.stopped_cv.wait(&mut stopped);
+        }
+    }
+}
+
+/// The transport's part of the module state (a field of [`Ferry`]).
+#[pin_data]
+pub(crate) struct Transport {
+    #[pin]
+    sessions: Mutex<KVec<Arc<Session>>>,
+    #[pin]
+    listeners: Mutex<KVec<Arc<Listener>>>,
+    #[pin]
+    queue: Mutex<Option<OwnedQueue>>,
+    ticker: Arc<Ticker>,
+    services: KVec<ServiceName>,
+    next_session: AtomicU32,
+    next_listener: AtomicU32,
+    shutting_down: AtomicBool,
+}
+
+impl Transport {
+    /// The transport of a module being loaded; [`Ferry::start`] starts it.
+    pub(crate) fn new() -> Result<impl PinInit<Self, Error>> {
+        let mut services = KVec::new();
+        for name in BUILTIN_SERVICES {
+            services.push(ServiceName::new(name).ok_or(EINVAL)?, GFP_KERNEL)?;
+        }
+        let queue = OwnedQueue::new(c"ferry")?;
+        let ticker = Ticker::new()?;
+        Ok(try_pin_init!(Self {
+            sessions <- new_mutex!(KVec::new()),
+            listeners <- new_mutex!(KVec::new()),
+            queue <- new_mutex!(Some(queue)),
+            ticker,
+            services,
+            next_session: AtomicU32::new(1),
+            next_listener: AtomicU32::new(1),
+            shutting_down: AtomicBool::new(false),
+        }? Error))
+    }
+}
+
+impl Ferry {
+    fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
+    /// Starts the tick; called once the module state is published.
+    pub(crate) fn start(&self) -> Result {
+        self.schedule_tick(self.transport().ticker.clone())
+    }
+
+    fn schedule_tick(&self, ticker: Arc<Ticker>) -> Result {
+        let q = self.transport().queue.lock();
+        let q = q.as_ref().ok_or(ESHUTDOWN)?;
+        q.queue()
+            .enqueue_delayed(ticker, msecs_to_jiffies(TICK_MS))
+            .map_err(|_| EBUSY)
+    }
+
+    fn tick(&self) {
+        let Ok(sessions) = self.sessions() else {
+            return;
+        };
+        for s in sessions.iter() {
+            s.tick();
+        }
+    }
+
+    /// Runs `f` on ferry's work queue; fails once the module is unloading.
+    pub(crate) fn spawn(&self, f: impl FnOnce() + Send + 'static) -> Result {
+        let q = self.transport().queue.lock();
+        q.as_ref().ok_or(ESHUTDOWN)?.spawn(f)
+    }
+
+    /// Whether the module is unloading.
+    pub(crate) fn shutting_down(&self) -> bool {
+        self.transport().shutting_down.load(Acquire)
+    }
+
+    /// Whether this host offers `service`.
+    pub(crate) fn has_service(&self, service: &ServiceName) -> bool {
+        self.transport().services.iter().any(|s| s == service)
+    }
+
+    /// A fresh session handle.
+    pub(crate) fn next_session_id(&self) -> u32 {
+        self.transport().next_session.fetch_add(1, Relaxed)
+    }
+
+    /// Registers a session.
+    pub(crate) fn add_session(&self, s: Arc<Session>) -> Result {
+        if self.shutting_down() {
+            return Err(ESHUTDOWN);
+        }
+        self.transport().sessions.lock().push(s, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Forgets a closed session.
+    pub(crate) fn remove_session(&self, s: &Session) {
+        self.transport()
+            .sessions
+            .lock()
+            .retain(|x| !core::ptr::eq(&**x, s));
+    }
+
+    /// The session with handle `id`.
+    pub(crate) fn session(&self, id: u32) -> Option<Arc<Session>> {
+        self.transport().sessions.lock().iter().find(|s| s.id == id).cloned()
+    }
+
+    /// The server session with handshake id `session_id` from `peer`'s address.
+    pub(crate) fn server_session(&self, session_id: u64, peer: &SockAddr) -> Option<Arc<Session>> {
+        self.transport()
+            .sessions
+            .lock()
+            .iter()
+            .find(|s| {
+                s.role == crate::state::Role::Server
+                    && s.session_id == session_id
+                    && s.peer.ip() == peer.ip()
+            })
+            .cloned()
+    }
+
+    /// A snapshot of the sessions, by handle.
+    pub(crate) fn sessions(&self) -> Result<KVec<Arc<Session>>> {
+        let guard = self.transport().sessions.lock();
+        let mut v = KVec::with_capacity(guard.len(), GFP_KERNEL)?;
+        for s in guard.iter() {
+            v.push(s.clone(), GFP_KERNEL)?;
+        }
+        drop(guard);
+        v.sort_unstable_by_key(|s| s.id);
+        Ok(v)
+    }
+
+    /// Adds a listener on `addr` in `net`. `EADDRINUSE` if ferry listens there
+    /// already.
+    pub(crate) fn add_listener(&self, net: &Net, addr: SockAddr) -> Result<Arc<Listener>> {
+        if self.shutting_down() {
+            return Err(ESHUTDOWN);
+        }
+        let dup = self
+            .transport()
+            .listeners
+            .lock()
+            .iter()
+            .any(|l| l.addr == addr && l.net.as_raw() == net.as_raw());
+        if dup {
+            return Err(EADDRINUSE);
+        }
+        let id = self.transport().next_listener.fetch_add(1, Relaxed);
+        let l = Listener::new(id, net, addr)?;
+        let mut list = self.transport().listeners.lock();
+        if let Err(e) = list.push(l.clone(), GFP_KERNEL) {
+            drop(list);
+            l.close();
+            return Err(e.into());
+        }
+        Ok(l)
+    }
+
+    /// Removes listener `id` if `net` may see it.
+    pub(crate) fn del_listener(&self, net: &Net, id: u32) -> Result {
+        let mut list = self.transport().listeners.lock();
+        let pos = list
+            .iter()
+            .position(|l| l.id == id && l.net.as_raw() == net.as_raw())
+            .ok_or(ENOENT)?;
+        let l = list.remove(pos)?;
+        drop(list);
+        l.close();
+        Ok(())
+    }
+
+    /// A snapshot of the listeners, by handle.
+    pub(crate) fn listeners(&self) -> Result<KVec<Arc<Listener>>> {
+        let guard = self.transport().listeners.lock();
+        let mut v = KVec::with_capacity(guard.len(), GFP_KERNEL)?;
+        for l in guard.iter() {
+            v.push(l.clone(), GFP_KERNEL)?;
+        }
+        Ok(v)
+    }
+
+    /// Open sessions accepted through listener `id`.
+    pub(crate) fn listener_sessions(&self, id: u32) -> u32 {
+        let n = self
+            .transport()
+            .sessions
+            .lock()
+            .iter()
+            .filter(|s| s.listener == Some(id))
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// Tears down every channel on RDMA device `index`, before it goes.
+    pub(crate) fn device_removed(&self, index: u32) {
+        if let Ok(sessions) = self.sessions() {
+            for s in sessions.iter() {
+                s.device_removed(index);
+            }
+        }
+    }
+
+    /// Module unload: refuses new work, stops the tick, closes every listener
+    /// and session (their peers see a disconnect), then drains the work queue.
+    pub(crate) fn shutdown(&self) {
+        let t = self.transport();
+        t.shutting_down.store(true, Release);
+        t.ticker.stop();
+        let listeners = core::mem::take(&mut *t.listeners.lock());
+        for l in listeners.iter() {
+            l.close();
+        }
+        // Sessions remove themselves from the list as they close.
+        while let Some(s) = t.sessions.lock().first().cloned() {
+            s.close(Reason::LocalClose);
+            self.remove_session(&s);
+        }
+        let queue = t.queue.lock().take();
+        drop(queue);
+    }
+}

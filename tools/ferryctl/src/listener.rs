@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The `listener` object: addresses and ports on which ferry accepts sessions.
+
+use std::net::IpAddr;
+
+use serde_json::{json, Map, Value};
+
+use crate::{
+    args::{self, KwArgs},
+    attr::{self, Attrs},
+    matches,
+    nl::{self, Error},
+    uapi::*,
+    usage, CliError, Ctx, Output,
+};
+
+/// A listener as ferry reports it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Listener {
+    pub id: u32,
+    pub addr: Option<IpAddr>,
+    pub port: Option<u16>,
+    pub sessions: Option<u32>,
+}
+
+fn bad(what: &str) -> Error {
+    Error::Protocol(format!("malformed listener {what} attribute"))
+}
+
+impl Listener {
+    /// Decodes a listener reply. Unknown attributes are skipped; known ones of
+    /// the wrong size are an error.
+    pub fn decode(payload: &[u8]) -> Result<Self, Error> {
+        let mut l = Listener::default();
+        let mut have_id = false;
+        for (ty, p) in Attrs::new(payload) {
+            match u32::from(ty) {
+                FERRY_A_LISTENER_ID => {
+                    l.id = attr::u32(p).ok_or_else(|| bad("id"))?;
+                    have_id = true;
+                }
+                FERRY_A_LISTENER_ADDR => {
+                    l.addr = Some(args::decode_addr(p).ok_or_else(|| bad("addr"))?)
+                }
+                FERRY_A_LISTENER_PORT => l.port = Some(attr::u16(p).ok_or_else(|| bad("port"))?),
+                FERRY_A_LISTENER_SESSIONS => {
+                    l.sessions = Some(attr::u32(p).ok_or_else(|| bad("sessions"))?)
+                }
+                _ => {}
+            }
+        }
+        if !have_id {
+            return Err(Error::Protocol("listener without an id".into()));
+        }
+        Ok(l)
+    }
+
+    /// The JSON object: `id`, `addr`, `port`, `sessions`.
+    pub fn to_json(&self) -> Value {
+        let mut o = Map::new();
+        o.insert("id".into(), json!(self.id));
+        if let Some(a) = self.addr {
+            o.insert("addr".into(), json!(a.to_string()));
+        }
+        if let Some(p) = self.port {
+            o.insert("port".into(), json!(p));
+        }
+        if let Some(n) = self.sessions {
+            o.insert("sessions".into(), json!(n));
+        }
+        Value::Object(o)
+    }
+
+    /// `listener 1 addr 192.0.2.1 port 4791 sessions 0`.
+    pub fn to_text(&self) -> String {
+        let mut s = format!("listener {}", self.id);
+        if let Some(a) = self.addr {
+            s += &format!(" addr {a}");
+        }
+        if let Some(p) = self.port {
+            s += &format!(" port {p}");
+        }
+        if let Some(n) = self.sessions {
+            s += &format!(" sessions {n}");
+        }
+        s.push('\n');
+        s
+    }
+}
+
+/// Names of the `listener` attributes, for error messages.
+pub fn attr_name(ty: u16) -> Option<&'static str> {
+    match u32::from(ty) {
+        FERRY_A_LISTENER_ID => Some("id"),
+        FERRY_A_LISTENER_ADDR => Some("addr"),
+        FERRY_A_LISTENER_PORT => Some("port"),
+        FERRY_A_LISTENER_SESSIONS => Some("sessions"),
+        _ => None,
+    }
+}
+
+/// A parsed `listener` command.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cmd {
+    /// `listener add ADDR port PORT`
+    Add { addr: IpAddr, port: u16 },
+    /// `listener del id ID`
+    Del { id: u32 },
+    /// `listener show [id ID]`
+    Show { id: Option<u32> },
+}
+
+impl Cmd {
+    /// Parses `listener COMMAND ARGS`; `None` is `help`.
+    pub fn parse(command: &str, args: &[String]) -> Result<Option<Self>, CliError> {
+        if matches(command, "show") || matches(command, "list") {
+            Self::show(args)
+        } else if matches(command, "add") {
+            let kw = KwArgs::parse(args, &["addr", "port"], Some("addr"))?;
+            let addr = args::parse_addr(kw.required("addr")?)?;
+            let port = args::number("port", kw.required("port")?)?;
+            Ok(Some(Cmd::Add { addr, port }))
+        } else if matches(command, "delete") {
+            let kw = KwArgs::parse(args, &["id"], Some("id"))?;
+            let id = args::number("id", kw.required("id")?)?;
+            Ok(Some(Cmd::Del { id }))
+        } else if matches(command, "help") {
+            Ok(None)
+        } else if command == "id" || command.parse::<u32>().is_ok() {
+            // `ferryctl listener 3`, `ferryctl listener id 3`
+            let mut all = vec![command.to_string()];
+            all.extend_from_slice(args);
+            Self::show(&all)
+        } else {
+            Err(usage(format!("unknown listener command \"{command}\"")))
+        }
+    }
+
+    fn show(args: &[String]) -> Result<Option<Self>, CliError> {
+        let kw = KwArgs::parse(args, &["id"], Some("id"))?;
+        Ok(Some(Cmd::Show { id: kw.num("id")? }))
+    }
+
+    /// The request: command, netlink flags and attributes.
+    pub fn request(&self) -> (u32, u16, nl::Builder) {
+        let b = nl::Builder::new();
+        match self {
+            Cmd::Add { addr, port } => (
+                FERRY_CMD_LISTENER_ADD,
+                0,
+                b.binary(FERRY_A_LISTENER_ADDR, &args::addr_bytes(addr))
+                    .u16(FERRY_A_LISTENER_PORT, *port),
+            ),
+            Cmd::Del { id } => (FERRY_CMD_LISTENER_DEL, 0, b.u32(FERRY_A_LISTENER_ID, *id)),
+            Cmd::Show { id: Some(id) } => {
+                (FERRY_CMD_LISTENER_GET, 0, b.u32(FERRY_A_LISTENER_ID, *id))
+            }
+            Cmd::Show { id: None } => (FERRY_CMD_LISTENER_GET, nl::NLM_F_DUMP, b),
+        }
+    }
+}
+
+/// Runs a parsed command: `add` and `show` print listeners, `del` nothing.
+pub fn exec(ctx: &mut Ctx, cmd: &Cmd) -> Result<Option<Output>, CliError> {
+    let (op, flags, req) = cmd.request();
+    let replies = ctx.request(op, flags, &req, attr_name)?;
+    if let Cmd::Del { .. } = cmd {
+        return Ok(None);
+    }
+    let mut listeners = Vec::new();
+    for r in &replies {
+        listeners.push(Listener::decode(r).map_err(|e| CliError::Kernel(e, attr_name))?);
+    }
+    Ok(Some(Output {
+        json: listeners.iter().map(Listener::to_json).collect(),
+        text: listeners.iter().map(Listener::to_text).collect(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attr::Attrs;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    fn parse(s: &str) -> Result<Option<Cmd>, CliError> {
+        let a = args(s);
+        Cmd::parse(&a[0], &a[1..])
+    }
+
+    fn usage_msg(s: &str) -> String {
+        match parse(s) {
+            Err(CliError::Usage(m)) => m,
+            _ => panic!("{s} was no usage error"),
+        }
+    }
+
+    #[test]
+    fn parses_commands() {
+        let add = parse("add 192.0.2.1 port 4791").unwrap().unwrap();
+        assert_eq!(
+            add,
+            Cmd::Add {
+                addr: "192.0.2.1".parse().unwrap(),
+                port: 4791
+            }
+        );
+        assert_eq!(parse("a addr :: port 1").unwrap().unwrap(), {
+            Cmd::Add {
+                addr: "::".parse().unwrap(),
+                port: 1,
+            }
+        });
+        assert_eq!(parse("del id 3").unwrap(), Some(Cmd::Del { id: 3 }));
+        assert_eq!(parse("delete 3").unwrap(), Some(Cmd::Del { id: 3 }));
+        assert_eq!(parse("show").unwrap(), Some(Cmd::Show { id: None }));
+        assert_eq!(parse("show id 7").unwrap(), Some(Cmd::Show { id: Some(7) }));
+        assert_eq!(parse("7").unwrap(), Some(Cmd::Show { id: Some(7) }));
+        assert_eq!(parse("id 7").unwrap(), Some(Cmd::Show { id: Some(7) }));
+        assert_eq!(parse("help").unwrap(), None);
+    }
+
+    #[test]
+    fn usage_errors() {
+        assert_eq!(usage_msg("add 192.0.2.1"), "missing \"port\"");
+        assert_eq!(usage_msg("add port 4791"), "missing \"addr\"");
+        assert!(usage_msg("add 192.0.2.300 port 1").starts_with("invalid address"));
+        assert_eq!(usage_msg("add ::1 port x"), "invalid port \"x\"");
+        assert_eq!(usage_msg("add ::1 port 65536"), "invalid port \"65536\"");
+        assert_eq!(usage_msg("del"), "missing \"id\"");
+        assert_eq!(usage_msg("del id"), "\"id\" needs a value");
+        assert_eq!(usage_msg("show id -1"), "invalid id \"-1\"");
+        assert_eq!(usage_msg("show 1 2"), "unknown argument \"2\"");
+        assert_eq!(usage_msg("frob"), "unknown listener command \"frob\"");
+    }
+
+    #[test]
+    fn add_request_attributes() {
+        let (op, flags, b) = parse("add 2001:db8::1 port 4791")
+            .unwrap()
+            .unwrap()
+            .request();
+        assert_eq!((op, flags), (FERRY_CMD_LISTENER_ADD, 0));
+        let a: Vec<_> = Attrs::new(b.bytes()).collect();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[0].0 as u32, FERRY_A_LISTENER_ADDR);
+        assert_eq!(a[0].1.len(), 16);
+        assert_eq!(&a[0].1[..4], &[0x20, 0x01, 0x0d, 0xb8]);
+        assert_eq!(
+            a[1],
+            (FERRY_A_LISTENER_PORT as u16, &4791u16.to_ne_bytes()[..])
+        );
+        let (op, flags, b) = parse("show").unwrap().unwrap().request();
+        assert_eq!(
+            (op, flags, b.bytes().len()),
+            (FERRY_CMD_LISTENER_GET, nl::NLM_F_DUMP, 0)
+        );
+    }
+
+    #[test]
+    fn decodes_into_text_and_json() {
+        let b = nl::Builder::new()
+            .u32(FERRY_A_LISTENER_ID, 1)
+            .binary(FERRY_A_LISTENER_ADDR, &[192, 0, 2, 1])
+            .u16(FERRY_A_LISTENER_PORT, 4791)
+            .u32(FERRY_A_LISTENER_SESSIONS, 0);
+        let l = Listener::decode(b.bytes()).unwrap();
+        assert_eq!(
+            l.to_text(),
+            "listener 1 addr 192.0.2.1 port 4791 sessions 0\n"
+        );
+        assert_eq!(
+            l.to_json(),
+            json!({"id": 1, "addr": "192.0.2.1", "port": 4791, "sessions": 0})
+        );
+        let mut v6 = [0u8; 16];
+        v6[15] = 1;
+        let b = nl::Builder::new()
+            .u32(FERRY_A_LISTENER_ID, 2)
+            .binary(FERRY_A_LISTENER_ADDR, &v6);
+        let l = Listener::decode(b.bytes()).unwrap();
+        assert_eq!(l.to_text(), "listener 2 addr ::1\n");
+        assert_eq!(l.to_json()["addr"], "::1");
+        let b = nl::Builder::new()
+            .u32(FERRY_A_LISTENER_ID, 2)
+            .binary(FERRY_A_LISTENER_ADDR, &[1, 2, 3]);
+        assert!(Listener::decode(b.bytes()).is_err());
+        assert!(
+            Listener::decode(nl::Builder::new().u16(FERRY_A_LISTENER_PORT, 1).bytes()).is_err()
+        );
+    }
+}

@@ -1,0 +1,813 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The `session` object: all traffic between this host and one peer for one
+//! service, over one or more channels (RC connections).
+
+use std::net::IpAddr;
+
+use serde_json::{json, Map, Value};
+
+use crate::{
+    args::{self, KwArgs},
+    attr::{self, Attrs},
+    matches,
+    nl::{self, Error},
+    uapi::{enum_names, *},
+    usage, CliError, Ctx, Output,
+};
+
+/// One channel of a session.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Channel {
+    pub index: u32,
+    pub qp_num: Option<u32>,
+    pub device: Option<String>,
+    pub comp_vector: Option<u32>,
+    pub credits: Option<u32>,
+    pub rtt_us: Option<u32>,
+}
+
+/// A session as ferry reports it (in replies and in notifications).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Session {
+    pub id: u32,
+    pub role: Option<u32>,
+    pub state: Option<u32>,
+    pub addr: Option<IpAddr>,
+    pub port: Option<u16>,
+    pub service: Option<String>,
+    pub channels: Option<u32>,
+    pub queue_depth: Option<u32>,
+    pub peer_queue_depth: Option<u32>,
+    pub max_msg_size: Option<u32>,
+    pub heartbeat_ms: Option<u32>,
+    pub timeout_ms: Option<u32>,
+    pub give_up_s: Option<u32>,
+    pub reason: Option<u32>,
+    pub reconnects: Option<u32>,
+    pub credits: Option<u32>,
+    pub rtt_us: Option<u32>,
+    pub session_id: Option<u64>,
+    pub listener: Option<u32>,
+    pub channel_list: Vec<Channel>,
+    /// (key, value) of the counters, in spec order; `None` without the nest.
+    pub stats: Option<Vec<(&'static str, u64)>>,
+}
+
+/// The counters of the `stats` nest and their keys.
+const STATS: [(u32, &str); 10] = [
+    (FERRY_A_STATS_TX_MSGS, "tx_msgs"),
+    (FERRY_A_STATS_RX_MSGS, "rx_msgs"),
+    (FERRY_A_STATS_TX_BYTES, "tx_bytes"),
+    (FERRY_A_STATS_RX_BYTES, "rx_bytes"),
+    (FERRY_A_STATS_HEARTBEATS_TX, "heartbeats_tx"),
+    (FERRY_A_STATS_HEARTBEATS_RX, "heartbeats_rx"),
+    (FERRY_A_STATS_CREDIT_UPDATES, "credit_updates"),
+    (FERRY_A_STATS_CREDIT_STALLS, "credit_stalls"),
+    (FERRY_A_STATS_WC_ERRORS, "wc_errors"),
+    (FERRY_A_STATS_FLUSH_ERRORS, "flush_errors"),
+];
+
+fn bad(what: &str) -> Error {
+    Error::Protocol(format!("malformed session {what} attribute"))
+}
+
+/// The spec name of an enum value (from the uapi header, see build.rs), or the
+/// number for a value this ferryctl does not know.
+pub fn enum_name(table: &[(u32, &str)], v: u32) -> String {
+    table
+        .iter()
+        .find(|(n, _)| *n == v)
+        .map(|(_, s)| s.to_string())
+        .unwrap_or_else(|| v.to_string())
+}
+
+/// `client`, `server`.
+pub fn role_name(v: u32) -> String {
+    enum_name(enum_names::FERRY_ROLE, v)
+}
+
+/// `connecting`, `connected`, `reconnecting`, `closing`, `closed`.
+pub fn state_name(v: u32) -> String {
+    enum_name(enum_names::FERRY_SESSION_STATE, v)
+}
+
+/// `none`, `unknown-service`, `timeout`, ...
+pub fn reason_name(v: u32) -> String {
+    enum_name(enum_names::FERRY_REASON, v)
+}
+
+impl Session {
+    /// Decodes a session reply or notification. Unknown attributes are
+    /// skipped, so newer kernels stay readable; known ones of the wrong size
+    /// are an error, and so is a session without an id.
+    pub fn decode(payload: &[u8]) -> Result<Self, Error> {
+        let mut s = Session::default();
+        let mut have_id = false;
+        for (ty, p) in Attrs::new(payload) {
+            let u32_of = |what| attr::u32(p).ok_or_else(|| bad(what));
+            match u32::from(ty) {
+                FERRY_A_SESSION_ID => {
+                    s.id = u32_of("id")?;
+                    have_id = true;
+                }
+                FERRY_A_SESSION_ROLE => s.role = Some(u32_of("role")?),
+                FERRY_A_SESSION_STATE => s.state = Some(u32_of("state")?),
+                FERRY_A_SESSION_ADDR => {
+                    s.addr = Some(args::decode_addr(p).ok_or_else(|| bad("addr"))?)
+                }
+                FERRY_A_SESSION_PORT => s.port = Some(attr::u16(p).ok_or_else(|| bad("port"))?),
+                FERRY_A_SESSION_SERVICE => {
+                    s.service = Some(attr::string(p).ok_or_else(|| bad("service"))?)
+                }
+                FERRY_A_SESSION_CHANNELS => s.channels = Some(u32_of("channels")?),
+                FERRY_A_SESSION_QUEUE_DEPTH => s.queue_depth = Some(u32_of("queue-depth")?),
+                FERRY_A_SESSION_PEER_QUEUE_DEPTH => {
+                    s.peer_queue_depth = Some(u32_of("peer-queue-depth")?)
+                }
+                FERRY_A_SESSION_MAX_MSG_SIZE => s.max_msg_size = Some(u32_of("max-msg-size")?),
+                FERRY_A_SESSION_HEARTBEAT_MS => s.heartbeat_ms = Some(u32_of("heartbeat-ms")?),
+                FERRY_A_SESSION_TIMEOUT_MS => s.timeout_ms = Some(u32_of("timeout-ms")?),
+                FERRY_A_SESSION_GIVE_UP_S => s.give_up_s = Some(u32_of("give-up-s")?),
+                FERRY_A_SESSION_REASON => s.reason = Some(u32_of("reason")?),
+                FERRY_A_SESSION_RECONNECTS => s.reconnects = Some(u32_of("reconnects")?),
+                FERRY_A_SESSION_CREDITS => s.credits = Some(u32_of("credits")?),
+                FERRY_A_SESSION_RTT_US => s.rtt_us = Some(u32_of("rtt-us")?),
+                FERRY_A_SESSION_SESSION_ID => {
+                    s.session_id = Some(attr::u64(p).ok_or_else(|| bad("session-id"))?)
+                }
+                FERRY_A_SESSION_LISTENER => s.listener = Some(u32_of("listener")?),
+                FERRY_A_SESSION_CHANNEL => s.channel_list.push(decode_channel(p)?),
+                FERRY_A_SESSION_STATS => s.stats = Some(decode_stats(p)?),
+                _ => {}
+            }
+        }
+        if !have_id {
+            return Err(Error::Protocol("session without an id".into()));
+        }
+        Ok(s)
+    }
+
+    /// The JSON object: stable snake_case keys; `channel_list` always, `stats`
+    /// with `stats` (`-s`).
+    pub fn to_json(&self, stats: bool) -> Value {
+        let mut o = Map::new();
+        let mut put = |k: &str, v: Option<Value>| {
+            if let Some(v) = v {
+                o.insert(k.into(), v);
+            }
+        };
+        put("id", Some(json!(self.id)));
+        put("role", self.role.map(|v| json!(role_name(v))));
+        put("state", self.state.map(|v| json!(state_name(v))));
+        put("addr", self.addr.map(|a| json!(a.to_string())));
+        put("port", self.port.map(|v| json!(v)));
+        put("service", self.service.as_ref().map(|v| json!(v)));
+        put("channels", self.channels.map(|v| json!(v)));
+        put("queue_depth", self.queue_depth.map(|v| json!(v)));
+        put("peer_queue_depth", self.peer_queue_depth.map(|v| json!(v)));
+        put("max_msg_size", self.max_msg_size.map(|v| json!(v)));
+        put("heartbeat_ms", self.heartbeat_ms.map(|v| json!(v)));
+        put("timeout_ms", self.timeout_ms.map(|v| json!(v)));
+        put("give_up_s", self.give_up_s.map(|v| json!(v)));
+        put("reason", self.reason.map(|v| json!(reason_name(v))));
+        put("reconnects", self.reconnects.map(|v| json!(v)));
+        put("credits", self.credits.map(|v| json!(v)));
+        put("rtt_us", self.rtt_us.map(|v| json!(v)));
+        put("session_id", self.session_id.map(|v| json!(v)));
+        put("listener", self.listener.map(|v| json!(v)));
+        let channels = self.channel_list.iter().map(channel_json).collect();
+        put("channel_list", Some(Value::Array(channels)));
+        if stats {
+            put("stats", self.stats.as_ref().map(|s| stats_json(s)));
+        }
+        Value::Object(o)
+    }
+
+    /// The first text line, without its newline: `session 3 client connected
+    /// peer 192.0.2.2 port 4791 service echo ...`, `reason` unless none.
+    pub fn summary(&self) -> String {
+        let mut s = format!("session {}", self.id);
+        if let Some(v) = self.role {
+            s += &format!(" {}", role_name(v));
+        }
+        if let Some(v) = self.state {
+            s += &format!(" {}", state_name(v));
+        }
+        if let Some(a) = self.addr {
+            s += &format!(" peer {a}");
+        }
+        if let Some(p) = self.port {
+            s += &format!(" port {p}");
+        }
+        if let Some(v) = &self.service {
+            s += &format!(" service {v}");
+        }
+        for (key, v) in [
+            ("channels", self.channels),
+            ("queue_depth", self.queue_depth),
+            ("peer_queue_depth", self.peer_queue_depth),
+            ("max_msg_size", self.max_msg_size),
+            ("credits", self.credits),
+            ("rtt_us", self.rtt_us),
+            ("reconnects", self.reconnects),
+            ("heartbeat_ms", self.heartbeat_ms),
+            ("timeout_ms", self.timeout_ms),
+            ("give_up_s", self.give_up_s),
+        ] {
+            if let Some(v) = v {
+                s += &format!(" {key} {v}");
+            }
+        }
+        if let Some(v) = self.session_id {
+            s += &format!(" session_id {v:#018x}");
+        }
+        if let Some(v) = self.listener {
+            s += &format!(" listener {v}");
+        }
+        if let Some(v) = self.reason.filter(|&r| r != FERRY_REASON_NONE) {
+            s += &format!(" reason {}", reason_name(v));
+        }
+        s
+    }
+
+    /// The text form: the summary line, with `stats` a line of counters, with
+    /// `details` a line per channel.
+    pub fn to_text(&self, details: bool, stats: bool) -> String {
+        let mut s = self.summary();
+        s.push('\n');
+        if let Some(counters) = self.stats.as_ref().filter(|_| stats) {
+            s += "   ";
+            for (k, v) in counters {
+                s += &format!(" {k} {v}");
+            }
+            s.push('\n');
+        }
+        if details {
+            for c in &self.channel_list {
+                s += &format!("    channel {}", c.index);
+                if let Some(v) = c.qp_num {
+                    s += &format!(" qp {v}");
+                }
+                if let Some(v) = &c.device {
+                    s += &format!(" dev {v}");
+                }
+                for (key, v) in [
+                    ("comp_vector", c.comp_vector),
+                    ("credits", c.credits),
+                    ("rtt_us", c.rtt_us),
+                ] {
+                    if let Some(v) = v {
+                        s += &format!(" {key} {v}");
+                    }
+                }
+                s.push('\n');
+            }
+        }
+        s
+    }
+}
+
+fn decode_channel(p: &[u8]) -> Result<Channel, Error> {
+    let mut c = Channel::default();
+    for (ty, v) in Attrs::new(p) {
+        let val = || attr::u32(v).ok_or_else(|| bad("channel"));
+        match u32::from(ty) {
+            FERRY_A_CHANNEL_INDEX => c.index = val()?,
+            FERRY_A_CHANNEL_QP_NUM => c.qp_num = Some(val()?),
+            FERRY_A_CHANNEL_DEVICE => {
+                c.device = Some(attr::string(v).ok_or_else(|| bad("channel device"))?)
+            }
+            FERRY_A_CHANNEL_COMP_VECTOR => c.comp_vector = Some(val()?),
+            FERRY_A_CHANNEL_CREDITS => c.credits = Some(val()?),
+            FERRY_A_CHANNEL_RTT_US => c.rtt_us = Some(val()?),
+            _ => {}
+        }
+    }
+    Ok(c)
+}
+
+fn decode_stats(p: &[u8]) -> Result<Vec<(&'static str, u64)>, Error> {
+    let mut counters = Vec::new();
+    for (ty, v) in Attrs::new(p) {
+        if let Some((_, key)) = STATS.iter().find(|(a, _)| *a == u32::from(ty)) {
+            counters.push((*key, attr::u64(v).ok_or_else(|| bad("stats"))?));
+        }
+    }
+    Ok(counters)
+}
+
+fn channel_json(c: &Channel) -> Value {
+    let mut o = Map::new();
+    o.insert("index".into(), json!(c.index));
+    if let Some(v) = c.qp_num {
+        o.insert("qp_num".into(), json!(v));
+    }
+    if let Some(v) = &c.device {
+        o.insert("device".into(), json!(v));
+    }
+    if let Some(v) = c.comp_vector {
+        o.insert("comp_vector".into(), json!(v));
+    }
+    if let Some(v) = c.credits {
+        o.insert("credits".into(), json!(v));
+    }
+    if let Some(v) = c.rtt_us {
+        o.insert("rtt_us".into(), json!(v));
+    }
+    Value::Object(o)
+}
+
+fn stats_json(counters: &[(&'static str, u64)]) -> Value {
+    let mut o = Map::new();
+    for (k, v) in counters {
+        o.insert((*k).into(), json!(v));
+    }
+    Value::Object(o)
+}
+
+/// Names of the `session` attributes, for error messages.
+pub fn attr_name(ty: u16) -> Option<&'static str> {
+    Some(match u32::from(ty) {
+        FERRY_A_SESSION_ID => "id",
+        FERRY_A_SESSION_ADDR => "addr",
+        FERRY_A_SESSION_PORT => "port",
+        FERRY_A_SESSION_SERVICE => "service",
+        FERRY_A_SESSION_CHANNELS => "channels",
+        FERRY_A_SESSION_QUEUE_DEPTH => "queue-depth",
+        FERRY_A_SESSION_MAX_MSG_SIZE => "max-msg-size",
+        FERRY_A_SESSION_HEARTBEAT_MS => "heartbeat-ms",
+        FERRY_A_SESSION_TIMEOUT_MS => "timeout-ms",
+        FERRY_A_SESSION_GIVE_UP_S => "give-up-s",
+        _ => return None,
+    })
+}
+
+/// `session connect`'s arguments. The options left out are the kernel's to
+/// choose.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Connect {
+    pub addr: IpAddr,
+    pub port: u16,
+    pub service: String,
+    /// (attribute, value) of the options given, in spec order.
+    pub options: Vec<(u32, u32)>,
+}
+
+/// The options of `session connect`: keyword, attribute.
+const CONNECT_OPTIONS: [(&str, u32); 6] = [
+    ("channels", FERRY_A_SESSION_CHANNELS),
+    ("queue-depth", FERRY_A_SESSION_QUEUE_DEPTH),
+    ("max-msg-size", FERRY_A_SESSION_MAX_MSG_SIZE),
+    ("heartbeat-ms", FERRY_A_SESSION_HEARTBEAT_MS),
+    ("timeout-ms", FERRY_A_SESSION_TIMEOUT_MS),
+    ("give-up-s", FERRY_A_SESSION_GIVE_UP_S),
+];
+
+/// A parsed `session` command.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cmd {
+    /// `session connect ADDR port PORT service NAME [OPTIONS]`
+    Connect(Connect),
+    /// `session disconnect id ID`
+    Disconnect { id: u32 },
+    /// `session show [id ID]`
+    Show { id: Option<u32> },
+}
+
+impl Cmd {
+    /// Parses `session COMMAND ARGS`; `None` is `help`.
+    pub fn parse(command: &str, args: &[String]) -> Result<Option<Self>, CliError> {
+        if matches(command, "show") || matches(command, "list") {
+            Self::show(args)
+        } else if matches(command, "connect") {
+            let mut keys = vec!["addr|peer", "port", "service"];
+            keys.extend(CONNECT_OPTIONS.iter().map(|(k, _)| *k));
+            let kw = KwArgs::parse(args, &keys, Some("addr"))?;
+            let addr = args::parse_addr(kw.required("addr")?)?;
+            let port = args::number("port", kw.required("port")?)?;
+            let service = kw.required("service")?.to_string();
+            if service.is_empty() || service.len() > FERRY_SERVICE_NAME_LEN as usize {
+                return Err(usage(format!(
+                    "invalid service \"{service}\" (1 to {FERRY_SERVICE_NAME_LEN} bytes)"
+                )));
+            }
+            let mut options = Vec::new();
+            for (key, attr) in CONNECT_OPTIONS {
+                if let Some(v) = kw.num::<u32>(key)? {
+                    options.push((attr, v));
+                }
+            }
+            Ok(Some(Cmd::Connect(Connect {
+                addr,
+                port,
+                service,
+                options,
+            })))
+        } else if matches(command, "disconnect") {
+            let kw = KwArgs::parse(args, &["id"], Some("id"))?;
+            let id = args::number("id", kw.required("id")?)?;
+            Ok(Some(Cmd::Disconnect { id }))
+        } else if matches(command, "help") {
+            Ok(None)
+        } else if command == "id" || command.parse::<u32>().is_ok() {
+            // `ferryctl session 3`, `ferryctl session id 3`
+            let mut all = vec![command.to_string()];
+            all.extend_from_slice(args);
+            Self::show(&all)
+        } else {
+            Err(usage(format!("unknown session command \"{command}\"")))
+        }
+    }
+
+    fn show(args: &[String]) -> Result<Option<Self>, CliError> {
+        let kw = KwArgs::parse(args, &["id"], Some("id"))?;
+        Ok(Some(Cmd::Show { id: kw.num("id")? }))
+    }
+
+    /// The request: command, netlink flags and attributes.
+    pub fn request(&self) -> (u32, u16, nl::Builder) {
+        let b = nl::Builder::new();
+        match self {
+            Cmd::Connect(c) => {
+                let mut b = b
+                    .binary(FERRY_A_SESSION_ADDR, &args::addr_bytes(&c.addr))
+                    .u16(FERRY_A_SESSION_PORT, c.port)
+                    .str(FERRY_A_SESSION_SERVICE, &c.service);
+                for (attr, v) in &c.options {
+                    b = b.u32(*attr, *v);
+                }
+                (FERRY_CMD_SESSION_CONNECT, 0, b)
+            }
+            Cmd::Disconnect { id } => (
+                FERRY_CMD_SESSION_DISCONNECT,
+                0,
+                b.u32(FERRY_A_SESSION_ID, *id),
+            ),
+            Cmd::Show { id: Some(id) } => {
+                (FERRY_CMD_SESSION_GET, 0, b.u32(FERRY_A_SESSION_ID, *id))
+            }
+            Cmd::Show { id: None } => (FERRY_CMD_SESSION_GET, nl::NLM_F_DUMP, b),
+        }
+    }
+}
+
+/// Runs a parsed command: `connect` and `show` print sessions, `disconnect`
+/// nothing.
+pub fn exec(ctx: &mut Ctx, cmd: &Cmd) -> Result<Option<Output>, CliError> {
+    let (op, flags, req) = cmd.request();
+    let replies = ctx.request(op, flags, &req, attr_name)?;
+    if let Cmd::Disconnect { .. } = cmd {
+        return Ok(None);
+    }
+    let mut sessions = Vec::new();
+    for r in &replies {
+        sessions.push(Session::decode(r).map_err(|e| CliError::Kernel(e, attr_name))?);
+    }
+    Ok(Some(Output {
+        json: sessions.iter().map(|s| s.to_json(ctx.stats)).collect(),
+        text: sessions
+            .iter()
+            .map(|s| s.to_text(ctx.details, ctx.stats))
+            .collect(),
+    }))
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+    use crate::nl::Builder;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    fn parse(s: &str) -> Result<Option<Cmd>, CliError> {
+        let a = args(s);
+        Cmd::parse(&a[0], &a[1..])
+    }
+
+    fn usage_msg(s: &str) -> String {
+        match parse(s) {
+            Err(CliError::Usage(m)) => m,
+            _ => panic!("{s} was no usage error"),
+        }
+    }
+
+    pub fn nest(ty: u32, inner: &[u8]) -> Vec<u8> {
+        let mut v = ((inner.len() + 4) as u16).to_ne_bytes().to_vec();
+        v.extend_from_slice(&((ty as u16) | 0x8000).to_ne_bytes());
+        v.extend_from_slice(inner);
+        v.resize(v.len().next_multiple_of(4), 0);
+        v
+    }
+
+    fn u64_attr(ty: u32, v: u64) -> Vec<u8> {
+        let mut b = 12u16.to_ne_bytes().to_vec();
+        b.extend_from_slice(&(ty as u16).to_ne_bytes());
+        b.extend_from_slice(&v.to_ne_bytes());
+        b
+    }
+
+    /// A server session as the kernel would send it, with two channels and
+    /// statistics.
+    pub fn sample() -> Vec<u8> {
+        let mut b = Builder::new()
+            .u32(FERRY_A_SESSION_ID, 3)
+            .u32(FERRY_A_SESSION_ROLE, FERRY_ROLE_SERVER)
+            .u32(FERRY_A_SESSION_STATE, FERRY_SESSION_STATE_RECONNECTING)
+            .binary(FERRY_A_SESSION_ADDR, &[192, 0, 2, 2])
+            .u16(FERRY_A_SESSION_PORT, 4791)
+            .str(FERRY_A_SESSION_SERVICE, "echo")
+            .u32(FERRY_A_SESSION_CHANNELS, 2)
+            .u32(FERRY_A_SESSION_QUEUE_DEPTH, 128)
+            .u32(FERRY_A_SESSION_PEER_QUEUE_DEPTH, 64)
+            .u32(FERRY_A_SESSION_MAX_MSG_SIZE, 4096)
+            .u32(FERRY_A_SESSION_HEARTBEAT_MS, 1000)
+            .u32(FERRY_A_SESSION_TIMEOUT_MS, 5000)
+            .u32(FERRY_A_SESSION_GIVE_UP_S, 600)
+            .u32(FERRY_A_SESSION_REASON, FERRY_REASON_UNKNOWN_SERVICE)
+            .u32(FERRY_A_SESSION_RECONNECTS, 1)
+            .u32(FERRY_A_SESSION_CREDITS, 254)
+            .u32(FERRY_A_SESSION_RTT_US, 210)
+            .u32(FERRY_A_SESSION_LISTENER, 1)
+            .u32(999, 7) // an attribute from a newer kernel
+            .bytes()
+            .to_vec();
+        b.extend(u64_attr(FERRY_A_SESSION_SESSION_ID, 0x1234_5678_9abc_def0));
+        for (i, qp) in [(0, 17), (1, 18)] {
+            let ch = Builder::new()
+                .u32(FERRY_A_CHANNEL_INDEX, i)
+                .u32(FERRY_A_CHANNEL_QP_NUM, qp)
+                .str(FERRY_A_CHANNEL_DEVICE, "rxe0")
+                .u32(FERRY_A_CHANNEL_COMP_VECTOR, i)
+                .u32(FERRY_A_CHANNEL_CREDITS, 127)
+                .u32(FERRY_A_CHANNEL_RTT_US, 200 + i);
+            b.extend(nest(FERRY_A_SESSION_CHANNEL, ch.bytes()));
+        }
+        let mut stats = Vec::new();
+        for (i, (attr, _)) in STATS.iter().enumerate() {
+            stats.extend(u64_attr(*attr, 10 * i as u64));
+        }
+        stats.extend(Builder::new().u32(FERRY_A_STATS_PAD, 0).bytes());
+        b.extend(nest(FERRY_A_SESSION_STATS, &stats));
+        b
+    }
+
+    #[test]
+    fn parses_a_connect_and_encodes_its_attributes() {
+        let cmd = parse(
+            "connect 192.0.2.2 port 4791 service echo channels 2 queue_depth 128 \
+             timeout-ms 5000",
+        )
+        .unwrap()
+        .unwrap();
+        let (op, flags, b) = cmd.request();
+        assert_eq!((op, flags), (FERRY_CMD_SESSION_CONNECT, 0));
+        let want = Builder::new()
+            .binary(FERRY_A_SESSION_ADDR, &[192, 0, 2, 2])
+            .u16(FERRY_A_SESSION_PORT, 4791)
+            .str(FERRY_A_SESSION_SERVICE, "echo")
+            .u32(FERRY_A_SESSION_CHANNELS, 2)
+            .u32(FERRY_A_SESSION_QUEUE_DEPTH, 128)
+            .u32(FERRY_A_SESSION_TIMEOUT_MS, 5000);
+        assert_eq!(b.bytes(), want.bytes());
+        // Byte by byte: address in network order, u16 port padded to 4.
+        assert_eq!(
+            &b.bytes()[..8],
+            &[8, 0, FERRY_A_SESSION_ADDR as u8, 0, 192, 0, 2, 2]
+        );
+        let port = 4791u16.to_ne_bytes();
+        assert_eq!(
+            &b.bytes()[8..16],
+            &[6, 0, FERRY_A_SESSION_PORT as u8, 0, port[0], port[1], 0, 0]
+        );
+
+        let all = parse(
+            "c peer :: port 1 service s max-msg-size 65536 heartbeat_ms 100 give-up-s 0 \
+             channels 0",
+        )
+        .unwrap()
+        .unwrap();
+        let Cmd::Connect(c) = all else {
+            panic!("not a connect")
+        };
+        assert_eq!(c.addr, "::".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            c.options,
+            vec![
+                (FERRY_A_SESSION_CHANNELS, 0),
+                (FERRY_A_SESSION_MAX_MSG_SIZE, 65536),
+                (FERRY_A_SESSION_HEARTBEAT_MS, 100),
+                (FERRY_A_SESSION_GIVE_UP_S, 0),
+            ]
+        );
+        let (_, _, b) = Cmd::Connect(c).request();
+        let addr = Attrs::new(b.bytes()).get(FERRY_A_SESSION_ADDR as u16);
+        assert_eq!(addr, Some(&[0u8; 16][..]));
+    }
+
+    #[test]
+    fn other_commands() {
+        assert_eq!(
+            parse("disconnect id 3").unwrap(),
+            Some(Cmd::Disconnect { id: 3 })
+        );
+        assert_eq!(parse("d 3").unwrap(), Some(Cmd::Disconnect { id: 3 }));
+        assert_eq!(parse("show").unwrap(), Some(Cmd::Show { id: None }));
+        assert_eq!(parse("list id 4").unwrap(), Some(Cmd::Show { id: Some(4) }));
+        assert_eq!(parse("4").unwrap(), Some(Cmd::Show { id: Some(4) }));
+        let (op, flags, b) = parse("show").unwrap().unwrap().request();
+        assert_eq!(
+            (op, flags, b.bytes().len()),
+            (FERRY_CMD_SESSION_GET, nl::NLM_F_DUMP, 0)
+        );
+        let (op, flags, b) = parse("show 4").unwrap().unwrap().request();
+        assert_eq!((op, flags), (FERRY_CMD_SESSION_GET, 0));
+        assert_eq!(b.bytes(), Builder::new().u32(FERRY_A_SESSION_ID, 4).bytes());
+    }
+
+    #[test]
+    fn usage_errors() {
+        assert_eq!(
+            usage_msg("connect 192.0.2.2 port 4791"),
+            "missing \"service\""
+        );
+        assert_eq!(
+            usage_msg("connect port 4791 service echo"),
+            "missing \"addr\""
+        );
+        assert_eq!(usage_msg("connect ::1 service echo"), "missing \"port\"");
+        assert_eq!(
+            usage_msg("connect ::1 port 1 service echo channels two"),
+            "invalid channels \"two\""
+        );
+        assert_eq!(
+            usage_msg("connect ::1 port 1 service echo queue-depth 4294967296"),
+            "invalid queue-depth \"4294967296\""
+        );
+        assert_eq!(
+            usage_msg("connect ::1 port 1 service echo credits 5"),
+            "unknown argument \"credits\""
+        );
+        assert_eq!(
+            usage_msg("connect ::1 port 1 service echo timeout-ms"),
+            "\"timeout-ms\" needs a value"
+        );
+        assert!(usage_msg("connect nohost port 1 service echo").starts_with("invalid address"));
+        let long = "x".repeat(FERRY_SERVICE_NAME_LEN as usize + 1);
+        assert!(
+            usage_msg(&format!("connect ::1 port 1 service {long}")).starts_with("invalid service")
+        );
+        assert!(parse(&format!("connect ::1 port 1 service {}", &long[1..])).is_ok());
+        assert_eq!(usage_msg("disconnect"), "missing \"id\"");
+        assert_eq!(usage_msg("disconnect id x"), "invalid id \"x\"");
+        assert_eq!(usage_msg("frob"), "unknown session command \"frob\"");
+    }
+
+    #[test]
+    fn enum_names_come_from_the_header() {
+        assert_eq!(reason_name(FERRY_REASON_UNKNOWN_SERVICE), "unknown-service");
+        assert_eq!(reason_name(FERRY_REASON_NONE), "none");
+        assert_eq!(reason_name(FERRY_REASON_CM_REJECTED), "cm-rejected");
+        assert_eq!(reason_name(4242), "4242");
+        assert_eq!(state_name(FERRY_SESSION_STATE_CONNECTED), "connected");
+        assert_eq!(state_name(FERRY_SESSION_STATE_CLOSED), "closed");
+        assert_eq!(role_name(FERRY_ROLE_CLIENT), "client");
+        assert_eq!(role_name(FERRY_ROLE_SERVER), "server");
+        // Every entry of every table, not just the ones above.
+        assert_eq!(
+            enum_names::FERRY_REASON.len(),
+            FERRY_REASON_CM_REJECTED as usize + 1
+        );
+        for (_, name) in enum_names::FERRY_REASON {
+            assert!(
+                name.chars().all(|c| c.is_ascii_lowercase() || c == '-'),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn decodes_channels_and_stats() {
+        let s = Session::decode(&sample()).unwrap();
+        assert_eq!(s.id, 3);
+        assert_eq!(s.addr, Some("192.0.2.2".parse().unwrap()));
+        assert_eq!(s.session_id, Some(0x1234_5678_9abc_def0));
+        assert_eq!(s.channel_list.len(), 2);
+        assert_eq!(
+            s.channel_list[1],
+            Channel {
+                index: 1,
+                qp_num: Some(18),
+                device: Some("rxe0".into()),
+                comp_vector: Some(1),
+                credits: Some(127),
+                rtt_us: Some(201),
+            }
+        );
+        let stats = s.stats.as_ref().unwrap();
+        assert_eq!(stats.len(), 10);
+        assert_eq!(stats[0], ("tx_msgs", 0));
+        assert_eq!(stats[9], ("flush_errors", 90));
+    }
+
+    #[test]
+    fn text_form() {
+        let s = Session::decode(&sample()).unwrap();
+        let line = "session 3 server reconnecting peer 192.0.2.2 port 4791 service echo \
+                    channels 2 queue_depth 128 peer_queue_depth 64 max_msg_size 4096 \
+                    credits 254 rtt_us 210 reconnects 1 heartbeat_ms 1000 timeout_ms 5000 \
+                    give_up_s 600 session_id 0x123456789abcdef0 listener 1 \
+                    reason unknown-service\n";
+        assert_eq!(s.to_text(false, false), line);
+        let stats = "    tx_msgs 0 rx_msgs 10 tx_bytes 20 rx_bytes 30 heartbeats_tx 40 \
+                     heartbeats_rx 50 credit_updates 60 credit_stalls 70 wc_errors 80 \
+                     flush_errors 90\n";
+        assert_eq!(s.to_text(false, true), format!("{line}{stats}"));
+        let channels = "    channel 0 qp 17 dev rxe0 comp_vector 0 credits 127 rtt_us 200\n    \
+                        channel 1 qp 18 dev rxe0 comp_vector 1 credits 127 rtt_us 201\n";
+        assert_eq!(s.to_text(true, false), format!("{line}{channels}"));
+        assert_eq!(s.to_text(true, true), format!("{line}{stats}{channels}"));
+
+        // A client without a reason to report, and a small session id.
+        let mut b = Builder::new()
+            .u32(FERRY_A_SESSION_ID, 4)
+            .u32(FERRY_A_SESSION_ROLE, FERRY_ROLE_CLIENT)
+            .u32(FERRY_A_SESSION_STATE, FERRY_SESSION_STATE_CONNECTED)
+            .u32(FERRY_A_SESSION_REASON, FERRY_REASON_NONE)
+            .bytes()
+            .to_vec();
+        b.extend(u64_attr(FERRY_A_SESSION_SESSION_ID, 0x1234));
+        let s = Session::decode(&b).unwrap();
+        assert_eq!(
+            s.to_text(true, true),
+            "session 4 client connected session_id 0x0000000000001234\n"
+        );
+    }
+
+    #[test]
+    fn json_form() {
+        let s = Session::decode(&sample()).unwrap();
+        let j = s.to_json(false);
+        let keys: Vec<&str> = j.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "id",
+                "role",
+                "state",
+                "addr",
+                "port",
+                "service",
+                "channels",
+                "queue_depth",
+                "peer_queue_depth",
+                "max_msg_size",
+                "heartbeat_ms",
+                "timeout_ms",
+                "give_up_s",
+                "reason",
+                "reconnects",
+                "credits",
+                "rtt_us",
+                "session_id",
+                "listener",
+                "channel_list",
+            ]
+        );
+        assert_eq!(j["role"], "server");
+        assert_eq!(j["state"], "reconnecting");
+        assert_eq!(j["reason"], "unknown-service");
+        assert_eq!(j["addr"], "192.0.2.2");
+        assert_eq!(j["session_id"], 0x1234_5678_9abc_def0u64);
+        assert_eq!(
+            j["channel_list"][0],
+            json!({"index": 0, "qp_num": 17, "device": "rxe0", "comp_vector": 0,
+                   "credits": 127, "rtt_us": 200})
+        );
+        let j = s.to_json(true);
+        assert_eq!(j["stats"]["tx_bytes"], 20);
+        assert_eq!(j["stats"]["flush_errors"], 90);
+        assert_eq!(j["stats"].as_object().unwrap().len(), 10);
+
+        // A session reported with only its id still has a channel list.
+        let s = Session::decode(Builder::new().u32(FERRY_A_SESSION_ID, 9).bytes()).unwrap();
+        assert_eq!(s.to_json(true), json!({"id": 9, "channel_list": []}));
+    }
+
+    #[test]
+    fn malformed_sessions() {
+        let no_id = Builder::new().u32(FERRY_A_SESSION_STATE, 1);
+        assert!(Session::decode(no_id.bytes()).is_err());
+        let short_port = Builder::new()
+            .u32(FERRY_A_SESSION_ID, 1)
+            .u32(FERRY_A_SESSION_PORT, 4791);
+        assert!(Session::decode(short_port.bytes()).is_err());
+        let mut bad_stats = Builder::new().u32(FERRY_A_SESSION_ID, 1).bytes().to_vec();
+        bad_stats.extend(nest(
+            FERRY_A_SESSION_STATS,
+            Builder::new().u32(FERRY_A_STATS_TX_MSGS, 1).bytes(),
+        ));
+        assert!(Session::decode(&bad_stats).is_err());
+    }
+}
