@@ -39,7 +39,12 @@ pub fn register() -> Result<Published<genl::Registration>> {
 /// Multicasts notification `cmd` to the `events` group in `net`, with
 /// attributes written by `fill` (at most `size` bytes). Does nothing when the
 /// family is not registered (module loading or unloading) or nobody listens.
-pub fn notify(cmd: u32, size: usize, net: &Net, fill: impl FnOnce(&mut genl::Writer<'_>) -> Result) -> Result {
+pub fn notify(
+    cmd: u32,
+    size: usize,
+    net: &Net,
+    fill: impl FnOnce(&mut genl::Writer<'_>) -> Result,
+) -> Result {
     let Some(family) = FAMILY.get() else {
         return Ok(());
     };
@@ -50,7 +55,11 @@ pub fn notify(cmd: u32, size: usize, net: &Net, fill: impl FnOnce(&mut genl::Wri
 }
 
 /// As [`notify`], to every network namespace.
-pub fn notify_all(cmd: u32, size: usize, fill: impl FnOnce(&mut genl::Writer<'_>) -> Result) -> Result {
+pub fn notify_all(
+    cmd: u32,
+    size: usize,
+    fill: impl FnOnce(&mut genl::Writer<'_>) -> Result,
+) -> Result {
     let Some(family) = FAMILY.get() else {
         return Ok(());
     };
@@ -356,7 +365,13 @@ unsafe extern "C" fn ferry_nl_listener_add_doit(
     // SAFETY: genetlink passes the request's `info`, valid for the call, with
     // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
     // `FERRY_A_LISTENER_PORT`.
-    unsafe { genl::doit(info, bindings::FERRY_A_LISTENER_PORT, crate::netlink::listener_add_doit) }
+    unsafe {
+        genl::doit(
+            info,
+            bindings::FERRY_A_LISTENER_PORT,
+            crate::netlink::listener_add_doit,
+        )
+    }
 }
 
 /// `FERRY_CMD_LISTENER_DEL`, do.
@@ -372,7 +387,13 @@ unsafe extern "C" fn ferry_nl_listener_del_doit(
     // SAFETY: genetlink passes the request's `info`, valid for the call, with
     // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
     // `FERRY_A_LISTENER_ID`.
-    unsafe { genl::doit(info, bindings::FERRY_A_LISTENER_ID, crate::netlink::listener_del_doit) }
+    unsafe {
+        genl::doit(
+            info,
+            bindings::FERRY_A_LISTENER_ID,
+            crate::netlink::listener_del_doit,
+        )
+    }
 }
 
 /// `FERRY_CMD_LISTENER_GET`, do.
@@ -388,7 +409,13 @@ unsafe extern "C" fn ferry_nl_listener_get_doit(
     // SAFETY: genetlink passes the request's `info`, valid for the call, with
     // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
     // `FERRY_A_LISTENER_ID`.
-    unsafe { genl::doit(info, bindings::FERRY_A_LISTENER_ID, crate::netlink::listener_get_doit) }
+    unsafe {
+        genl::doit(
+            info,
+            bindings::FERRY_A_LISTENER_ID,
+            crate::netlink::listener_get_doit,
+        )
+    }
 }
 
 /// `FERRY_CMD_LISTENER_GET`, dump.
@@ -418,7 +445,13 @@ unsafe extern "C" fn ferry_nl_session_connect_doit(
     // SAFETY: genetlink passes the request's `info`, valid for the call, with
     // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
     // `FERRY_A_SESSION_GIVE_UP_S`.
-    unsafe { genl::doit(info, bindings::FERRY_A_SESSION_GIVE_UP_S, crate::netlink::session_connect_doit) }
+    unsafe {
+        genl::doit(
+            info,
+            bindings::FERRY_A_SESSION_GIVE_UP_S,
+            crate::netlink::session_connect_doit,
+        )
+    }
 }
 
 /// `FERRY_CMD_SESSION_DISCONNECT`, do.
@@ -434,7 +467,13 @@ unsafe extern "C" fn ferry_nl_session_disconnect_doit(
     // SAFETY: genetlink passes the request's `info`, valid for the call, with
     // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
     // `FERRY_A_SESSION_ID`.
-    unsafe { genl::doit(info, bindings::FERRY_A_SESSION_ID, crate::netlink::session_disconnect_doit) }
+    unsafe {
+        genl::doit(
+            info,
+            bindings::FERRY_A_SESSION_ID,
+            crate::netlink::session_disconnect_doit,
+        )
+    }
 }
 
 /// `FERRY_CMD_SESSION_GET`, do.
@@ -450,7 +489,13 @@ unsafe extern "C" fn ferry_nl_session_get_doit(
     // SAFETY: genetlink passes the request's `info`, valid for the call, with
     // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
     // `FERRY_A_SESSION_ID`.
-    unsafe { genl::doit(info, bindings::FERRY_A_SESSION_ID, crate::netlink::session_get_doit) }
+    unsafe {
+        genl::doit(
+            info,
+            bindings::FERRY_A_SESSION_ID,
+            crate::netlink::session_get_doit,
+        )
+    }
 }
 
 /// `FERRY_CMD_SESSION_GET`, dump.

@@ -77,7 +77,8 @@ impl Registration {
         let skb = NonNull::new(skb).ok_or(ENOMEM)?;
         // SAFETY: `skb` is a fresh message; the family is registered (type
         // invariant) and outlives the notification, which borrows `self`.
-        let hdr = unsafe { bindings::ferry_helper_genlmsg_put_ntf(self.family.get(), skb.as_ptr(), cmd) };
+        let hdr =
+            unsafe { bindings::ferry_helper_genlmsg_put_ntf(self.family.get(), skb.as_ptr(), cmd) };
         // INVARIANT: `skb` is owned; `hdr` is its header or null.
         let ntf = Notification {
             skb,

@@ -246,10 +246,10 @@ void ferry_helper_put_net(struct net *net)
 	put_net(net);
 }
 
-/* Ordered and reclaim-safe: teardown work may run under memory pressure. */
+/* Reclaim-safe: teardown work may run under memory pressure. */
 struct workqueue_struct *ferry_helper_alloc_workqueue(const char *name)
 {
-	return alloc_workqueue("%s", WQ_MEM_RECLAIM, 0, name);
+	return alloc_workqueue("%s", WQ_UNBOUND | WQ_MEM_RECLAIM, 0, name);
 }
 
 int ferry_helper_genlmsg_multicast_netns(const struct genl_family *family,

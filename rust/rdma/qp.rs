@@ -163,7 +163,6 @@ impl Buf {
             dir,
         })
     }
-
 }
 
 impl Drop for Buf {
@@ -204,6 +203,8 @@ struct Inner<H: Completion> {
     busy: KVec<AtomicBool>,
     recv_slots: u32,
     next_send: AtomicU32,
+    /// Whether the QP ever left RESET (a QP in RESET has nothing to drain).
+    initialized: AtomicBool,
     cq: Option<Cq>,
     pd: Arc<Pd>,
 }
@@ -281,6 +282,7 @@ impl<H: Completion> Qp<H> {
                 busy,
                 recv_slots: cfg.recv_slots,
                 next_send: AtomicU32::new(0),
+                initialized: AtomicBool::new(false),
                 cq: Some(cq),
                 pd: pd.clone(),
             },
@@ -335,7 +337,9 @@ impl<H: Completion> Qp<H> {
     /// Applies `attr` under `mask` (`ib_modify_qp`).
     pub(crate) fn modify(&self, attr: &mut bindings::ib_qp_attr, mask: c_int) -> Result {
         // SAFETY: `qp` is live (type invariant); `attr` is valid for the call.
-        to_result(unsafe { bindings::ib_modify_qp(self.inner.qp.as_ptr(), attr, mask) })
+        to_result(unsafe { bindings::ib_modify_qp(self.inner.qp.as_ptr(), attr, mask) })?;
+        self.inner.initialized.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Moves the QP to the error state: every posted request completes flushed.
@@ -347,8 +351,8 @@ impl<H: Completion> Qp<H> {
         self.modify(&mut attr, bindings::ib_qp_attr_mask_IB_QP_STATE as c_int)
     }
 
-    /// Posts receive slot `slot`. Fails with `EBUSY` if it is posted already,
-    /// `EINVAL` if it is not a receive slot.
+    /// Posts receive slot `slot` (the QP must be in INIT or later). Fails with
+    /// `EBUSY` if it is posted already, `EINVAL` if it is not a receive slot.
     pub fn post_recv(&self, slot: u32) -> Result {
         if slot >= self.inner.recv_slots {
             return Err(EINVAL);
@@ -505,10 +509,12 @@ impl<H: Completion> Inner<H> {
 impl<H: Completion> Drop for Inner<H> {
     fn drop(&mut self) {
         let qp = self.qp.as_ptr();
-        // SAFETY: `qp` is live (type invariant) and its CQ is polled from a work
-        // queue, as `ib_drain_qp` requires; after it returns every posted request
-        // has completed and been handled.
-        unsafe { bindings::ib_drain_qp(qp) };
+        if self.initialized.load(Ordering::Acquire) {
+            // SAFETY: `qp` is live (type invariant) and its CQ is polled from a
+            // work queue, as `ib_drain_qp` requires; after it returns every
+            // posted request has completed and been handled.
+            unsafe { bindings::ib_drain_qp(qp) };
+        }
         // SAFETY: `qp` is live and idle; nothing uses it after this.
         unsafe { bindings::ferry_helper_ib_destroy_qp(qp) };
         // The CQ goes after its QP (ib_free_cq waits for rxe's late completions);

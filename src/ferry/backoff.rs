@@ -75,7 +75,9 @@ mod tests {
 
     #[test]
     fn huge_attempt_counts_stay_capped() {
-        let mut b = Backoff { attempt: u32::MAX - 1 };
+        let mut b = Backoff {
+            attempt: u32::MAX - 1,
+        };
         for _ in 0..3 {
             let d = b.next_delay_ms(u32::MAX);
             assert!((MAX_MS / 2..=MAX_MS).contains(&d));

@@ -131,7 +131,12 @@ pub(crate) struct ChannelInfo {
 }
 
 impl Channel {
-    fn new(session: &Arc<Session>, index: u16, generation: u32, state: ChanState) -> Result<Arc<Self>> {
+    fn new(
+        session: &Arc<Session>,
+        index: u16,
+        generation: u32,
+        state: ChanState,
+    ) -> Result<Arc<Self>> {
         let now = Instant::now();
         Arc::pin_init(
             pin_init!(Self {
@@ -190,8 +195,13 @@ impl Channel {
         data: &ConnectData,
         req: ConnectRequest<'_>,
     ) -> Result<Arc<Self>, Reason> {
-        let chan = Self::new(session, data.channel, data.generation, ChanState::Connecting)
-            .map_err(|_| Reason::NoResources)?;
+        let chan = Self::new(
+            session,
+            data.channel,
+            data.generation,
+            ChanState::Connecting,
+        )
+        .map_err(|_| Reason::NoResources)?;
         let qp = match chan.create_qp(req.id()) {
             Ok(qp) => qp,
             Err(r) => {
@@ -201,8 +211,7 @@ impl Channel {
         };
         let ready = req
             .id()
-            .modify_qp(&qp, QpState::Init)
-            .and_then(|()| req.id().modify_qp(&qp, QpState::Rtr))
+            .modify_qp(&qp, QpState::Rtr)
             .and_then(|()| req.id().modify_qp(&qp, QpState::Rts));
         let accept = AcceptData {
             session_id: data.session_id,
@@ -229,8 +238,8 @@ impl Channel {
         }
     }
 
-    /// Creates the QP on the device `id` is bound to and posts every receive
-    /// buffer.
+    /// Creates the QP on the device `id` is bound to, moves it to INIT and
+    /// posts every receive buffer.
     fn create_qp(self: &Arc<Self>, id: &Locked<'_>) -> Result<Qp<Self>, Reason> {
         let device = id.device().ok_or(Reason::DeviceRemoved)?;
         let pd = Ferry::get()
@@ -245,6 +254,8 @@ impl Channel {
             comp_vector: u32::from(self.index) % vectors,
         };
         let qp = Qp::new(&pd, cfg, self.clone(), OWNER).map_err(|_| Reason::NoResources)?;
+        id.modify_qp(&qp, QpState::Init)
+            .map_err(|_| Reason::TransportError)?;
         for slot in 0..qp.recv_slots() {
             qp.post_recv(slot).map_err(|_| Reason::NoResources)?;
         }
@@ -259,7 +270,11 @@ impl Channel {
 
     /// Whether the channel runs on device `index`.
     pub(crate) fn on_device(&self, index: u32) -> bool {
-        self.inner.lock().device.as_ref().is_some_and(|d| d.0 == index)
+        self.inner
+            .lock()
+            .device
+            .as_ref()
+            .is_some_and(|d| d.0 == index)
     }
 
     /// A snapshot for netlink.
@@ -296,7 +311,8 @@ impl Channel {
             let _ = qp.set_error();
         }
         drop(inner);
-        self.session.channel_failed(self.index, self.generation, reason);
+        self.session
+            .channel_failed(self.index, self.generation, reason);
     }
 
     /// Tears the channel down: disconnects, drains and destroys the QP, then
@@ -322,7 +338,9 @@ impl Channel {
             ChanState::Resolving
             | ChanState::Connecting
             | ChanState::Handshake
-            | ChanState::Refusing(_) => inner.since.elapsed().as_millis() > i64::from(connect_timeout_ms),
+            | ChanState::Refusing(_) => {
+                inner.since.elapsed().as_millis() > i64::from(connect_timeout_ms)
+            }
             ChanState::Up => inner.last_rx.elapsed().as_millis() > i64::from(timeout_ms),
             ChanState::Failed | ChanState::Closed => false,
         };
@@ -340,7 +358,10 @@ impl Channel {
             inner.last_heartbeat = now;
             // Without a credit the heartbeat waits: the peer's silence is then
             // what the timeout measures.
-            if self.send_locked(&mut inner, Kind::Heartbeat, seq, &[]).is_ok() {
+            if self
+                .send_locked(&mut inner, Kind::Heartbeat, seq, &[])
+                .is_ok()
+            {
                 inner.heartbeat_out = Some((seq, now));
                 self.stats.heartbeats_tx.fetch_add(1, Relaxed);
             }
@@ -610,9 +631,7 @@ impl Channel {
             drop(qp);
             return Err(Reason::LocalClose);
         }
-        let res = id
-            .modify_qp(&qp, QpState::Init)
-            .and_then(|()| id.connect(&qp, &conn_params(&data)));
+        let res = id.connect(&qp, &conn_params(&data));
         if res.is_err() {
             drop(inner);
             drop(qp);

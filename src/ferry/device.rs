@@ -18,12 +18,12 @@ use crate::{
     ferry_nl::{cq as cq_attr, device as attr, port as port_attr},
     genl::Writer,
     netns::Net,
-    transport::Transport,
     rdma::{
         client::{Client, ClientStatic},
         device::Registered,
         Cq, Device, Pd,
     },
+    transport::Transport,
 };
 
 /// The name ferry's RDMA resources are attributed to (`rdma res show`).
@@ -78,7 +78,12 @@ impl Ferry {
 
     /// The PD of device `index`, if ferry uses that device.
     pub(crate) fn pd_of(&self, index: u32) -> Option<Arc<Pd>> {
-        let dev = self.devices.lock().iter().find(|d| d.index() == index).cloned()?;
+        let dev = self
+            .devices
+            .lock()
+            .iter()
+            .find(|d| d.index() == index)
+            .cloned()?;
         let res = dev.resources.lock();
         res.as_ref().map(|r| r.pd.clone())
     }

@@ -206,7 +206,13 @@ fn fill_session(w: &mut Writer<'_>, s: &Session) -> Result {
     w.put_u32(s_attr::RECONNECTS, info.reconnects)?;
     let credits = info.channels.iter().map(|c| c.credits).sum();
     w.put_u32(s_attr::CREDITS, credits)?;
-    let rtt = info.channels.iter().map(|c| c.rtt_us).filter(|&r| r != 0).min().unwrap_or(0);
+    let rtt = info
+        .channels
+        .iter()
+        .map(|c| c.rtt_us)
+        .filter(|&r| r != 0)
+        .min()
+        .unwrap_or(0);
     w.put_u32(s_attr::RTT_US, rtt)?;
     w.put_u64(s_attr::SESSION_ID, s.session_id, s_attr::PAD)?;
     if let Some(l) = s.listener {
@@ -276,7 +282,9 @@ fn default_channels(ferry: &Ferry, req: &Request<'_>) -> Result<u32> {
         .map(|d| d.num_comp_vectors())
         .max()
         .unwrap_or(1);
-    Ok(ferry_nl::num_online_cpus().min(vectors).clamp(1, u32::from(wire::MAX_CHANNELS)))
+    Ok(ferry_nl::num_online_cpus()
+        .min(vectors)
+        .clamp(1, u32::from(wire::MAX_CHANNELS)))
 }
 
 /// `session-connect`: open a session and wait until it is up or refused.
@@ -284,14 +292,26 @@ pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
     let ferry = Ferry::get().ok_or(ENODEV)?;
     let peer = sockaddr(req, s_attr::ADDR, s_attr::PORT)?;
     req.require(s_attr::SERVICE)?;
-    let Some(service) = req.str(s_attr::SERVICE).and_then(|n| ServiceName::new(n.to_bytes())) else {
-        req.bad_attr(s_attr::SERVICE, c"service names are 1 to 31 of a-z, 0-9, '.', '_', '-'");
+    let Some(service) = req
+        .str(s_attr::SERVICE)
+        .and_then(|n| ServiceName::new(n.to_bytes()))
+    else {
+        req.bad_attr(
+            s_attr::SERVICE,
+            c"service names are 1 to 31 of a-z, 0-9, '.', '_', '-'",
+        );
         return Err(EINVAL);
     };
     let d = Params::DEFAULT;
     let channels = match req.u32(s_attr::CHANNELS) {
         None | Some(0) => default_channels(&ferry, req)?,
-        Some(_) => bounded(req, s_attr::CHANNELS, 1..=u32::from(wire::MAX_CHANNELS), 1, c"at most 64 channels")?,
+        Some(_) => bounded(
+            req,
+            s_attr::CHANNELS,
+            1..=u32::from(wire::MAX_CHANNELS),
+            1,
+            c"at most 64 channels",
+        )?,
     };
     let queue_depth = bounded(
         req,

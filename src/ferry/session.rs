@@ -207,7 +207,16 @@ impl Session {
             ..Params::DEFAULT
         };
         let id = ferry.next_session_id();
-        let s = Self::create(id, data.session_id, Role::Server, net, peer, params, Some(listener), None)?;
+        let s = Self::create(
+            id,
+            data.session_id,
+            Role::Server,
+            net,
+            peer,
+            params,
+            Some(listener),
+            None,
+        )?;
         s.inner.lock().generation = data.generation;
         ferry.add_session(s.clone())?;
         s.notify();
@@ -230,9 +239,20 @@ impl Session {
                 break v;
             }
         };
-        let s = Self::create(id, session_id, Role::Client, net, peer, params, None, Some(service))
+        let s = Self::create(
+            id,
+            session_id,
+            Role::Client,
+            net,
+            peer,
+            params,
+            None,
+            Some(service),
+        )
+        .map_err(|_| Reason::NoResources)?;
+        ferry
+            .add_session(s.clone())
             .map_err(|_| Reason::NoResources)?;
-        ferry.add_session(s.clone()).map_err(|_| Reason::NoResources)?;
         s.notify();
         s.start_attempt();
         let mut inner = s.inner.lock();
@@ -309,7 +329,12 @@ impl Session {
     }
 
     /// Server: whether a request for channel `index` of `generation` fits.
-    pub(crate) fn check_request(&self, generation: u32, index: u16, count: u16) -> Result<(), Reason> {
+    pub(crate) fn check_request(
+        &self,
+        generation: u32,
+        index: u16,
+        count: u16,
+    ) -> Result<(), Reason> {
         let inner = self.inner.lock();
         if count != self.params.channels || generation != inner.generation {
             return Err(Reason::BadChannel);
@@ -484,11 +509,12 @@ impl Session {
         let due = inner
             .next_attempt
             .is_some_and(|t| t.elapsed().as_millis() >= i64::from(inner.next_delay_ms));
-        let stuck = inner.attempt_started.elapsed().as_millis() > i64::from(CONNECT_TIMEOUT_MS) + 1000;
+        let stuck =
+            inner.attempt_started.elapsed().as_millis() > i64::from(CONNECT_TIMEOUT_MS) + 1000;
         let gave_up = self.params.give_up_s != 0
-            && inner
-                .failed_since
-                .is_some_and(|t| t.elapsed().as_millis() >= i64::from(self.params.give_up_s) * 1000);
+            && inner.failed_since.is_some_and(|t| {
+                t.elapsed().as_millis() >= i64::from(self.params.give_up_s) * 1000
+            });
         drop(inner);
         match state {
             // A server session whose client stopped opening channels.
@@ -497,11 +523,19 @@ impl Session {
             }
             SessionState::Connecting | SessionState::Connected => {
                 for c in channels.iter() {
-                    c.tick(self.params.heartbeat_ms, self.params.timeout_ms, CONNECT_TIMEOUT_MS);
+                    c.tick(
+                        self.params.heartbeat_ms,
+                        self.params.timeout_ms,
+                        CONNECT_TIMEOUT_MS,
+                    );
                 }
             }
             SessionState::Reconnecting if gave_up => {
-                pr_info!("session {}: gave up reconnecting to {}\n", self.id, self.peer);
+                pr_info!(
+                    "session {}: gave up reconnecting to {}\n",
+                    self.id,
+                    self.peer
+                );
                 self.close(Reason::GaveUp);
             }
             SessionState::Reconnecting if due => {

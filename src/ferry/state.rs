@@ -66,11 +66,12 @@ impl SessionState {
         use SessionState::*;
         match (self, to) {
             (Connecting, Connected) | (Connecting, Closing) => true,
-            (Connected, Closing) | (Reconnecting, Closing) => true,
-            (Closing, Closed) => true,
-            (Connecting, Reconnecting) | (Connected, Reconnecting) | (Reconnecting, Connecting) => {
-                role == Role::Client
-            }
+            (Connected, Closing) | (Closing, Closed) => true,
+            // Only a client ever waits to reconnect.
+            (Connecting, Reconnecting)
+            | (Connected, Reconnecting)
+            | (Reconnecting, Connecting)
+            | (Reconnecting, Closing) => role == Role::Client,
             _ => false,
         }
     }

@@ -201,7 +201,12 @@ impl Ferry {
 
     /// The session with handle `id`.
     pub(crate) fn session(&self, id: u32) -> Option<Arc<Session>> {
-        self.transport().sessions.lock().iter().find(|s| s.id == id).cloned()
+        self.transport()
+            .sessions
+            .lock()
+            .iter()
+            .find(|s| s.id == id)
+            .cloned()
     }
 
     /// The server session with handshake id `session_id` from `peer`'s address.

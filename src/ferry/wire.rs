@@ -674,7 +674,11 @@ mod tests {
 
     #[test]
     fn reject_and_accept_data() {
-        for r in [Reason::UnknownService, Reason::Version, Reason::ShuttingDown] {
+        for r in [
+            Reason::UnknownService,
+            Reason::Version,
+            Reason::ShuttingDown,
+        ] {
             let enc = RejectData { reason: r }.encode();
             assert_eq!(RejectData::decode(&enc), Some(RejectData { reason: r }));
         }
@@ -687,10 +691,16 @@ mod tests {
         }
         .encode();
         enc[6] = 0xff;
-        assert_eq!(RejectData::decode(&enc).map(|r| r.reason), Some(Reason::CmRejected));
+        assert_eq!(
+            RejectData::decode(&enc).map(|r| r.reason),
+            Some(Reason::CmRejected)
+        );
         let a = AcceptData { session_id: 42 };
         assert_eq!(AcceptData::decode(&a.encode()), Ok(a));
-        assert_eq!(AcceptData::decode(&a.encode()[..15]), Err(Reason::Malformed));
+        assert_eq!(
+            AcceptData::decode(&a.encode()[..15]),
+            Err(Reason::Malformed)
+        );
     }
 
     #[test]
@@ -699,7 +709,10 @@ mod tests {
         let n = Header::write(Kind::Heartbeat, 7, 99, b"abc", &mut buf).unwrap();
         assert_eq!(n, Header::LEN + 3);
         let (h, p) = Header::parse(&buf[..n]).unwrap();
-        assert_eq!((h.kind, h.credits, h.len, h.cookie), (Kind::Heartbeat, 7, 3, 99));
+        assert_eq!(
+            (h.kind, h.credits, h.len, h.cookie),
+            (Kind::Heartbeat, 7, 3, 99)
+        );
         assert_eq!(p, b"abc");
         // Truncated, padded, or with a length that lies.
         assert!(Header::parse(&buf[..n - 1]).is_err());
@@ -745,7 +758,10 @@ mod tests {
             };
             assert_eq!(Hello::decode(&h.encode()), Err(Reason::BadParams));
         }
-        assert_eq!(Hello::decode(&hello().encode()[..63]), Err(Reason::Malformed));
+        assert_eq!(
+            Hello::decode(&hello().encode()[..63]),
+            Err(Reason::Malformed)
+        );
     }
 
     #[test]
@@ -796,6 +812,9 @@ mod tests {
             ..r
         };
         assert_eq!(HelloReply::decode(&bad.encode()), Err(Reason::BadParams));
-        assert_eq!(HelloReply::decode(&r.encode()[..31]), Err(Reason::Malformed));
+        assert_eq!(
+            HelloReply::decode(&r.encode()[..31]),
+            Err(Reason::Malformed)
+        );
     }
 }

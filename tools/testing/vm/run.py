@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 import harness  # noqa: E402
 import foundation  # noqa: E402,F401  (registers cases)
 import selftest  # noqa: E402,F401
+import sessions  # noqa: E402,F401
 
 
 def main():
