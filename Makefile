@@ -20,7 +20,7 @@ ferry_kdir = $(if $(KDIR),$(KDIR),$$(bash $(SETUP)/kernel.sh))
 ferry_kvars = $$(. $(SETUP)/common.sh && kmake_vars) \
 	$(if $(CLIPPY),CLIPPY=1 CLIPPY_DRIVER=$$(. $(SETUP)/common.sh && echo $$FERRY_CLIPPY_DRIVER))
 
-.PHONY: all modules modules-test setup kernel ferryctl test test-self demo \
+.PHONY: all modules modules-test setup kernel ferryctl test test-debug test-self demo \
 	clippy fmt nl-gen nl-check clean help
 
 all: modules ferryctl
@@ -60,6 +60,11 @@ ferryctl:
 
 test:
 	@bash $(TESTING)/run-tests.sh
+
+# The same suite on a KASAN + lockdep + kmemleak kernel (built on first use);
+# each case ends with a leak scan that fails it on any leak of ferry's.
+test-debug:
+	@FERRY_DEBUG=1 bash $(TESTING)/run-tests.sh
 
 demo:
 	@bash $(TESTING)/demo.sh

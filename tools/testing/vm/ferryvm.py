@@ -41,7 +41,6 @@ BAD_PATTERNS = [
                 r'inconsistent lock state|possible irq lock inversion|'
                 r'suspicious RCU usage|lockdep)'), 'lockdep report'),
     (re.compile(_KMSG + r'.*\b(KASAN|UBSAN|KFENCE):'), 'sanitizer report'),
-    (re.compile(_KMSG + r'.*kmemleak: \d+ new suspected memory leaks'), 'kmemleak report'),
     (re.compile(_KMSG + r'.*(soft lockup|hard LOCKUP|rcu_\w+ detected stalls|'
                 r'blocked for more than)'), 'lockup or stall'),
 ]
@@ -177,6 +176,10 @@ class VM:
             rc = self.proc.returncode
             self.proc = None
             raise VMError(f'{self.name}: QEMU exited with {rc} (see {self.console_path})')
+
+    def running(self):
+        """Whether the VM's QEMU is still running."""
+        return self.proc is not None and self.proc.poll() is None
 
     def kill(self):
         """Kills this VM's QEMU at once (a crash, as the peer sees it)."""

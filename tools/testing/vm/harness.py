@@ -10,6 +10,7 @@ report in any console.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -108,6 +109,27 @@ class Test:
         r = vm.run(f'{self.ferryctl} -j {args}')
         return json.loads(r.out)
 
+    # A leak report's backtrace frame in code that no longer has a symbol: a
+    # module that was unloaded (ferry's, in these tests).
+    _UNLOADED_FRAME = re.compile(r'^\s+\[<[0-9a-f]+>\] 0x[0-9a-f]+$', re.M)
+
+    def leak_check(self, vm):
+        """Debug kernel: scans for leaks at the end of a case and fails it on
+        any unreferenced object that ferry allocated (by symbol, or by a frame
+        in unloaded module code). Other leaks are counted in the log only."""
+        if not vm.running():
+            return
+        r = vm.run('echo scan > /sys/kernel/debug/kmemleak && sleep 6 && '
+                   'echo scan > /sys/kernel/debug/kmemleak && cat /sys/kernel/debug/kmemleak',
+                   timeout=180)
+        with open(os.path.join(self.outdir, f'kmemleak-{vm.name}.txt'), 'w') as f:
+            f.write(r.out)
+        entries = r.out.split('unreferenced object')[1:]
+        ours = [e for e in entries if 'ferry' in e or self._UNLOADED_FRAME.search(e)]
+        self.log(f'{vm.name}: kmemleak: {len(entries)} unreferenced objects, {len(ours)} of ferry')
+        self.check(not ours, f'{vm.name}: kmemleak found {len(ours)} leaks of ferry: '
+                             + (ours[0].strip().splitlines()[0] if ours else ''))
+
     def kunit_results(self, vm, prefix):
         """Parses the KTAP results of the KUnit suites whose names start with
         `prefix` with the kernel's own parser, as (suite.case, ok) pairs."""
@@ -174,7 +196,9 @@ def run_case(c, env, outroot):
         timed_out.set()
         for vm in vms:
             vm.kill()
-    watchdog = threading.Timer(c.timeout, expire)
+    # KASAN and lockdep make the debug kernel several times slower under TCG.
+    timeout = c.timeout * (3 if env.get('debug') else 1)
+    watchdog = threading.Timer(timeout, expire)
     watchdog.start()
     try:
         boot_errors = []
@@ -192,9 +216,12 @@ def run_case(c, env, outroot):
         if boot_errors:
             raise VMError('; '.join(boot_errors))
         c.fn(t)
+        if env.get('debug'):
+            for vm in vms:
+                t.leak_check(vm)
     except Exception as e:
         if timed_out.is_set():
-            reasons.append(f'timed out after {c.timeout} s')
+            reasons.append(f'timed out after {timeout} s')
         elif isinstance(e, (VMError, CheckFailed)):
             reasons.append(str(e))
         else:
@@ -204,7 +231,7 @@ def run_case(c, env, outroot):
         for vm in vms:
             vm.stop()
     if timed_out.is_set() and not any('timed out' in r for r in reasons):
-        reasons.append(f'timed out after {c.timeout} s')
+        reasons.append(f'timed out after {timeout} s')
     reasons += t.failures
     for vm in vms:
         if os.path.exists(vm.console_path):

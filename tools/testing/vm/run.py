@@ -43,7 +43,9 @@ def main():
             print(f'{c.group:12} {c.topology:7} {c.name}')
         return 0
     env = {'kernel': args.kernel, 'ksrc': args.ksrc, 'ferry_ko': args.ferry_ko,
-           'ferryctl': args.ferryctl, 'selftest_ko': args.selftest_ko}
+           'ferryctl': args.ferryctl, 'selftest_ko': args.selftest_ko,
+           # The debug kernel (make test-debug): slower, and leak-checked.
+           'debug': os.environ.get('FERRY_DEBUG', '0') != '0'}
     passed = failed = 0
     results = []
     for c in cases:
