@@ -404,15 +404,21 @@ impl Channel {
     /// Handles one received message; `Err` fails the channel.
     fn receive(&self, msg: &[u8]) -> Result<(), Reason> {
         let (h, payload) = Header::parse(msg)?;
+        let role = self.session.role;
+        // The session's lock comes before the channel's: ask it first.
+        let hello = match (h.kind, role) {
+            (Kind::Hello, Role::Server) => {
+                let hello = Hello::decode(payload)?;
+                Some((hello, self.session.check_hello(&hello)))
+            }
+            _ => None,
+        };
         let mut inner = self.inner.lock();
         inner.last_rx = Instant::now();
         self.stats.rx_msgs.fetch_add(1, Relaxed);
         self.stats.rx_bytes.fetch_add(msg.len() as u64, Relaxed);
-        let role = self.session.role;
-        match (h.kind, inner.state, role) {
-            (Kind::Hello, ChanState::Connecting | ChanState::Handshake, Role::Server) => {
-                let hello = Hello::decode(payload)?;
-                let status = self.session.check_hello(&hello, self.index);
+        match (h.kind, inner.state, hello) {
+            (Kind::Hello, ChanState::Connecting | ChanState::Handshake, Some((hello, status))) => {
                 // The peer's depth bounds its grants from here on.
                 inner.credits.set_peer_depth(hello.queue_depth);
                 inner.credits.grant(h.credits)?;
@@ -438,7 +444,7 @@ impl Channel {
                 self.session.channel_up(self.index, self.generation);
                 Ok(())
             }
-            (Kind::HelloReply, ChanState::Handshake, Role::Client) => {
+            (Kind::HelloReply, ChanState::Handshake, None) if role == Role::Client => {
                 let reply = HelloReply::decode(payload)?;
                 if reply.status != Reason::None {
                     return Err(reply.status);

@@ -354,7 +354,7 @@ impl Session {
     }
 
     /// Server: checks a channel's hello; all channels must name the same service.
-    pub(crate) fn check_hello(&self, hello: &Hello, _index: u16) -> Reason {
+    pub(crate) fn check_hello(&self, hello: &Hello) -> Reason {
         let Some(ferry) = Ferry::get() else {
             return Reason::ShuttingDown;
         };
@@ -473,6 +473,10 @@ impl Session {
         drop(inner);
         shutdown_all(&channels);
         let mut inner = self.inner.lock();
+        // A concurrent close (a failure and the connect waiter) may have won.
+        if inner.state == SessionState::Closed {
+            return;
+        }
         let _ = self.set_state(&mut inner, SessionState::Closed);
         drop(inner);
         if let Some(ferry) = Ferry::get() {

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0
 """Session cases: listeners, connects, refusals, recovery."""
 import json
+import time
 
-from harness import case
+from harness import CheckFailed, case
 
 PORT = 7471
 
@@ -48,4 +49,214 @@ def session_loopback(t):
         vm.run('sleep 1')
         left = [x for x in sessions(t, vm) if x['session_id'] == s['session_id']]
         t.eq(left, [], f'sessions after disconnect from {addr}')
+    vm.run('rmmod ferry')
+
+
+def connect(t, vm, addr, service='echo', extra='', check=True):
+    """session connect; the session as JSON, or the failed command's result."""
+    r = ferryctl(t, vm, f'-j session connect {addr} port {PORT} service {service} {extra}',
+                 check=check)
+    return json.loads(r.out)[0] if r.rc == 0 else r
+
+
+def wait_state(t, vm, sid, states, timeout=60):
+    """Polls until client session `sid` is in one of `states` (None: gone);
+    returns (session or None, seconds waited)."""
+    start = time.monotonic()
+    while True:
+        found = [s for s in sessions(t, vm) if s['id'] == sid]
+        s = found[0] if found else None
+        if (s['state'] if s else None) in states:
+            return s, time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise CheckFailed(f'session {sid} not in {states} after {timeout} s: {s}')
+        time.sleep(0.1)
+
+
+@case(timeout=240)
+def session_refusals(t):
+    """A connect to a port nobody listens on, and to a service the peer does
+    not offer, fail with that reason (not a bare "connection reset"); bad
+    arguments get extack messages; nothing stays behind."""
+    vm = loopback(t)
+    ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
+    r = ferryctl(t, vm, f'session connect 192.0.2.1 port {PORT + 1} service echo', check=False)
+    t.eq(r.rc, 2, f'exit code, no listener: {r}')
+    t.check('nobody listens' in r.err, f'no-listener reason in: {r.err!r}')
+    r = ferryctl(t, vm, f'session connect 192.0.2.1 port {PORT} service nosuch', check=False)
+    t.eq(r.rc, 2, f'exit code, unknown service: {r}')
+    t.check('no such service' in r.err, f'unknown-service reason in: {r.err!r}')
+    r = ferryctl(t, vm, f'session connect 192.0.2.1 port {PORT} service echo queue-depth 1',
+                 check=False)
+    t.check(r.rc == 2 and 'queue depth' in r.err, f'queue depth 1 refused: {r}')
+    r = ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}', check=False)
+    t.check(r.rc == 2 and 'already listens' in r.err, f'duplicate listener: {r}')
+    vm.run('sleep 1')
+    t.eq(sessions(t, vm), [], 'no session left after the refusals')
+    vm.run('rmmod ferry')
+
+
+@case(timeout=240)
+def session_unprivileged(t):
+    """Without CAP_NET_ADMIN, listener and session changes get EPERM; showing
+    them works."""
+    vm = loopback(t)
+    ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
+    s = connect(t, vm, '192.0.2.1')
+    nobody = 'setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all'
+    for args in (f'listener add 192.0.2.1 port {PORT + 1}', 'listener del id 1',
+                 f'session connect 192.0.2.1 port {PORT} service echo',
+                 f'session disconnect id {s["id"]}'):
+        r = vm.run(f'{nobody} {t.ferryctl} {args}', check=False)
+        t.check(r.rc == 2 and 'not permitted' in r.err.lower(), f'{args} as nobody: {r}')
+    r = vm.run(f'{nobody} {t.ferryctl} -j session show', check=False)
+    t.check(r.rc == 0 and len(json.loads(r.out)) == 2, f'session show as nobody: {r}')
+    vm.run('rmmod ferry')
+
+
+@case(timeout=420)
+def session_64(t):
+    """64 sessions at once in loopback, all connected; module unload with all
+    of them (and their 64 server sides) live is clean."""
+    vm = loopback(t)
+    ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
+    vm.run(f'for i in $(seq 64); do {t.ferryctl} session connect 192.0.2.1 port {PORT} '
+           f'service echo queue-depth 16 channels 1 > /dev/null & done; wait', timeout=300)
+    vm.run('sleep 1')
+    cl = sessions(t, vm, 'client')
+    sv = sessions(t, vm, 'server')
+    t.eq(len(cl), 64, 'client sessions')
+    t.eq(len(sv), 64, 'server sessions')
+    t.eq(sorted({s['state'] for s in cl + sv}), ['connected'], 'all connected')
+    t.eq(len({s['session_id'] for s in cl}), 64, 'distinct session ids')
+    vm.run('rmmod ferry', timeout=120)
+    t.check(vm.run('rdma res show qp | grep -c ferry', check=False).out.strip() in ('', '0'),
+            'no QP of ferry left after rmmod')
+
+
+@case(timeout=300)
+def session_recovery_loopback(t):
+    """rdma link delete under heartbeat traffic tears the channels down at
+    once; the client reconnects when the device is back; with the listener
+    gone the client gives up after its give-up time and closes."""
+    vm = loopback(t)
+    ferryctl(t, vm, f'listener add 0.0.0.0 port {PORT}')
+    s = connect(t, vm, '192.0.2.1', extra='channels 2 heartbeat-ms 100 timeout-ms 1000 give-up-s 4')
+    t.eq(s['state'], 'connected', 'connected')
+    vm.run('rdma link delete rxe0')
+    t.eq(vm.run('rdma res show qp | grep -c ferry', check=False).out.strip(), '0',
+         'no QP of ferry after the device went')
+    st, _ = wait_state(t, vm, s['id'], ('reconnecting', 'connecting'))
+    t.eq(st['reason'], 'device-removed', 'reason after rdma link delete')
+    t.rxe_add(vm)
+    st, secs = wait_state(t, vm, s['id'], ('connected',), timeout=60)
+    t.log(f'reconnected {secs:.1f} s after the device came back')
+    t.check(st['reconnects'] >= 1, f'reconnect counted: {st}')
+    # No listener and no server side any more: the client retries, then gives up.
+    ferryctl(t, vm, 'listener del id 1')
+    for srv in sessions(t, vm, 'server'):
+        ferryctl(t, vm, f'session disconnect id {srv["id"]}')
+    _, secs = wait_state(t, vm, s['id'], (None,), timeout=60)
+    t.log(f'client gave up and closed {secs:.1f} s after its server went (give-up 4 s)')
+    vm.run('rmmod ferry')
+
+
+def pair_up(t):
+    a, b = t.a, t.b
+    t.net_up(a, 0, 1)
+    t.net_up(b, 0, 2)
+    for vm in (a, b):
+        t.rxe_add(vm)
+        t.insmod(vm)
+    b.wait_for('ping -c1 -W1 192.0.2.1', timeout=30)
+    return a, b
+
+
+@case(topology='pair', timeout=300)
+def session_two_hosts(t):
+    """Two hosts: sessions in both directions over IPv4 and IPv6; rmmod on the
+    server side with a live session makes the client reconnect, rmmod on the
+    client side closes the server's side."""
+    a, b = pair_up(t)
+    for vm in (a, b):
+        ferryctl(t, vm, f'listener add 0.0.0.0 port {PORT}')
+        ferryctl(t, vm, f'listener add :: port {PORT}')
+    sb = connect(t, b, '192.0.2.1', extra='channels 2')
+    sa = connect(t, a, '2001:db8::2', extra='channels 2')
+    t.eq((sa['state'], sb['state']), ('connected', 'connected'), 'both directions')
+    t.eq([s['state'] for s in sessions(t, a, 'server')], ['connected'], 'A serves B')
+    t.eq([s['state'] for s in sessions(t, b, 'server')], ['connected'], 'B serves A')
+    # rmmod on A (server of B's session, client of its own).
+    a.run('rmmod ferry', timeout=120)
+    st, _ = wait_state(t, b, sb['id'], ('reconnecting', 'connecting'), timeout=30)
+    t.check(st['reason'] in ('peer-closed', 'timeout', 'transport-error'), f'reason: {st}')
+    b.run('sleep 1')
+    t.eq(sessions(t, b, 'server'), [], "B's server side of A's session closed")
+    t.insmod(a)
+    ferryctl(t, a, f'listener add 0.0.0.0 port {PORT}')
+    st, secs = wait_state(t, b, sb['id'], ('connected',), timeout=90)
+    t.log(f'B reconnected {secs:.1f} s after A was back')
+    for vm in (a, b):
+        vm.run('rmmod ferry', timeout=120)
+
+
+@case(topology='pair', timeout=420)
+def session_peer_killed(t):
+    """The server VM is killed: the client detects it within its timeout
+    (heartbeats), reconnects by itself when the server is back, and ferryctl
+    shows the reconnect. Then the link goes down and up on the client."""
+    a, b = pair_up(t)
+    ferryctl(t, a, f'listener add 0.0.0.0 port {PORT}')
+    s = connect(t, b, '192.0.2.1', extra='channels 2 heartbeat-ms 200 timeout-ms 1000')
+    t.eq(s['state'], 'connected', 'connected')
+    b.run('sleep 1')
+    a.kill()
+    killed = time.monotonic()
+    st, _ = wait_state(t, b, s['id'], ('reconnecting', 'connecting'), timeout=30)
+    detect = time.monotonic() - killed
+    t.log(f'dead peer detected in {detect:.2f} s (timeout 1.0 s, heartbeat 0.2 s)')
+    t.eq(st['reason'], 'timeout', 'failure reason')
+    t.check(detect < 5, f'detected within 5 s: {detect:.2f} s')
+    a.start()
+    t.net_up(a, 0, 1)
+    t.rxe_add(a)
+    t.insmod(a)
+    ferryctl(t, a, f'listener add 0.0.0.0 port {PORT}')
+    back = time.monotonic()
+    st, _ = wait_state(t, b, s['id'], ('connected',), timeout=120)
+    t.log(f'reconnected {time.monotonic() - back:.1f} s after the server was back, '
+          f'{time.monotonic() - killed:.1f} s after the kill')
+    t.eq(st['reconnects'], 1, 'reconnects')
+    # The client's own link goes down: heartbeats stop, the session recovers.
+    b.run('ip link set eth0 down')
+    down = time.monotonic()
+    wait_state(t, b, s['id'], ('reconnecting', 'connecting'), timeout=30)
+    t.log(f'link down detected in {time.monotonic() - down:.2f} s')
+    b.run('ip link set eth0 up')
+    up = time.monotonic()
+    st, _ = wait_state(t, b, s['id'], ('connected',), timeout=120)
+    t.log(f'reconnected {time.monotonic() - up:.1f} s after link up')
+    t.eq(st['reconnects'], 2, 'reconnects after link down/up')
+    for vm in (a, b):
+        vm.run('rmmod ferry', timeout=120)
+
+
+@case(timeout=240)
+def session_events(t):
+    """ferryctl monitor shows device and session events."""
+    vm = t.vm
+    t.net_up(vm, 0, 1)
+    t.insmod(vm)
+    vm.run(f'({t.ferryctl} -j monitor > /tmp/mon.log 2>&1 &) ; sleep 1')
+    t.rxe_add(vm)
+    ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
+    s = connect(t, vm, '192.0.2.1')
+    ferryctl(t, vm, f'session disconnect id {s["id"]}')
+    vm.run('sleep 1; rdma link delete rxe0; sleep 1; pkill -f "ferryctl -j monitor"')
+    events = [json.loads(line) for line in vm.run('cat /tmp/mon.log').out.splitlines() if line]
+    kinds = [e['event'] for e in events]
+    t.check('device-add' in kinds and 'device-del' in kinds, f'device events: {kinds}')
+    mine = [e['state'] for e in events if e['event'] == 'session' and e['id'] == s['id']]
+    t.check(mine[:1] == ['connecting'] and 'connected' in mine and mine[-1] == 'closed',
+            f'client session events: {mine}')
     vm.run('rmmod ferry')

@@ -39,7 +39,7 @@ BAD_PATTERNS = [
     (re.compile(_KMSG + r'.*Kernel panic'), 'kernel panic'),
     (re.compile(_KMSG + r'.*(possible circular locking|possible recursive locking|'
                 r'inconsistent lock state|possible irq lock inversion|'
-                r'suspicious RCU usage|lockdep)'), 'lockdep report'),
+                r'suspicious RCU usage|BUG: lock held|DEBUG_LOCKS_WARN_ON)'), 'lockdep report'),
     (re.compile(_KMSG + r'.*\b(KASAN|UBSAN|KFENCE):'), 'sanitizer report'),
     (re.compile(_KMSG + r'.*(soft lockup|hard LOCKUP|rcu_\w+ detected stalls|'
                 r'blocked for more than)'), 'lockup or stall'),
