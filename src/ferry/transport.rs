@@ -315,8 +315,11 @@ impl Ferry {
         for l in listeners.iter() {
             l.close();
         }
-        // Sessions remove themselves from the list as they close.
-        while let Some(s) = t.sessions.lock().first().cloned() {
+        // Sessions remove themselves from the list as they close. The list's
+        // lock must not be held meanwhile: CM handlers take it.
+        loop {
+            let first = t.sessions.lock().first().cloned();
+            let Some(s) = first else { break };
             s.close(Reason::LocalClose);
             self.remove_session(&s);
         }
