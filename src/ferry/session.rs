@@ -447,6 +447,16 @@ impl Session {
             inner.failed_since = Some(now);
         }
         let delay = inner.backoff.next_delay_ms(work::random_u32());
+        if inner.connected_once && inner.state == SessionState::Reconnecting {
+            pr_info!(
+                "session {}: attempt {} to {} failed ({}), next in {} ms\n",
+                self.id,
+                inner.backoff.attempts(),
+                self.peer,
+                reason.describe(),
+                delay
+            );
+        }
         inner.next_attempt = Some(now);
         inner.next_delay_ms = delay;
         drop(inner);
