@@ -69,12 +69,6 @@ pub fn notify_all(
     ntf.multicast_all(bindings::FERRY_NLGRP_EVENTS)
 }
 
-/// The number of online CPUs.
-pub fn num_online_cpus() -> u32 {
-    // SAFETY: No preconditions.
-    unsafe { bindings::ferry_helper_num_online_cpus() }
-}
-
 /// Notification commands.
 pub mod cmd {
     use crate::bindings;
@@ -316,198 +310,86 @@ pub mod cq {
     pub const POLL_CTX: u32 = bindings::FERRY_A_CQ_POLL_CTX;
 }
 
-/// `FERRY_CMD_DEVICE_GET`, do.
-///
-/// # Safety
-///
-/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
-#[no_mangle]
-unsafe extern "C" fn ferry_nl_device_get_doit(
-    _skb: *mut bindings::sk_buff,
-    info: *mut bindings::genl_info,
-) -> c_int {
-    // SAFETY: genetlink passes the request's `info`, valid for the call, with
-    // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
-    // `FERRY_A_DEVICE_NAME`.
-    unsafe {
-        genl::doit(
-            info,
-            bindings::FERRY_A_DEVICE_NAME,
-            crate::netlink::device_get_doit,
-        )
-    }
+/// Defines the `extern "C"` `doit` of an op, which nl_gen.c's ops table names:
+/// it forwards to a safe handler in `src/ferry/netlink.rs`.
+macro_rules! doit {
+    ($(#[$doc:meta])* $name:ident => $handler:path, maxattr $maxattr:ident) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        ///
+        /// Only genetlink calls this, as the op's `doit`, with a valid `info`.
+        #[no_mangle]
+        unsafe extern "C" fn $name(
+            _skb: *mut bindings::sk_buff,
+            info: *mut bindings::genl_info,
+        ) -> c_int {
+            // SAFETY: genetlink passes the request's `info`, valid for the call,
+            // with attributes parsed against the op's policy, whose maxattr
+            // nl_gen.c sets to the one named here.
+            unsafe { genl::doit(info, bindings::$maxattr, $handler) }
+        }
+    };
 }
 
-/// `FERRY_CMD_DEVICE_GET`, dump.
-///
-/// # Safety
-///
-/// Only genetlink calls this, as the op's `dumpit`, with a valid `skb` and `cb`.
-#[no_mangle]
-unsafe extern "C" fn ferry_nl_device_get_dumpit(
-    skb: *mut bindings::sk_buff,
-    cb: *mut bindings::netlink_callback,
-) -> c_int {
-    // SAFETY: genetlink passes the dump's `skb` and `cb`, valid for the call.
-    unsafe { genl::dumpit(skb, cb, crate::netlink::device_get_dumpit) }
+/// Defines the `extern "C"` `dumpit` of an op, as [`doit`] does.
+macro_rules! dumpit {
+    ($(#[$doc:meta])* $name:ident => $handler:path) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        ///
+        /// Only genetlink calls this, as the op's `dumpit`, with a valid `skb` and `cb`.
+        #[no_mangle]
+        unsafe extern "C" fn $name(
+            skb: *mut bindings::sk_buff,
+            cb: *mut bindings::netlink_callback,
+        ) -> c_int {
+            // SAFETY: genetlink passes the dump's `skb` and `cb`, valid for the call.
+            unsafe { genl::dumpit(skb, cb, $handler) }
+        }
+    };
 }
 
-/// `FERRY_CMD_LISTENER_ADD`, do.
-///
-/// # Safety
-///
-/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
-#[no_mangle]
-unsafe extern "C" fn ferry_nl_listener_add_doit(
-    _skb: *mut bindings::sk_buff,
-    info: *mut bindings::genl_info,
-) -> c_int {
-    // SAFETY: genetlink passes the request's `info`, valid for the call, with
-    // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
-    // `FERRY_A_LISTENER_PORT`.
-    unsafe {
-        genl::doit(
-            info,
-            bindings::FERRY_A_LISTENER_PORT,
-            crate::netlink::listener_add_doit,
-        )
-    }
-}
-
-/// `FERRY_CMD_LISTENER_DEL`, do.
-///
-/// # Safety
-///
-/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
-#[no_mangle]
-unsafe extern "C" fn ferry_nl_listener_del_doit(
-    _skb: *mut bindings::sk_buff,
-    info: *mut bindings::genl_info,
-) -> c_int {
-    // SAFETY: genetlink passes the request's `info`, valid for the call, with
-    // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
-    // `FERRY_A_LISTENER_ID`.
-    unsafe {
-        genl::doit(
-            info,
-            bindings::FERRY_A_LISTENER_ID,
-            crate::netlink::listener_del_doit,
-        )
-    }
-}
-
-/// `FERRY_CMD_LISTENER_GET`, do.
-///
-/// # Safety
-///
-/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
-#[no_mangle]
-unsafe extern "C" fn ferry_nl_listener_get_doit(
-    _skb: *mut bindings::sk_buff,
-    info: *mut bindings::genl_info,
-) -> c_int {
-    // SAFETY: genetlink passes the request's `info`, valid for the call, with
-    // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
-    // `FERRY_A_LISTENER_ID`.
-    unsafe {
-        genl::doit(
-            info,
-            bindings::FERRY_A_LISTENER_ID,
-            crate::netlink::listener_get_doit,
-        )
-    }
-}
-
-/// `FERRY_CMD_LISTENER_GET`, dump.
-///
-/// # Safety
-///
-/// Only genetlink calls this, as the op's `dumpit`, with a valid `skb` and `cb`.
-#[no_mangle]
-unsafe extern "C" fn ferry_nl_listener_get_dumpit(
-    skb: *mut bindings::sk_buff,
-    cb: *mut bindings::netlink_callback,
-) -> c_int {
-    // SAFETY: genetlink passes the dump's `skb` and `cb`, valid for the call.
-    unsafe { genl::dumpit(skb, cb, crate::netlink::listener_get_dumpit) }
-}
-
-/// `FERRY_CMD_SESSION_CONNECT`, do.
-///
-/// # Safety
-///
-/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
-#[no_mangle]
-unsafe extern "C" fn ferry_nl_session_connect_doit(
-    _skb: *mut bindings::sk_buff,
-    info: *mut bindings::genl_info,
-) -> c_int {
-    // SAFETY: genetlink passes the request's `info`, valid for the call, with
-    // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
-    // `FERRY_A_SESSION_GIVE_UP_S`.
-    unsafe {
-        genl::doit(
-            info,
-            bindings::FERRY_A_SESSION_GIVE_UP_S,
-            crate::netlink::session_connect_doit,
-        )
-    }
-}
-
-/// `FERRY_CMD_SESSION_DISCONNECT`, do.
-///
-/// # Safety
-///
-/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
-#[no_mangle]
-unsafe extern "C" fn ferry_nl_session_disconnect_doit(
-    _skb: *mut bindings::sk_buff,
-    info: *mut bindings::genl_info,
-) -> c_int {
-    // SAFETY: genetlink passes the request's `info`, valid for the call, with
-    // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
-    // `FERRY_A_SESSION_ID`.
-    unsafe {
-        genl::doit(
-            info,
-            bindings::FERRY_A_SESSION_ID,
-            crate::netlink::session_disconnect_doit,
-        )
-    }
-}
-
-/// `FERRY_CMD_SESSION_GET`, do.
-///
-/// # Safety
-///
-/// Only genetlink calls this, as the op's `doit`, with a valid `info`.
-#[no_mangle]
-unsafe extern "C" fn ferry_nl_session_get_doit(
-    _skb: *mut bindings::sk_buff,
-    info: *mut bindings::genl_info,
-) -> c_int {
-    // SAFETY: genetlink passes the request's `info`, valid for the call, with
-    // attributes parsed against the op's policy, whose maxattr nl_gen.c sets to
-    // `FERRY_A_SESSION_ID`.
-    unsafe {
-        genl::doit(
-            info,
-            bindings::FERRY_A_SESSION_ID,
-            crate::netlink::session_get_doit,
-        )
-    }
-}
-
-/// `FERRY_CMD_SESSION_GET`, dump.
-///
-/// # Safety
-///
-/// Only genetlink calls this, as the op's `dumpit`, with a valid `skb` and `cb`.
-#[no_mangle]
-unsafe extern "C" fn ferry_nl_session_get_dumpit(
-    skb: *mut bindings::sk_buff,
-    cb: *mut bindings::netlink_callback,
-) -> c_int {
-    // SAFETY: genetlink passes the dump's `skb` and `cb`, valid for the call.
-    unsafe { genl::dumpit(skb, cb, crate::netlink::session_get_dumpit) }
-}
+doit!(
+    /// `FERRY_CMD_DEVICE_GET`, do.
+    ferry_nl_device_get_doit => crate::netlink::device_get_doit, maxattr FERRY_A_DEVICE_NAME
+);
+dumpit!(
+    /// `FERRY_CMD_DEVICE_GET`, dump.
+    ferry_nl_device_get_dumpit => crate::netlink::device_get_dumpit
+);
+doit!(
+    /// `FERRY_CMD_LISTENER_ADD`, do.
+    ferry_nl_listener_add_doit => crate::netlink::listener_add_doit, maxattr FERRY_A_LISTENER_PORT
+);
+doit!(
+    /// `FERRY_CMD_LISTENER_DEL`, do.
+    ferry_nl_listener_del_doit => crate::netlink::listener_del_doit, maxattr FERRY_A_LISTENER_ID
+);
+doit!(
+    /// `FERRY_CMD_LISTENER_GET`, do.
+    ferry_nl_listener_get_doit => crate::netlink::listener_get_doit, maxattr FERRY_A_LISTENER_ID
+);
+dumpit!(
+    /// `FERRY_CMD_LISTENER_GET`, dump.
+    ferry_nl_listener_get_dumpit => crate::netlink::listener_get_dumpit
+);
+doit!(
+    /// `FERRY_CMD_SESSION_CONNECT`, do.
+    ferry_nl_session_connect_doit => crate::netlink::session_connect_doit,
+    maxattr FERRY_A_SESSION_GIVE_UP_S
+);
+doit!(
+    /// `FERRY_CMD_SESSION_DISCONNECT`, do.
+    ferry_nl_session_disconnect_doit => crate::netlink::session_disconnect_doit,
+    maxattr FERRY_A_SESSION_ID
+);
+doit!(
+    /// `FERRY_CMD_SESSION_GET`, do.
+    ferry_nl_session_get_doit => crate::netlink::session_get_doit, maxattr FERRY_A_SESSION_ID
+);
+dumpit!(
+    /// `FERRY_CMD_SESSION_GET`, dump.
+    ferry_nl_session_get_dumpit => crate::netlink::session_get_dumpit
+);

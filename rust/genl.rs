@@ -115,42 +115,39 @@ impl Notification<'_> {
     /// Sends the notification to the listeners of multicast group `group` (its
     /// index in the family's list) in `net`. Having no listener is not an error.
     pub fn multicast(self, net: &Net, group: u32) -> Result {
-        let this = core::mem::ManuallyDrop::new(self);
-        // SAFETY: `skb` is owned and `hdr` is its header (type invariant); the
-        // family is registered. Multicasting consumes the skb in every case, and
-        // `ManuallyDrop` keeps us from freeing it again.
-        let ret = unsafe {
-            bindings::ferry_helper_genlmsg_multicast_netns(
-                this.family.family.get(),
-                this.skb.as_ptr(),
-                net.as_raw(),
-                this.hdr,
-                group,
-            )
-        };
-        match ret {
-            0 => Ok(()),
-            r if r == ESRCH.to_errno() => Ok(()),
-            r => to_result(r),
-        }
+        self.send(|family, skb, hdr| {
+            // SAFETY: `send`'s contract: a registered family and an owned skb
+            // with its header; the call consumes the skb.
+            unsafe {
+                bindings::ferry_helper_genlmsg_multicast_netns(
+                    family,
+                    skb,
+                    net.as_raw(),
+                    hdr,
+                    group,
+                )
+            }
+        })
     }
-}
 
-impl Notification<'_> {
     /// Sends the notification to the listeners of multicast group `group` in
     /// every network namespace (for objects every namespace may see).
     pub fn multicast_all(self, group: u32) -> Result {
+        self.send(|family, skb, hdr| {
+            // SAFETY: As in `multicast`.
+            unsafe { bindings::ferry_helper_genlmsg_multicast_allns(family, skb, hdr, group) }
+        })
+    }
+
+    /// Hands the message to `send`, which gets the registered family, the
+    /// owned skb and its header, and must consume the skb.
+    fn send(
+        self,
+        send: impl FnOnce(*mut bindings::genl_family, *mut bindings::sk_buff, *mut c_void) -> c_int,
+    ) -> Result {
         let this = core::mem::ManuallyDrop::new(self);
-        // SAFETY: As in `multicast`.
-        let ret = unsafe {
-            bindings::ferry_helper_genlmsg_multicast_allns(
-                this.family.family.get(),
-                this.skb.as_ptr(),
-                this.hdr,
-                group,
-            )
-        };
-        match ret {
+        // `ManuallyDrop` keeps us from freeing the skb `send` consumed.
+        match send(this.family.family.get(), this.skb.as_ptr(), this.hdr) {
             0 => Ok(()),
             r if r == ESRCH.to_errno() => Ok(()),
             r => to_result(r),

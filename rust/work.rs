@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! A work queue of one module's own, and random numbers.
+//! A work queue of one module's own, random numbers, the CPU count.
 //!
 //! C headers: [`include/linux/workqueue.h`](srctree/include/linux/workqueue.h),
 //! [`include/linux/random.h`](srctree/include/linux/random.h).
@@ -65,6 +65,12 @@ impl Drop for OwnedQueue {
 pub fn random_u32() -> u32 {
     // SAFETY: No preconditions.
     unsafe { bindings::get_random_u32() }
+}
+
+/// The number of online CPUs.
+pub fn num_online_cpus() -> u32 {
+    // SAFETY: No preconditions.
+    unsafe { bindings::ferry_helper_num_online_cpus() }
 }
 
 /// A random `u64` from the kernel's CRNG.

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * C shims for the static inline functions and macros of ib_verbs.h, genetlink.h
- * and netlink.h that ferry's Rust code calls: bindgen cannot see through those.
+ * C shims for the static inline functions and macros of ib_verbs.h, rdma_cm.h,
+ * genetlink.h, netlink.h, net_namespace.h and workqueue.h that ferry's Rust
+ * code calls: bindgen cannot see through those.
  * Each does exactly what the function or macro it is named after does.
  */
 #ifndef FERRY_RUST_HELPERS_H

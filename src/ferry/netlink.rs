@@ -282,7 +282,7 @@ fn default_channels(ferry: &Ferry, req: &Request<'_>) -> Result<u32> {
         .map(|d| d.num_comp_vectors())
         .max()
         .unwrap_or(1);
-    Ok(ferry_nl::num_online_cpus()
+    Ok(crate::work::num_online_cpus()
         .min(vectors)
         .clamp(1, u32::from(wire::MAX_CHANNELS)))
 }

@@ -77,6 +77,24 @@ impl KwArgs {
     }
 }
 
+/// The `id ID` (or bare `ID`) of a command that names one object.
+pub fn required_id(args: &[String]) -> Result<u32, CliError> {
+    let kw = KwArgs::parse(args, &["id"], Some("id"))?;
+    number("id", kw.required("id")?)
+}
+
+/// `OBJECT ID ...` and `OBJECT id ID ...` are `show`: whether `command` starts
+/// such a line, and the arguments for `show` if so.
+pub fn show_shortcut(command: &str, args: &[String]) -> Option<Vec<String>> {
+    if command == "id" || command.parse::<u32>().is_ok() {
+        let mut all = vec![command.to_string()];
+        all.extend_from_slice(args);
+        Some(all)
+    } else {
+        None
+    }
+}
+
 /// A decimal number, or a usage error naming `what`.
 pub fn number<T: FromStr>(what: &str, v: &str) -> Result<T, CliError> {
     // u32::from_str takes a leading '+'; iproute2 does not.

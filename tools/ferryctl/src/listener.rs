@@ -121,15 +121,13 @@ impl Cmd {
             let port = args::number("port", kw.required("port")?)?;
             Ok(Some(Cmd::Add { addr, port }))
         } else if matches(command, "delete") {
-            let kw = KwArgs::parse(args, &["id"], Some("id"))?;
-            let id = args::number("id", kw.required("id")?)?;
-            Ok(Some(Cmd::Del { id }))
+            Ok(Some(Cmd::Del {
+                id: args::required_id(args)?,
+            }))
         } else if matches(command, "help") {
             Ok(None)
-        } else if command == "id" || command.parse::<u32>().is_ok() {
+        } else if let Some(all) = args::show_shortcut(command, args) {
             // `ferryctl listener 3`, `ferryctl listener id 3`
-            let mut all = vec![command.to_string()];
-            all.extend_from_slice(args);
             Self::show(&all)
         } else {
             Err(usage(format!("unknown listener command \"{command}\"")))

@@ -318,6 +318,12 @@ impl Socket {
     /// in it. An overrun (the kernel dropped notifications because the receive
     /// buffer was full) is `Error::Io` with `ENOBUFS`; the socket stays usable.
     pub fn events(&mut self, family: u16) -> Result<Vec<Event>, Error> {
+        let n = self.recv()?;
+        parse_events(&self.buf[..n], family)
+    }
+
+    /// Receives one datagram into `buf`, retrying on `EINTR`; returns its length.
+    fn recv(&mut self) -> Result<usize, Error> {
         loop {
             // SAFETY: `buf` is a valid writable buffer of its length.
             let n = unsafe {
@@ -328,14 +334,13 @@ impl Socket {
                     0,
                 )
             };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
                 return Err(e.into());
             }
-            return parse_events(&self.buf[..n as usize], family);
         }
     }
 
@@ -367,23 +372,8 @@ impl Socket {
         }
         let mut replies = Vec::new();
         loop {
-            // SAFETY: `buf` is a valid writable buffer of its length.
-            let n = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    self.buf.as_mut_ptr().cast(),
-                    self.buf.len(),
-                    0,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e.into());
-            }
-            let data = &self.buf[..n as usize];
+            let n = self.recv()?;
+            let data = &self.buf[..n];
             match parse_datagram(data, seq, &msg, &mut replies)? {
                 Status::More => continue,
                 Status::Done => return Ok(replies),

@@ -404,15 +404,13 @@ impl Cmd {
                 options,
             })))
         } else if matches(command, "disconnect") {
-            let kw = KwArgs::parse(args, &["id"], Some("id"))?;
-            let id = args::number("id", kw.required("id")?)?;
-            Ok(Some(Cmd::Disconnect { id }))
+            Ok(Some(Cmd::Disconnect {
+                id: args::required_id(args)?,
+            }))
         } else if matches(command, "help") {
             Ok(None)
-        } else if command == "id" || command.parse::<u32>().is_ok() {
+        } else if let Some(all) = args::show_shortcut(command, args) {
             // `ferryctl session 3`, `ferryctl session id 3`
-            let mut all = vec![command.to_string()];
-            all.extend_from_slice(args);
             Self::show(&all)
         } else {
             Err(usage(format!("unknown session command \"{command}\"")))

@@ -39,7 +39,10 @@ def main():
     tx = os.fdopen(os.dup(fd), 'wb', buffering=0)
 
     def send(obj):
-        tx.write((json.dumps(obj) + '\n').encode())
+        # An unbuffered write to the port may take only part of a long reply.
+        data = memoryview((json.dumps(obj) + '\n').encode())
+        while data:
+            data = data[tx.write(data):]
 
     send({'ready': True,
           'clocksource': read('/sys/devices/system/clocksource/clocksource0/current_clocksource'),

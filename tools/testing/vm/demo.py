@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
 """`make demo`: boots two VMs joined by one Ethernet link, gives each a
-soft-RoCE device, loads ferry and shows what ferryctl reports on both."""
+soft-RoCE device, loads ferry and shows what ferryctl reports on both, then
+opens a session from one to the other (and one to a port nobody listens on)."""
 import argparse
 import os
 import sys
@@ -45,6 +46,14 @@ def main():
                   'IB_POLL_WORKQUEUE as "SOFTIRQ"; ferryctl shows the real context)')
         show(hosts[1], 'ping -c 2 192.0.2.1')
         show(hosts[0], f'{args.ferryctl} -j -p device show rxe0')
+        # A session from B to A's listener, with its channels and counters.
+        ctl = args.ferryctl
+        show(hosts[0], f'{ctl} listener add 192.0.2.1 port 7471')
+        show(hosts[1], f'{ctl} session connect 192.0.2.1 port 7471 service echo channels 2')
+        show(hosts[1], f'{ctl} session connect 192.0.2.1 port 7472 service echo || true')
+        show(hosts[1], f'sleep 3; {ctl} -d -s session show')
+        show(hosts[0], f'{ctl} -d -s session show; {ctl} listener show')
+        show(hosts[0], 'rdma res show qp | grep ferry; rdma res show cm_id | grep ferry')
         for vm in hosts:
             show(vm, 'rmmod ferry')
         problems = sum((vm.kernel_problems() for vm in hosts), [])
