@@ -53,6 +53,8 @@ class Test:
     def __init__(self, env, outdir, vms):
         # Set by a case that plants a leak: the debug run's scan must find it.
         self.expect_leak = False
+        # How much slower the guest is: cases stretch their waits by it.
+        self.slow = 3 if env.get('debug') else 1
         self.env = env
         self.outdir = outdir
         self.vms = vms
@@ -201,8 +203,11 @@ def run_case(c, env, outroot):
         timed_out.set()
         for vm in vms:
             vm.kill()
-    # KASAN and lockdep make the debug kernel several times slower under TCG.
+    # KASAN and lockdep make the debug kernel several times slower under TCG
+    # (two of its VMs on two cores take minutes to boot).
     timeout = c.timeout * (3 if env.get('debug') else 1)
+    for vm in vms:
+        vm.boot_timeout = 600 if env.get('debug') else vm.boot_timeout
     watchdog = threading.Timer(timeout, expire)
     watchdog.start()
     try:
