@@ -121,8 +121,11 @@ def session_64(t):
     of them (and their 64 server sides) live is clean."""
     vm = loopback(t)
     ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
-    vm.run(f'for i in $(seq 64); do {t.ferryctl} session connect 192.0.2.1 port {PORT} '
-           f'service echo queue-depth 16 channels 1 > /dev/null & done; wait', timeout=300)
+    # All 64 connects at once; the debug kernel is too slow for 64 handshakes
+    # within the connect timeout, so there they go 8 at a time.
+    parallel = 64 if t.slow == 1 else 8
+    vm.run(f'seq 64 | xargs -P {parallel} -I@ {t.ferryctl} session connect 192.0.2.1 '
+           f'port {PORT} service echo queue-depth 16 channels 1 > /dev/null', timeout=300 * t.slow)
     vm.run('sleep 1')
     # Summarized in the guest: 128 sessions do not fit in one agent reply.
     summary = json.loads(vm.run(
@@ -145,22 +148,27 @@ def session_recovery_loopback(t):
     gone the client gives up after its give-up time and closes."""
     vm = loopback(t)
     ferryctl(t, vm, f'listener add 0.0.0.0 port {PORT}')
-    s = connect(t, vm, '192.0.2.1', extra='channels 2 heartbeat-ms 100 timeout-ms 1000 give-up-s 4')
+    s = connect(t, vm, '192.0.2.1', extra='channels 2 heartbeat-ms 100 timeout-ms 1000')
     t.eq(s['state'], 'connected', 'connected')
     vm.run('rdma link delete rxe0')
     t.eq(vm.run('rdma res show qp | grep -c ferry', check=False).out.strip(), '0',
          'no QP of ferry after the device went')
-    st, _ = wait_state(t, vm, s['id'], ('reconnecting', 'connecting'))
-    t.eq(st['reason'], 'device-removed', 'reason after rdma link delete')
+    wait_state(t, vm, s['id'], ('reconnecting', 'connecting'))
+    # The session's reason is its last failure's: attempts while the device is
+    # gone fail as unreachable. The log keeps the first.
+    t.check('failed: the RDMA device was removed' in vm.run('dmesg').out,
+            'channel failure logged as a device removal')
     t.rxe_add(vm)
     st, secs = wait_state(t, vm, s['id'], ('connected',), timeout=60)
     t.log(f'reconnected {secs:.1f} s after the device came back')
     t.check(st['reconnects'] >= 1, f'reconnect counted: {st}')
-    # No listener and no server side any more: the client retries, then gives up.
+    # No listener and no server side any more: a session that may retry for
+    # 4 s retries, then gives up and closes.
+    quick = connect(t, vm, '192.0.2.1', extra='give-up-s 4 heartbeat-ms 100 timeout-ms 1000')
     ferryctl(t, vm, 'listener del id 1')
     for srv in sessions(t, vm, 'server'):
         ferryctl(t, vm, f'session disconnect id {srv["id"]}')
-    _, secs = wait_state(t, vm, s['id'], (None,), timeout=60)
+    _, secs = wait_state(t, vm, quick['id'], (None,), timeout=60)
     t.log(f'client gave up and closed {secs:.1f} s after its server went (give-up 4 s)')
     vm.run('rmmod ferry')
 
