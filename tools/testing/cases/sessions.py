@@ -201,7 +201,10 @@ def session_two_hosts(t):
     # rmmod on A (server of B's session, client of its own).
     a.run('rmmod ferry', timeout=120)
     st, _ = wait_state(t, b, sb['id'], ('reconnecting', 'connecting'), timeout=30)
-    t.check(st['reason'] in ('peer-closed', 'timeout', 'transport-error'), f'reason: {st}')
+    # The reason is the last failure's: on a slow guest the first retry, which
+    # finds no listener on A, may already have failed.
+    t.check(st['reason'] in ('peer-closed', 'timeout', 'transport-error', 'no-listener'),
+            f'reason: {st}')
     b.run('sleep 1')
     t.eq(sessions(t, b, 'server'), [], "B's server side of A's session closed")
     t.insmod(a)
