@@ -330,16 +330,10 @@ impl<'a> Locked<'a> {
         unsafe { (*self.raw()).port_num }
     }
 
-    /// The local address.
-    pub fn src_addr(&self) -> SockAddr {
-        // SAFETY: `id` is valid (type invariant); the helper returns its
-        // `sockaddr_storage`.
-        unsafe { SockAddr::read(bindings::ferry_helper_cm_src_addr(self.raw())) }
-    }
-
     /// The peer's address.
     pub fn dst_addr(&self) -> SockAddr {
-        // SAFETY: As in `src_addr`.
+        // SAFETY: `id` is valid (type invariant); the helper returns its
+        // `sockaddr_storage`.
         unsafe { SockAddr::read(bindings::ferry_helper_cm_dst_addr(self.raw())) }
     }
 
@@ -463,7 +457,8 @@ impl<'a> ConnectRequest<'a> {
                 self.id.raw(),
                 private_data.as_ptr().cast(),
                 len,
-                bindings::ib_cm_rej_reason_IB_CM_REJ_CONSUMER_DEFINED as u8,
+                // CAST: IB CM reject reasons fit in a byte.
+                REJ_CONSUMER_DEFINED as u8,
             )
         })
     }
@@ -556,12 +551,6 @@ impl<H: Handler> CmId<H> {
     pub fn disconnect(&self) -> Result {
         // SAFETY: `id` is valid (type invariant).
         to_result(unsafe { bindings::rdma_disconnect(self.id.as_ptr()) })
-    }
-
-    /// The local address the id is bound to.
-    pub fn src_addr(&self) -> SockAddr {
-        // SAFETY: `id` is valid (type invariant).
-        unsafe { SockAddr::read(bindings::ferry_helper_cm_src_addr(self.id.as_ptr())) }
     }
 }
 

@@ -291,11 +291,6 @@ int ferry_helper_nla_put(struct sk_buff *skb, int type, int len,
 	return nla_put(skb, type, len, data);
 }
 
-const void *ferry_helper_cm_src_addr(const struct rdma_cm_id *id)
-{
-	return &id->route.addr.src_addr;
-}
-
 const void *ferry_helper_cm_dst_addr(const struct rdma_cm_id *id)
 {
 	return &id->route.addr.dst_addr;

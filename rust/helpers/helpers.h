@@ -102,7 +102,6 @@ void ferry_helper_nl_set_err_attr_miss(struct netlink_ext_ack *extack,
 				       unsigned int type);
 
 /* rdma/rdma_cm.h */
-const void *ferry_helper_cm_src_addr(const struct rdma_cm_id *id);
 const void *ferry_helper_cm_dst_addr(const struct rdma_cm_id *id);
 void ferry_helper_cm_set_handler(struct rdma_cm_id *id,
 				 rdma_cm_event_handler handler, void *context);

@@ -314,19 +314,9 @@ impl<H: Completion> Qp<H> {
         unsafe { (*self.inner.qp.as_ptr()).qp_num }
     }
 
-    /// The device the QP is on.
-    pub fn device(&self) -> &Registered {
-        self.inner.pd.device()
-    }
-
     /// The completion vector of the QP's CQ.
     pub fn comp_vector(&self) -> u32 {
         self.inner.cq.as_ref().map_or(0, Cq::comp_vector)
-    }
-
-    /// The resource-tracking id of the QP's CQ.
-    pub fn cq_id(&self) -> u32 {
-        self.inner.cq.as_ref().map_or(0, Cq::id)
     }
 
     /// The number of receive slots.

@@ -275,9 +275,11 @@ impl Session {
         if state == SessionState::Connected {
             return Ok(s);
         }
-        let reason = match (state, reason) {
-            (_, Reason::None) => Reason::Timeout,
-            (_, r) => r,
+        // Still connecting when the wait ended: the attempt timed out.
+        let reason = if reason == Reason::None {
+            Reason::Timeout
+        } else {
+            reason
         };
         s.close(reason);
         Err(reason)
@@ -398,12 +400,11 @@ impl Session {
         self.notify();
     }
 
-    /// A channel failed: handled on the transport's work queue.
-    pub(crate) fn channel_failed(&self, index: u16, generation: u32, reason: Reason) {
+    /// A channel failed: handled on the transport's work queue. Callable from
+    /// CM and completion handlers: takes no lock.
+    pub(crate) fn channel_failed(self: &Arc<Self>, index: u16, generation: u32, reason: Reason) {
         let Some(ferry) = Ferry::get() else { return };
-        let Some(this) = ferry.session(self.id) else {
-            return;
-        };
+        let this = self.clone();
         let _ = ferry.spawn(move || this.handle_failure(index, generation, reason));
     }
 

@@ -135,17 +135,13 @@ impl Transport {
 }
 
 impl Ferry {
-    fn transport(&self) -> &Transport {
-        &self.transport
-    }
-
     /// Starts the tick; called once the module state is published.
     pub(crate) fn start(&self) -> Result {
-        self.schedule_tick(self.transport().ticker.clone())
+        self.schedule_tick(self.transport.ticker.clone())
     }
 
     fn schedule_tick(&self, ticker: Arc<Ticker>) -> Result {
-        let q = self.transport().queue.lock();
+        let q = self.transport.queue.lock();
         let q = q.as_ref().ok_or(ESHUTDOWN)?;
         q.queue()
             .enqueue_delayed(ticker, msecs_to_jiffies(TICK_MS))
@@ -163,23 +159,23 @@ impl Ferry {
 
     /// Runs `f` on ferry's work queue; fails once the module is unloading.
     pub(crate) fn spawn(&self, f: impl FnOnce() + Send + 'static) -> Result {
-        let q = self.transport().queue.lock();
+        let q = self.transport.queue.lock();
         q.as_ref().ok_or(ESHUTDOWN)?.spawn(f)
     }
 
     /// Whether the module is unloading.
     pub(crate) fn shutting_down(&self) -> bool {
-        self.transport().shutting_down.load(Acquire)
+        self.transport.shutting_down.load(Acquire)
     }
 
     /// Whether this host offers `service`.
     pub(crate) fn has_service(&self, service: &ServiceName) -> bool {
-        self.transport().services.iter().any(|s| s == service)
+        self.transport.services.iter().any(|s| s == service)
     }
 
     /// A fresh session handle.
     pub(crate) fn next_session_id(&self) -> u32 {
-        self.transport().next_session.fetch_add(1, Relaxed)
+        self.transport.next_session.fetch_add(1, Relaxed)
     }
 
     /// Registers a session.
@@ -187,13 +183,13 @@ impl Ferry {
         if self.shutting_down() {
             return Err(ESHUTDOWN);
         }
-        self.transport().sessions.lock().push(s, GFP_KERNEL)?;
+        self.transport.sessions.lock().push(s, GFP_KERNEL)?;
         Ok(())
     }
 
     /// Forgets a closed session.
     pub(crate) fn remove_session(&self, s: &Session) {
-        self.transport()
+        self.transport
             .sessions
             .lock()
             .retain(|x| !core::ptr::eq(&**x, s));
@@ -201,7 +197,7 @@ impl Ferry {
 
     /// The session with handle `id`.
     pub(crate) fn session(&self, id: u32) -> Option<Arc<Session>> {
-        self.transport()
+        self.transport
             .sessions
             .lock()
             .iter()
@@ -211,7 +207,7 @@ impl Ferry {
 
     /// The server session with handshake id `session_id` from `peer`'s address.
     pub(crate) fn server_session(&self, session_id: u64, peer: &SockAddr) -> Option<Arc<Session>> {
-        self.transport()
+        self.transport
             .sessions
             .lock()
             .iter()
@@ -225,7 +221,7 @@ impl Ferry {
 
     /// A snapshot of the sessions, by handle.
     pub(crate) fn sessions(&self) -> Result<KVec<Arc<Session>>> {
-        let guard = self.transport().sessions.lock();
+        let guard = self.transport.sessions.lock();
         let mut v = KVec::with_capacity(guard.len(), GFP_KERNEL)?;
         for s in guard.iter() {
             v.push(s.clone(), GFP_KERNEL)?;
@@ -250,9 +246,9 @@ impl Ferry {
         if dup {
             return Err(EADDRINUSE);
         }
-        let id = self.transport().next_listener.fetch_add(1, Relaxed);
+        let id = self.transport.next_listener.fetch_add(1, Relaxed);
         let l = Listener::new(id, net, addr)?;
-        let mut list = self.transport().listeners.lock();
+        let mut list = self.transport.listeners.lock();
         if let Err(e) = list.push(l.clone(), GFP_KERNEL) {
             drop(list);
             l.close();
@@ -263,7 +259,7 @@ impl Ferry {
 
     /// Removes listener `id` if `net` may see it.
     pub(crate) fn del_listener(&self, net: &Net, id: u32) -> Result {
-        let mut list = self.transport().listeners.lock();
+        let mut list = self.transport.listeners.lock();
         let pos = list
             .iter()
             .position(|l| l.id == id && l.net.as_raw() == net.as_raw())
@@ -276,7 +272,7 @@ impl Ferry {
 
     /// A snapshot of the listeners, by handle.
     pub(crate) fn listeners(&self) -> Result<KVec<Arc<Listener>>> {
-        let guard = self.transport().listeners.lock();
+        let guard = self.transport.listeners.lock();
         let mut v = KVec::with_capacity(guard.len(), GFP_KERNEL)?;
         for l in guard.iter() {
             v.push(l.clone(), GFP_KERNEL)?;
@@ -308,7 +304,7 @@ impl Ferry {
     /// Module unload: refuses new work, stops the tick, closes every listener
     /// and session (their peers see a disconnect), then drains the work queue.
     pub(crate) fn shutdown(&self) {
-        let t = self.transport();
+        let t = self.transport;
         t.shutting_down.store(true, Release);
         t.ticker.stop();
         let listeners = core::mem::take(&mut *t.listeners.lock());

@@ -227,16 +227,10 @@ def module_lifecycle(t):
 def two_hosts(t):
     """Two VMs on one link: each tracks its own rxe0, RDMA traffic crosses the
     link, and a VM killed and booted again comes back with ferry working."""
-    a, b = t.a, t.b
-    t.net_up(a, 0, 1)
-    t.net_up(b, 0, 2)
-    for vm in (a, b):
-        t.rxe_add(vm)
-        t.insmod(vm)
+    a, b = t.pair_up()
     ga = t.ferryctl_json(a)[0]['node_guid']
     gb = t.ferryctl_json(b)[0]['node_guid']
     t.check(ga != gb, f'distinct GUIDs on the two hosts ({ga}, {gb})')
-    b.wait_for('ping -c1 -W1 192.0.2.1', timeout=30)
     # Real RDMA traffic between the hosts (RC pingpong over rxe).
     srv = 'ibv_rc_pingpong -d rxe0 -g 1 -n 100 -s 4096'
     a.run(f'({srv} > /tmp/pp.log 2>&1 &)')

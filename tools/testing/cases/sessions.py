@@ -173,23 +173,12 @@ def session_recovery_loopback(t):
     vm.run('rmmod ferry')
 
 
-def pair_up(t):
-    a, b = t.a, t.b
-    t.net_up(a, 0, 1)
-    t.net_up(b, 0, 2)
-    for vm in (a, b):
-        t.rxe_add(vm)
-        t.insmod(vm)
-    b.wait_for('ping -c1 -W1 192.0.2.1', timeout=30)
-    return a, b
-
-
 @case(topology='pair', timeout=300)
 def session_two_hosts(t):
     """Two hosts: sessions in both directions over IPv4 and IPv6; rmmod on the
     server side with a live session makes the client reconnect, rmmod on the
     client side closes the server's side."""
-    a, b = pair_up(t)
+    a, b = t.pair_up()
     for vm in (a, b):
         ferryctl(t, vm, f'listener add 0.0.0.0 port {PORT}')
         ferryctl(t, vm, f'listener add :: port {PORT}')
@@ -220,7 +209,7 @@ def session_peer_killed(t):
     """The server VM is killed: the client detects it within its timeout
     (heartbeats), reconnects by itself when the server is back, and ferryctl
     shows the reconnect. Then the link goes down and up on the client."""
-    a, b = pair_up(t)
+    a, b = t.pair_up()
     ferryctl(t, a, f'listener add 0.0.0.0 port {PORT}')
     s = connect(t, b, '192.0.2.1', extra='channels 2 heartbeat-ms 200 timeout-ms 1000')
     t.eq(s['state'], 'connected', 'connected')
