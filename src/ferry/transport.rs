@@ -238,7 +238,7 @@ impl Ferry {
             return Err(ESHUTDOWN);
         }
         let dup = self
-            .transport()
+            .transport
             .listeners
             .lock()
             .iter()
@@ -283,7 +283,7 @@ impl Ferry {
     /// Open sessions accepted through listener `id`.
     pub(crate) fn listener_sessions(&self, id: u32) -> u32 {
         let n = self
-            .transport()
+            .transport
             .sessions
             .lock()
             .iter()
@@ -304,7 +304,7 @@ impl Ferry {
     /// Module unload: refuses new work, stops the tick, closes every listener
     /// and session (their peers see a disconnect), then drains the work queue.
     pub(crate) fn shutdown(&self) {
-        let t = self.transport;
+        let t = &self.transport;
         t.shutting_down.store(true, Release);
         t.ticker.stop();
         let listeners = core::mem::take(&mut *t.listeners.lock());
