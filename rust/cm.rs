@@ -83,6 +83,20 @@ impl SockAddr {
         }
     }
 
+    /// The address in `storage`, the bytes of a `struct sockaddr_storage`;
+    /// `None` unless it is an IPv4 or IPv6 address.
+    pub fn from_storage(storage: &[u8]) -> Option<Self> {
+        let mut b = [0u8; SOCKADDR_LEN];
+        let n = storage.len().min(SOCKADDR_LEN);
+        b[..n].copy_from_slice(&storage[..n]);
+        let a = Self(b);
+        match a.family() {
+            AF_INET => Some(Self::v4(a.0[4..8].try_into().ok()?, a.port())),
+            AF_INET6 => Some(Self::v6(a.0[8..24].try_into().ok()?, a.port())),
+            _ => None,
+        }
+    }
+
     fn family(&self) -> u16 {
         u16::from_ne_bytes([self.0[0], self.0[1]])
     }

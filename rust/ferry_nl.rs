@@ -209,6 +209,8 @@ pub mod reason {
     pub const NONE: u32 = bindings::ferry_reason_FERRY_REASON_NONE;
     /// A refusal the peer's CM gave for itself.
     pub const CM_REJECTED: u32 = bindings::ferry_reason_FERRY_REASON_CM_REJECTED;
+    /// The service refused the session (the highest value).
+    pub const REFUSED: u32 = bindings::ferry_reason_FERRY_REASON_REFUSED;
     /// Gave up reconnecting.
     pub const GAVE_UP: u32 = bindings::ferry_reason_FERRY_REASON_GAVE_UP;
     /// Unknown service.

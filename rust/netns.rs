@@ -29,6 +29,12 @@ impl Net {
         unsafe { &*ptr.cast() }
     }
 
+    /// The initial namespace, `init_net`.
+    pub fn init() -> &'static Self {
+        // SAFETY: `init_net` is a static that lives as long as the kernel.
+        unsafe { Self::from_raw(core::ptr::addr_of_mut!(bindings::init_net)) }
+    }
+
     /// The raw `struct net`.
     pub fn as_raw(&self) -> *mut bindings::net {
         self.0.get()

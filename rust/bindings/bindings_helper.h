@@ -18,3 +18,4 @@
 
 #include "../helpers/helpers.h"
 #include "../../src/ferry/nl_gen.h"
+#include "../../include/ferry/ferry.h"

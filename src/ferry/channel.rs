@@ -13,7 +13,10 @@
 //!
 //! Lock order: a session's lock, then its channels' locks.
 
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{
+    AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use kernel::{
     new_mutex,
     prelude::*,
@@ -83,6 +86,8 @@ pub(crate) struct Stats {
     pub(crate) heartbeats_tx: AtomicU64,
     pub(crate) heartbeats_rx: AtomicU64,
     pub(crate) credit_updates: AtomicU64,
+    pub(crate) msgs_tx: AtomicU64,
+    pub(crate) msgs_rx: AtomicU64,
     pub(crate) wc_errors: AtomicU64,
     pub(crate) flush_errors: AtomicU64,
 }
@@ -116,6 +121,9 @@ pub(crate) struct Channel {
     #[pin]
     inner: Mutex<Inner>,
     pub(crate) stats: Stats,
+    /// The task handling a completion of the channel (0 when none), so that a
+    /// consumer's callback cannot wait for a credit only this task can return.
+    cb_task: AtomicUsize,
 }
 
 /// A snapshot for netlink.
@@ -159,6 +167,7 @@ impl Channel {
                     device: None,
                 }),
                 stats: Stats::default(),
+                cb_task: AtomicUsize::new(0),
             }),
             GFP_KERNEL,
         )
@@ -389,6 +398,27 @@ impl Channel {
         }
     }
 
+    /// Sends a consumer's message. `ENOTCONN` unless the channel is up,
+    /// `EMSGSIZE` if it exceeds the peer's limit, `EAGAIN` without a credit.
+    pub(crate) fn send_message(&self, data: &[u8]) -> Result {
+        let mut inner = self.inner.lock();
+        if inner.state != ChanState::Up {
+            return Err(ENOTCONN);
+        }
+        if data.is_empty() || data.len() > (inner.peer_max_msg as usize).saturating_sub(Header::LEN)
+        {
+            return Err(EMSGSIZE);
+        }
+        self.send_locked(&mut inner, Kind::Message, 0, data)?;
+        self.stats.msgs_tx.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// Whether the current task is handling one of the channel's completions.
+    pub(crate) fn in_callback(&self) -> bool {
+        self.cb_task.load(Acquire) == current_task()
+    }
+
     /// Client, connection up: sends the hello.
     fn send_hello(&self, inner: &mut Inner) -> Result {
         let p = &self.session.params;
@@ -401,9 +431,11 @@ impl Channel {
         self.send_locked(inner, Kind::Hello, 0, &hello.encode())
     }
 
-    /// Handles one received message; `Err` fails the channel.
-    fn receive(&self, msg: &[u8]) -> Result<(), Reason> {
+    /// Handles one received message; `Err` fails the channel. Returns
+    /// whether the message granted credits.
+    fn receive(&self, msg: &[u8]) -> Result<bool, Reason> {
         let (h, payload) = Header::parse(msg)?;
+        let granted = h.credits != 0;
         let role = self.session.role;
         // The session's lock comes before the channel's: ask it first.
         let hello = match (h.kind, role) {
@@ -436,13 +468,13 @@ impl Channel {
                 if status != Reason::None {
                     // Fail once the refusal has left (see `send_done`).
                     inner.state = ChanState::Refusing(status);
-                    return Ok(());
+                    return Ok(false);
                 }
                 inner.state = ChanState::Up;
                 inner.last_heartbeat = Instant::now();
                 drop(inner);
                 self.session.channel_up(self.index, self.generation);
-                Ok(())
+                Ok(false)
             }
             (Kind::HelloReply, ChanState::Handshake, None) if role == Role::Client => {
                 let reply = HelloReply::decode(payload)?;
@@ -457,7 +489,7 @@ impl Channel {
                 inner.last_heartbeat = Instant::now();
                 drop(inner);
                 self.session.channel_up(self.index, self.generation);
-                Ok(())
+                Ok(false)
             }
             (Kind::Heartbeat, ChanState::Up, _) => {
                 inner.credits.grant(h.credits)?;
@@ -465,7 +497,14 @@ impl Channel {
                 // No credit for the ack: the peer's heartbeat times out only if
                 // this goes on, which is what it should measure.
                 let _ = self.send_locked(&mut inner, Kind::HeartbeatAck, h.cookie, &[]);
-                Ok(())
+                Ok(granted)
+            }
+            (Kind::Message, ChanState::Up, _) => {
+                inner.credits.grant(h.credits)?;
+                drop(inner);
+                self.stats.msgs_rx.fetch_add(1, Relaxed);
+                self.session.deliver(payload);
+                Ok(granted)
             }
             (Kind::HeartbeatAck, ChanState::Up, _) => {
                 inner.credits.grant(h.credits)?;
@@ -476,9 +515,9 @@ impl Channel {
                         inner.heartbeat_out = None;
                     }
                 }
-                Ok(())
+                Ok(granted)
             }
-            (Kind::Credits, ChanState::Up, _) => inner.credits.grant(h.credits),
+            (Kind::Credits, ChanState::Up, _) => inner.credits.grant(h.credits).map(|()| granted),
             // A message out of place: a hello twice, a reply to a server, data
             // before the handshake.
             _ => Err(Reason::ProtocolError),
@@ -540,8 +579,16 @@ impl Channel {
             self.wc_failed(wc);
             return false;
         }
-        match self.receive(data) {
-            Ok(()) => true,
+        // Completions of one CQ never run concurrently: this is the only task
+        // that stores here.
+        self.cb_task.store(current_task(), Release);
+        let res = self.receive(data);
+        if res == Ok(true) {
+            self.session.credits_returned();
+        }
+        self.cb_task.store(0, Release);
+        match res {
+            Ok(_) => true,
             Err(reason) => {
                 if reason == Reason::ProtocolError || reason == Reason::Malformed {
                     pr_warn!(
@@ -667,4 +714,9 @@ impl Channel {
         inner.since = Instant::now();
         self.send_hello(&mut inner).map_err(|_| Reason::NoResources)
     }
+}
+
+/// The current task, as a number to compare.
+fn current_task() -> usize {
+    kernel::task::Task::current_raw().addr()
 }

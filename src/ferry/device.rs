@@ -64,6 +64,21 @@ impl Ferry {
         FERRY.get()
     }
 
+    /// The default channel count: one per CPU, capped by the completion
+    /// vectors of the devices `net` may use, and by the protocol's maximum.
+    pub(crate) fn default_channels(&self, net: &Net) -> Result<u32> {
+        let vectors = self
+            .devices()?
+            .iter()
+            .filter(|d| d.accessible_from(net))
+            .map(|d| d.num_comp_vectors())
+            .max()
+            .unwrap_or(1);
+        Ok(crate::work::num_online_cpus()
+            .min(vectors)
+            .clamp(1, u32::from(crate::wire::MAX_CHANNELS)))
+    }
+
     /// A snapshot of the devices, ordered by device index.
     pub(crate) fn devices(&self) -> Result<KVec<Arc<FerryDevice>>> {
         let guard = self.devices.lock();

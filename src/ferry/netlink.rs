@@ -24,6 +24,7 @@ use crate::{
 
 // The wire's reasons are netlink's.
 const _: () = assert!(Reason::CmRejected as u32 == ferry_nl::reason::CM_REJECTED);
+const _: () = assert!(Reason::Refused as u32 == ferry_nl::reason::REFUSED);
 const _: () = assert!(Reason::GaveUp as u32 == ferry_nl::reason::GAVE_UP);
 const _: () = assert!(Reason::UnknownService as u32 == ferry_nl::reason::UNKNOWN_SERVICE);
 const _: () = assert!(Reason::NoListener as u32 == ferry_nl::reason::NO_LISTENER);
@@ -272,21 +273,6 @@ fn bounded(
     }
 }
 
-/// One channel per CPU, capped by the completion vectors of the devices the
-/// requester may use.
-fn default_channels(ferry: &Ferry, req: &Request<'_>) -> Result<u32> {
-    let vectors = ferry
-        .devices()?
-        .iter()
-        .filter(|d| d.accessible_from(req.net()))
-        .map(|d| d.num_comp_vectors())
-        .max()
-        .unwrap_or(1);
-    Ok(crate::work::num_online_cpus()
-        .min(vectors)
-        .clamp(1, u32::from(wire::MAX_CHANNELS)))
-}
-
 /// `session-connect`: open a session and wait until it is up or refused.
 pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
     let ferry = Ferry::get().ok_or(ENODEV)?;
@@ -304,7 +290,7 @@ pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
     };
     let d = Params::DEFAULT;
     let channels = match req.u32(s_attr::CHANNELS) {
-        None | Some(0) => default_channels(&ferry, req)?,
+        None | Some(0) => ferry.default_channels(req.net())?,
         Some(_) => bounded(
             req,
             s_attr::CHANNELS,
@@ -357,7 +343,7 @@ pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
         timeout_ms,
         give_up_s,
     };
-    match Session::connect(&ferry, req.net(), peer, service, params) {
+    match Session::connect(&ferry, req.net(), peer, service, params, None) {
         Ok(s) => {
             let mut reply = req.reply_sized(session_size(&s))?;
             fill_session(&mut reply.writer(), &s)?;

@@ -20,7 +20,10 @@
 //! transport's work queue or in the caller's context (netlink, device removal,
 //! module unload), never from a CM or completion handler.
 
-use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 use kernel::{
     new_condvar, new_mutex,
     prelude::*,
@@ -34,8 +37,9 @@ use crate::{
     cm::SockAddr,
     device::Ferry,
     netns::Net,
+    service::{Consumer, Service},
     state::{Role, SessionState},
-    wire::{Hello, Reason, ServiceName},
+    wire::{self, Header, Hello, Reason, ServiceName},
     work,
 };
 
@@ -69,6 +73,57 @@ impl Params {
         timeout_ms: 5000,
         give_up_s: 600,
     };
+
+    /// Client parameters from a kernel caller: 0 picks the default (for
+    /// `channels`, `default_channels`); anything out of range is `EINVAL`.
+    pub(crate) fn checked(
+        channels: u16,
+        default_channels: u16,
+        queue_depth: u32,
+        max_msg: u32,
+        heartbeat_ms: u32,
+        timeout_ms: u32,
+        give_up_s: u32,
+    ) -> Result<Self> {
+        let d = Self::DEFAULT;
+        let or = |v: u32, d: u32| if v == 0 { d } else { v };
+        let p = Self {
+            channels: if channels == 0 {
+                default_channels
+            } else {
+                channels
+            },
+            queue_depth: or(queue_depth, d.queue_depth),
+            max_msg: or(max_msg, d.max_msg),
+            heartbeat_ms: or(heartbeat_ms, d.heartbeat_ms),
+            timeout_ms: or(timeout_ms, d.timeout_ms.max(heartbeat_ms.saturating_mul(2))),
+            give_up_s: or(give_up_s, d.give_up_s),
+        };
+        let ok = (1..=wire::MAX_CHANNELS).contains(&p.channels)
+            && (wire::MIN_QUEUE_DEPTH..=wire::MAX_QUEUE_DEPTH).contains(&p.queue_depth)
+            && (wire::MIN_MSG_SIZE..=wire::MAX_MSG_SIZE).contains(&p.max_msg)
+            && wire::HEARTBEAT_MS.contains(&p.heartbeat_ms)
+            && (p.heartbeat_ms.saturating_mul(2)..=600_000).contains(&p.timeout_ms)
+            && p.give_up_s <= 7 * 86_400;
+        if ok {
+            Ok(p)
+        } else {
+            Err(EINVAL)
+        }
+    }
+}
+
+/// The consumer's view of the session so far: what it was told last.
+#[derive(Default)]
+struct Events {
+    /// `up` was delivered and no `down` since.
+    up: bool,
+    /// The connection `up` was delivered for (`Inner::reconnects`).
+    conn: u32,
+    /// `gone` was delivered: nothing follows.
+    gone: bool,
+    /// A failed open: the caller gets the error, the consumer nothing.
+    mute: bool,
 }
 
 /// What the session's lock protects.
@@ -91,6 +146,12 @@ struct Inner {
     connected_once: bool,
     /// When the current connect attempt began.
     attempt_started: Instant<Monotonic>,
+    /// Who gets the session's messages and events.
+    consumer: Option<Arc<dyn Consumer>>,
+    /// Server: the service that accepted the session.
+    svc: Option<Arc<Service>>,
+    /// Server: the service refused the session for this reason.
+    refused: Option<Reason>,
 }
 
 /// A session; see the module docs.
@@ -116,6 +177,24 @@ pub(crate) struct Session {
     /// Signalled on every state change.
     #[pin]
     changed: CondVar,
+    /// Serializes the consumer's `up`, `down` and `gone`.
+    #[pin]
+    events: Mutex<Events>,
+    /// Serializes a server session's first hellos while the service decides.
+    #[pin]
+    accepting: Mutex<()>,
+    /// The lock senders waiting for a credit sleep under.
+    #[pin]
+    wait: Mutex<()>,
+    /// Signalled when credits return or the state changes.
+    #[pin]
+    credit_cv: CondVar,
+    /// Senders waiting on `credit_cv`.
+    waiters: AtomicU32,
+    /// A `NOWAIT` send was refused: tell the consumer when credits return.
+    want_writable: AtomicBool,
+    /// Received messages nobody consumed (a session without a consumer).
+    pub(crate) rx_dropped: AtomicU64,
 }
 
 /// Summed counters of a session's channels.
@@ -156,6 +235,7 @@ impl Session {
         params: Params,
         listener: Option<u32>,
         client_service: Option<ServiceName>,
+        consumer: Option<Arc<dyn Consumer>>,
     ) -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
@@ -180,8 +260,18 @@ impl Session {
                     failed_since: None,
                     connected_once: false,
                     attempt_started: Instant::now(),
+                    consumer,
+                    svc: None,
+                    refused: None,
                 }),
                 changed <- new_condvar!(),
+                events <- new_mutex!(Events::default()),
+                accepting <- new_mutex!(()),
+                wait <- new_mutex!(()),
+                credit_cv <- new_condvar!(),
+                waiters: AtomicU32::new(0),
+                want_writable: AtomicBool::new(false),
+                rx_dropped: AtomicU64::new(0),
             }),
             GFP_KERNEL,
         )
@@ -216,6 +306,7 @@ impl Session {
             params,
             Some(listener),
             None,
+            None,
         )?;
         s.inner.lock().generation = data.generation;
         ferry.add_session(s.clone())?;
@@ -224,13 +315,15 @@ impl Session {
     }
 
     /// Opens a client session and waits until it is connected or has failed.
-    /// On failure the session is gone and the reason is returned.
+    /// On failure the session is gone, `consumer` was told nothing, and the
+    /// reason is returned.
     pub(crate) fn connect(
         ferry: &Ferry,
         net: &Net,
         peer: SockAddr,
         service: ServiceName,
         params: Params,
+        consumer: Option<Arc<dyn Consumer>>,
     ) -> Result<Arc<Self>, Reason> {
         let id = ferry.next_session_id();
         let session_id = loop {
@@ -248,6 +341,7 @@ impl Session {
             params,
             None,
             Some(service),
+            consumer,
         )
         .map_err(|_| Reason::NoResources)?;
         ferry
@@ -273,14 +367,19 @@ impl Session {
         let (state, reason) = (inner.state, inner.reason);
         drop(inner);
         if state == SessionState::Connected {
+            // The consumer hears `up` before the caller hears of success.
+            s.sync_events();
             return Ok(s);
         }
-        // Still connecting when the wait ended: the attempt timed out.
+        // Still connecting when the wait ended: the attempt timed out, or a
+        // signal came.
         let reason = if reason == Reason::None {
             Reason::Timeout
         } else {
             reason
         };
+        // The caller learns of the failure from the return value alone.
+        s.events.lock().mute = true;
         s.close(reason);
         Err(reason)
     }
@@ -355,27 +454,56 @@ impl Session {
         self.inner.lock().generation
     }
 
-    /// Server: checks a channel's hello; all channels must name the same service.
-    pub(crate) fn check_hello(&self, hello: &Hello) -> Reason {
+    /// Server: checks a channel's hello. The first one asks the service to
+    /// accept the session; all channels must name the same service.
+    pub(crate) fn check_hello(self: &Arc<Self>, hello: &Hello) -> Reason {
         let Some(ferry) = Ferry::get() else {
             return Reason::ShuttingDown;
         };
-        if !ferry.has_service(&hello.service) {
-            return Reason::UnknownService;
+        // The other channels' hellos wait here for the service's answer.
+        let _accepting = self.accepting.lock();
+        {
+            let inner = self.inner.lock();
+            match inner.service {
+                Some(s) if s != hello.service => return Reason::BadParams,
+                Some(_) => return inner.refused.unwrap_or(Reason::None),
+                None => {}
+            }
         }
+        let res = match ferry.service(&hello.service) {
+            Some(svc) => svc.attach(self),
+            None => Err(Reason::UnknownService),
+        };
         let mut inner = self.inner.lock();
-        match inner.service {
-            Some(s) if s != hello.service => Reason::BadParams,
-            Some(_) => Reason::None,
-            None => {
-                inner.service = Some(hello.service);
-                Reason::None
+        inner.service = Some(hello.service);
+        match res {
+            Ok(()) => Reason::None,
+            Err(r) => {
+                inner.refused = Some(r);
+                r
             }
         }
     }
 
+    /// Server: service `svc` accepted the session with `consumer`. Called by
+    /// [`Service::attach`] under the service's lock.
+    pub(crate) fn set_consumer(&self, svc: Arc<Service>, consumer: Arc<dyn Consumer>) {
+        let mut inner = self.inner.lock();
+        inner.svc = Some(svc);
+        inner.consumer = Some(consumer);
+    }
+
+    /// Whether service `svc` accepted this session.
+    pub(crate) fn belongs_to(&self, svc: &Arc<Service>) -> bool {
+        self.inner
+            .lock()
+            .svc
+            .as_ref()
+            .is_some_and(|s| core::ptr::eq::<Service>(&**s, &**svc))
+    }
+
     /// A channel completed its handshake.
-    pub(crate) fn channel_up(&self, _index: u16, generation: u32) {
+    pub(crate) fn channel_up(self: &Arc<Self>, _index: u16, generation: u32) {
         let mut inner = self.inner.lock();
         if inner.generation != generation || inner.state != SessionState::Connecting {
             return;
@@ -466,10 +594,21 @@ impl Session {
     }
 
     /// Closes the session for good: tears its channels down, waits for them,
-    /// and removes it. Idempotent. May sleep; not from a CM or completion handler.
+    /// removes it and tells the consumer. Idempotent: a second caller returns
+    /// once the first one is done. May sleep; not from a CM or completion
+    /// handler.
     pub(crate) fn close(self: &Arc<Self>, reason: Reason) {
         let mut inner = self.inner.lock();
+        if inner.state == SessionState::Closing {
+            // Another thread closes it: wait until it has.
+            while inner.state != SessionState::Closed {
+                self.changed.wait(&mut inner);
+            }
+        }
         if inner.state == SessionState::Closed {
+            drop(inner);
+            // `gone` may still be on its way in the closing thread.
+            self.sync_events();
             return;
         }
         if inner.state != SessionState::Closing
@@ -622,9 +761,164 @@ impl Session {
         Ok(info)
     }
 
-    /// Sends a `session-ntf` with the session's current attributes.
-    pub(crate) fn notify(&self) {
+    /// Tells netlink listeners (`session-ntf`), the consumer and waiting
+    /// senders about the session's current state.
+    pub(crate) fn notify(self: &Arc<Self>) {
         crate::netlink::notify_session(self);
+        self.sync_events();
+        self.wake_senders();
+    }
+
+    /// Brings the consumer up to date: `up` when connected, `down` when the
+    /// connection it was told of is lost, `gone` once closed.
+    fn sync_events(self: &Arc<Self>) {
+        let mut ev = self.events.lock();
+        if ev.gone || ev.mute {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        let (state, reason, conn) = (inner.state, inner.reason, inner.reconnects);
+        let consumer = if state == SessionState::Closed {
+            // Nothing reaches the consumer after `gone`.
+            inner.consumer.take()
+        } else {
+            inner.consumer.clone()
+        };
+        drop(inner);
+        let Some(c) = consumer else { return };
+        match state {
+            SessionState::Connected => {
+                if ev.up && ev.conn != conn {
+                    // Lost and regained since the consumer last looked.
+                    c.down(self, Reason::PeerClosed);
+                }
+                if !ev.up || ev.conn != conn {
+                    ev.up = true;
+                    ev.conn = conn;
+                    c.up(self);
+                }
+            }
+            SessionState::Connecting | SessionState::Reconnecting if ev.up => {
+                ev.up = false;
+                c.down(self, reason);
+            }
+            SessionState::Closed => {
+                ev.gone = true;
+                c.gone(self, reason);
+            }
+            _ => {}
+        }
+    }
+
+    /// Hands a received message to the consumer.
+    pub(crate) fn deliver(self: &Arc<Self>, data: &[u8]) {
+        let consumer = self.inner.lock().consumer.clone();
+        match consumer {
+            Some(c) => c.message(self, data),
+            None => {
+                self.rx_dropped.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// A channel got credits back: wakes waiting senders, and tells the
+    /// consumer if a send of its was refused.
+    pub(crate) fn credits_returned(self: &Arc<Self>) {
+        self.wake_senders();
+        if self.want_writable.swap(false, SeqCst) {
+            let consumer = self.inner.lock().consumer.clone();
+            if let Some(c) = consumer {
+                c.writable(self);
+            }
+        }
+    }
+
+    fn wake_senders(&self) {
+        if self.waiters.load(SeqCst) != 0 {
+            let _guard = self.wait.lock();
+            self.credit_cv.notify_all();
+        }
+    }
+
+    /// The negotiated limits: (channels, the peer's queue depth, largest
+    /// payload). `ENOTCONN` unless connected.
+    pub(crate) fn limits(&self) -> Result<(u16, u32, u32)> {
+        let inner = self.inner.lock();
+        if inner.state != SessionState::Connected {
+            return Err(ENOTCONN);
+        }
+        let (mut depth, mut max) = (u32::MAX, u32::MAX);
+        for c in inner.channels.iter() {
+            let (d, m) = c.peer_limits();
+            depth = depth.min(d);
+            max = max.min(m);
+        }
+        // CAST: `Header::LEN` is 16; `max` is at least `MIN_MSG_SIZE`.
+        Ok((self.params.channels, depth, max - Header::LEN as u32))
+    }
+
+    /// Sends `data` as one message on the calling CPU's channel, or another
+    /// one with a credit. Without `nowait`, waits up to the session's timeout
+    /// for a credit or a reconnect; see `ferry_send()`.
+    pub(crate) fn send(&self, data: &[u8], nowait: bool) -> Result {
+        let first = self.try_send(data);
+        if nowait || first != Err(EAGAIN) {
+            return first;
+        }
+        if self.in_callback() {
+            return Err(EDEADLK);
+        }
+        let start = Instant::<Monotonic>::now();
+        let mut guard = self.wait.lock();
+        loop {
+            self.waiters.fetch_add(1, SeqCst);
+            let res = self.try_send(data);
+            let left = i64::from(self.params.timeout_ms) - start.elapsed().as_millis();
+            let res = match res {
+                Err(e) if e == EAGAIN && left <= 0 => Err(ETIMEDOUT),
+                // CAST: `0 < left <= timeout_ms`, a `u32`.
+                Err(e) if e == EAGAIN => match self
+                    .credit_cv
+                    .wait_interruptible_timeout(&mut guard, msecs_to_jiffies(left as u32))
+                {
+                    CondVarTimeoutResult::Signal { .. } => Err(EINTR),
+                    _ => Err(EAGAIN),
+                },
+                r => r,
+            };
+            self.waiters.fetch_sub(1, SeqCst);
+            if res != Err(EAGAIN) {
+                return res;
+            }
+        }
+    }
+
+    fn try_send(&self, data: &[u8]) -> Result {
+        let inner = self.inner.lock();
+        match inner.state {
+            SessionState::Connected => {}
+            SessionState::Connecting | SessionState::Reconnecting if inner.connected_once => {
+                self.want_writable.store(true, SeqCst);
+                return Err(EAGAIN);
+            }
+            _ => return Err(ENOTCONN),
+        }
+        let n = inner.channels.len();
+        let start = kernel::cpu::CpuId::current().as_u32() as usize;
+        for i in 0..n {
+            match inner.channels[(start + i) % n].send_message(data) {
+                Ok(()) => return Ok(()),
+                Err(e) if e == EMSGSIZE => return Err(e),
+                Err(_) => {}
+            }
+        }
+        self.want_writable.store(true, SeqCst);
+        Err(EAGAIN)
+    }
+
+    /// Whether the current thread runs a callback of one of the channels.
+    fn in_callback(&self) -> bool {
+        self.inner.lock().channels.iter().any(|c| c.in_callback())
     }
 }
 

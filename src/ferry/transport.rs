@@ -26,6 +26,7 @@ use crate::{
     device::Ferry,
     listener::Listener,
     netns::Net,
+    service::{Service, Services},
     session::Session,
     wire::{Reason, ServiceName},
     work::OwnedQueue,
@@ -33,10 +34,6 @@ use crate::{
 
 /// Period of the transport's tick, in milliseconds.
 pub(crate) const TICK_MS: u32 = 100;
-
-/// The services this host offers. `echo` is built in: it answers heartbeats
-/// and nothing else yet, and is what `ferryctl` and the tests connect to.
-pub(crate) const BUILTIN_SERVICES: [&[u8]; 1] = [b"echo"];
 
 /// The periodic work item.
 #[pin_data]
@@ -106,7 +103,8 @@ pub(crate) struct Transport {
     #[pin]
     queue: Mutex<Option<OwnedQueue>>,
     ticker: Arc<Ticker>,
-    services: KVec<ServiceName>,
+    #[pin]
+    services: Services,
     next_session: AtomicU32,
     next_listener: AtomicU32,
     shutting_down: AtomicBool,
@@ -115,10 +113,6 @@ pub(crate) struct Transport {
 impl Transport {
     /// The transport of a module being loaded; [`Ferry::start`] starts it.
     pub(crate) fn new() -> Result<impl PinInit<Self, Error>> {
-        let mut services = KVec::new();
-        for name in BUILTIN_SERVICES {
-            services.push(ServiceName::new(name).ok_or(EINVAL)?, GFP_KERNEL)?;
-        }
         let queue = OwnedQueue::new(c"ferry")?;
         let ticker = Ticker::new()?;
         Ok(try_pin_init!(Self {
@@ -126,7 +120,7 @@ impl Transport {
             listeners <- new_mutex!(KVec::new()),
             queue <- new_mutex!(Some(queue)),
             ticker,
-            services,
+            services <- Services::new(),
             next_session: AtomicU32::new(1),
             next_listener: AtomicU32::new(1),
             shutting_down: AtomicBool::new(false),
@@ -168,9 +162,22 @@ impl Ferry {
         self.transport.shutting_down.load(Acquire)
     }
 
-    /// Whether this host offers `service`.
-    pub(crate) fn has_service(&self, service: &ServiceName) -> bool {
-        self.transport.services.iter().any(|s| s == service)
+    /// The service called `name`, if a module registered it.
+    pub(crate) fn service(&self, name: &ServiceName) -> Option<Arc<Service>> {
+        self.transport.services.find(name)
+    }
+
+    /// Registers a service; `EEXIST` if the name is taken.
+    pub(crate) fn add_service(&self, svc: Arc<Service>) -> Result {
+        if self.shutting_down() {
+            return Err(ESHUTDOWN);
+        }
+        self.transport.services.add(svc)
+    }
+
+    /// Unregisters a service.
+    pub(crate) fn remove_service(&self, svc: &Arc<Service>) {
+        self.transport.services.remove(svc);
     }
 
     /// A fresh session handle.
@@ -197,26 +204,26 @@ impl Ferry {
 
     /// The session with handle `id`.
     pub(crate) fn session(&self, id: u32) -> Option<Arc<Session>> {
+        self.find_session(|s| s.id == id)
+    }
+
+    /// The first session `pred` holds for.
+    pub(crate) fn find_session(&self, pred: impl Fn(&Session) -> bool) -> Option<Arc<Session>> {
         self.transport
             .sessions
             .lock()
             .iter()
-            .find(|s| s.id == id)
+            .find(|s| pred(s))
             .cloned()
     }
 
     /// The server session with handshake id `session_id` from `peer`'s address.
     pub(crate) fn server_session(&self, session_id: u64, peer: &SockAddr) -> Option<Arc<Session>> {
-        self.transport
-            .sessions
-            .lock()
-            .iter()
-            .find(|s| {
-                s.role == crate::state::Role::Server
-                    && s.session_id == session_id
-                    && s.peer.ip() == peer.ip()
-            })
-            .cloned()
+        self.find_session(|s| {
+            s.role == crate::state::Role::Server
+                && s.session_id == session_id
+                && s.peer.ip() == peer.ip()
+        })
     }
 
     /// A snapshot of the sessions, by handle.

@@ -87,6 +87,8 @@ pub(crate) enum Reason {
     GaveUp = 17,
     /// The peer's CM refused for a reason of its own.
     CmRejected = 18,
+    /// The service refused the session.
+    Refused = 19,
 }
 
 impl Reason {
@@ -112,6 +114,7 @@ impl Reason {
             15 => Self::ProtocolError,
             16 => Self::LocalClose,
             17 => Self::GaveUp,
+            19 => Self::Refused,
             _ => Self::CmRejected,
         }
     }
@@ -138,6 +141,7 @@ impl Reason {
             Self::LocalClose => c"closed locally",
             Self::GaveUp => c"gave up reconnecting",
             Self::CmRejected => c"the peer's connection manager refused",
+            Self::Refused => c"the service refused the session",
         }
     }
 
@@ -149,7 +153,8 @@ impl Reason {
             | Self::UnknownService
             | Self::CmRejected
             | Self::ShuttingDown
-            | Self::DuplicateChannel => ECONNREFUSED,
+            | Self::DuplicateChannel
+            | Self::Refused => ECONNREFUSED,
             Self::Malformed | Self::ProtocolError | Self::BadChannel => EPROTO,
             Self::Version => EPROTONOSUPPORT,
             Self::NoResources => ENOMEM,
@@ -342,6 +347,8 @@ pub(crate) enum Kind {
     HeartbeatAck = 4,
     /// Nothing but credits.
     Credits = 5,
+    /// A consumer's message: the payload is the consumer's bytes.
+    Message = 6,
 }
 
 /// The header of every message.
@@ -403,6 +410,7 @@ impl Header {
             3 => Kind::Heartbeat,
             4 => Kind::HeartbeatAck,
             5 => Kind::Credits,
+            6 => Kind::Message,
             _ => return Err(Reason::ProtocolError),
         };
         let len = le32(msg, 4);

@@ -675,7 +675,7 @@ pub mod tests {
         // Every entry of every table, not just the ones above.
         assert_eq!(
             enum_names::FERRY_REASON.len(),
-            FERRY_REASON_CM_REJECTED as usize + 1
+            FERRY_REASON_REFUSED as usize + 1
         );
         for (_, name) in enum_names::FERRY_REASON {
             assert!(

@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * ferry: RDMA message transport for kernel modules.
+ *
+ * A module offers a named *service* (ferry_service_register()) or opens a
+ * *session* to a peer's service (ferry_session_open()). A session carries
+ * messages both ways over one or more RDMA reliable connections (channels),
+ * reconnects by itself when the peer or the fabric goes away, and reports what
+ * happens through the callbacks of a &struct ferry_ops.
+ *
+ * Symbols live in the "FERRY" namespace: consumers say MODULE_IMPORT_NS("FERRY").
+ * Documentation/api.md is the guide, with examples in C and Rust.
+ *
+ * Calling contexts. Every function here may sleep unless it says otherwise,
+ * and none may be called in atomic context. Callbacks run in process context:
+ *
+ * - @accept, @up, @message and @writable run on the completion work of the
+ *   channel that caused them (a work item on ib_comp_wq). While one runs, that
+ *   channel processes no other completion, so they should be short; they must
+ *   not wait for a credit (ferry_send() without %FERRY_NOWAIT fails with
+ *   -EDEADLK there) and must not call ferry_session_close().
+ * - @down and @gone run on ferry's own work queue, or in the thread that
+ *   closes the session (ferry_session_close(), ferry_service_unregister()).
+ *
+ * For one session, @up, @down and @gone are serialized and alternate: @up,
+ * then @down, then @up again after a reconnect, and @gone exactly once, last.
+ * @message may run concurrently on different channels of a session; messages
+ * of one channel arrive in order. No callback of a session runs once @gone
+ * has returned.
+ */
+#ifndef _FERRY_FERRY_H
+#define _FERRY_FERRY_H
+
+#include <linux/socket.h>
+#include <linux/types.h>
+
+struct net;
+
+/**
+ * struct ferry_service - a registered service (opaque)
+ */
+struct ferry_service;
+
+/**
+ * struct ferry_session - a session with a peer (opaque, reference counted)
+ *
+ * A session handle stays valid while its holder has a reference: the one
+ * ferry_session_open() returns (dropped by ferry_session_close()), the one a
+ * service's session lends to its callbacks until @gone returns, and any taken
+ * with ferry_session_get().
+ */
+struct ferry_session;
+
+/**
+ * struct ferry_ops - what a consumer is told
+ * @accept: (services only) a client opened a session to the service. Return 0
+ *	to take it, or a negative errno to refuse it: the client's
+ *	ferry_session_open() then fails with -ECONNREFUSED. @service_priv is
+ *	what the service was registered with; set *@priv to what the session's
+ *	other callbacks get (it starts as @service_priv). May be NULL: every
+ *	session is taken.
+ * @up: the session is connected, after opening or after a reconnect. May be
+ *	NULL.
+ * @down: the session lost its connection: @err says why (-ETIMEDOUT for a
+ *	silent peer, -ECONNABORTED for a failed link, -ENODEV when the RDMA
+ *	device went away). A client session reconnects by itself and calls @up
+ *	again; a service's session is closed next (@gone). May be NULL.
+ * @message: a message arrived. @data holds @len bytes, valid only until the
+ *	callback returns: copy what must be kept.
+ * @writable: a send was refused with -EAGAIN, and the peer has granted
+ *	credits since: sending may succeed again. May be NULL.
+ * @gone: the session is closed for good, with @err as the reason (0 when
+ *	closed by ferry_session_close() or ferry_service_unregister()). The last
+ *	callback of the session. May be NULL.
+ */
+struct ferry_ops {
+	int (*accept)(struct ferry_session *s, void *service_priv, void **priv);
+	void (*up)(struct ferry_session *s, void *priv);
+	void (*down)(struct ferry_session *s, void *priv, int err);
+	void (*message)(struct ferry_session *s, void *priv, const void *data,
+			size_t len);
+	void (*writable)(struct ferry_session *s, void *priv);
+	void (*gone)(struct ferry_session *s, void *priv, int err);
+};
+
+/**
+ * struct ferry_session_params - what ferry_session_open() opens
+ * @net: the network namespace to connect in; NULL for &init_net.
+ * @peer: the peer's address and port (AF_INET or AF_INET6).
+ * @service: the peer's service name: 1 to 31 bytes of [a-z0-9._-].
+ * @channels: channels (RDMA connections) to open, 1 to 64; 0: one per
+ *	online CPU, at most 64. Channels share the device's completion vectors
+ *	round robin.
+ * @queue_depth: receive buffers per channel, 2 to 1024; 0: 128.
+ * @max_msg: largest message this side accepts, in bytes including ferry's
+ *	16-byte header, 256 to 65536; 0: 4096. The session's limit is the
+ *	smaller of both sides' (see ferry_session_limits()).
+ * @heartbeat_ms: heartbeat interval, 100 to 60000; 0: 1000.
+ * @timeout_ms: silence after which the peer counts as dead; 0: 5000. Also the
+ *	longest a send waits for a credit.
+ * @give_up_s: seconds of failed reconnecting before the session closes
+ *	(@gone with -ETIMEDOUT); 0: 600.
+ */
+struct ferry_session_params {
+	struct net *net;
+	struct sockaddr_storage peer;
+	const char *service;
+	u16 channels;
+	u32 queue_depth;
+	u32 max_msg;
+	u32 heartbeat_ms;
+	u32 timeout_ms;
+	u32 give_up_s;
+};
+
+/**
+ * struct ferry_limits - what a session negotiated
+ * @channels: channels of the session.
+ * @queue_depth: the peer's receive buffers per channel: at most this many
+ *	messages per channel are in flight.
+ * @max_payload: largest message ferry_send() takes, in bytes.
+ */
+struct ferry_limits {
+	u16 channels;
+	u32 queue_depth;
+	u32 max_payload;
+};
+
+/* ferry_send() flags */
+/* Fail with -EAGAIN instead of waiting for a credit. */
+#define FERRY_NOWAIT	0x1
+
+/**
+ * ferry_service_register() - offer a service to peers
+ * @name: the service's name: 1 to 31 bytes of [a-z0-9._-].
+ * @ops: the callbacks of the service's sessions; must stay valid until
+ *	ferry_service_unregister() returns. @message is required.
+ * @priv: passed to @ops->accept.
+ *
+ * Clients reach the service through any of ferry's listeners (see
+ * ``ferryctl listener add``).
+ *
+ * Return: the service, or an ERR_PTR(): -EINVAL for a bad name or missing
+ * @message, -EEXIST if the name is taken, -ENOMEM, -ESHUTDOWN while ferry
+ * unloads.
+ */
+struct ferry_service *ferry_service_register(const char *name,
+					     const struct ferry_ops *ops,
+					     void *priv);
+
+/**
+ * ferry_service_unregister() - stop offering a service
+ * @svc: from ferry_service_register().
+ *
+ * Refuses new sessions for the service, closes the ones it has (each gets
+ * @gone with 0) and waits for their callbacks. After it returns, no callback
+ * of @svc's ops runs; handles of its sessions that were taken with
+ * ferry_session_get() stay valid, but the sessions are closed.
+ */
+void ferry_service_unregister(struct ferry_service *svc);
+
+/**
+ * ferry_session_open() - open a session to a peer's service
+ * @p: where to and how; copied, need not outlive the call.
+ * @ops: the session's callbacks (@accept is not used); must stay valid until
+ *	ferry_session_close() returns. @message is required.
+ * @priv: passed to every callback.
+ *
+ * Connects every channel and waits until the session is up or has failed, at
+ * most about 12 seconds. @ops->up runs once before this returns. After a
+ * successful open, a lost connection is re-established by ferry in the
+ * background (@down, then @up) until @p->give_up_s passes.
+ *
+ * Return: the session, holding one reference for the caller; or an ERR_PTR():
+ * -EINVAL for bad parameters, -ECONNREFUSED if nobody listens there or the
+ * peer has no such service or refused it, -ETIMEDOUT if the peer did not
+ * answer, -EHOSTUNREACH without a route, -EPROTO or -EPROTONOSUPPORT for a
+ * peer that does not speak ferry 1.x, -ENOMEM, -ESHUTDOWN while ferry unloads,
+ * -EINTR if a signal interrupted the wait.
+ */
+struct ferry_session *ferry_session_open(const struct ferry_session_params *p,
+					 const struct ferry_ops *ops,
+					 void *priv);
+
+/**
+ * ferry_session_close() - close a session and drop the opener's reference
+ * @s: from ferry_session_open().
+ *
+ * Disconnects every channel, drains them, calls @gone (with 0) unless the
+ * session had closed already, and returns once no callback of the session
+ * runs any more. Sends after this fail with -ENOTCONN.
+ */
+void ferry_session_close(struct ferry_session *s);
+
+/**
+ * ferry_session_get() - take a reference to a session handle
+ * @s: a handle the caller holds a reference to, or got in a callback.
+ *
+ * Context: any context.
+ */
+void ferry_session_get(struct ferry_session *s);
+
+/**
+ * ferry_session_put() - drop a reference from ferry_session_get()
+ * @s: the session.
+ *
+ * Context: any context.
+ */
+void ferry_session_put(struct ferry_session *s);
+
+/**
+ * ferry_session_id() - the session's local id
+ * @s: the session.
+ *
+ * Context: any context.
+ * Return: the id ``ferryctl session show`` lists the session under.
+ */
+u32 ferry_session_id(const struct ferry_session *s);
+
+/**
+ * ferry_session_limits() - what the session negotiated
+ * @s: the session.
+ * @out: filled in on success.
+ *
+ * Context: process context; does not sleep for long.
+ * Return: 0, or -ENOTCONN if the session is not connected.
+ */
+int ferry_session_limits(struct ferry_session *s, struct ferry_limits *out);
+
+/**
+ * ferry_send() - send a message
+ * @s: the session.
+ * @data: the message.
+ * @len: its length, 1 to &ferry_limits.max_payload bytes.
+ * @flags: 0 or %FERRY_NOWAIT.
+ *
+ * Copies the message into one of the channel's registered send buffers and
+ * posts it on the calling CPU's channel (another one if that channel has no
+ * credit). The caller owns @data again when this returns. A message is
+ * delivered once, whole, or not at all: one sent when the connection fails
+ * may be lost; ferry does not resend messages.
+ *
+ * Flow control: each message takes a credit, one receive buffer the peer has
+ * posted. Without credits, %FERRY_NOWAIT makes this fail with -EAGAIN and
+ * @writable is called once credits return; without it, the call waits for a
+ * credit (or for a reconnect) for up to the session's @timeout_ms.
+ *
+ * Return: 0 when the message is posted; -EMSGSIZE if @len is 0 or above the
+ * limit; -EAGAIN (with %FERRY_NOWAIT) without a credit; -ETIMEDOUT after
+ * waiting @timeout_ms; -EINTR if a fatal signal interrupted the wait;
+ * -EDEADLK when asked to wait from a ferry callback; -ENOTCONN if the session
+ * is closed.
+ */
+int ferry_send(struct ferry_session *s, const void *data, size_t len,
+	       unsigned int flags);
+
+#endif /* _FERRY_FERRY_H */

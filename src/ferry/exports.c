@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The symbols of ferry's kernel API (include/ferry/ferry.h), defined in Rust
+ * (src/ferry/export.rs) and exported here, in the "FERRY" namespace.
+ */
+#include <linux/export.h>
+#include <ferry/ferry.h>
+
+EXPORT_SYMBOL_NS_GPL(ferry_service_register, "FERRY");
+EXPORT_SYMBOL_NS_GPL(ferry_service_unregister, "FERRY");
+EXPORT_SYMBOL_NS_GPL(ferry_session_open, "FERRY");
+EXPORT_SYMBOL_NS_GPL(ferry_session_close, "FERRY");
+EXPORT_SYMBOL_NS_GPL(ferry_session_get, "FERRY");
+EXPORT_SYMBOL_NS_GPL(ferry_session_put, "FERRY");
+EXPORT_SYMBOL_NS_GPL(ferry_session_id, "FERRY");
+EXPORT_SYMBOL_NS_GPL(ferry_session_limits, "FERRY");
+EXPORT_SYMBOL_NS_GPL(ferry_send, "FERRY");
