@@ -37,12 +37,12 @@ kernel: setup
 # Production build: no KUnit suites.
 modules: setup
 	@kdir=$(ferry_kdir) && \
-	$(MAKE) -C "$$kdir" M=$(ROOT) $(ferry_kvars) CONFIG_FERRY=m modules
+	$(MAKE) -C "$$kdir" M=$(ROOT) $(ferry_kvars) CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m modules
 
 # Test build: the KUnit suites are compiled in and run when the module loads.
 modules-test: setup
 	@kdir=$(ferry_kdir) && \
-	$(MAKE) -C "$$kdir" M=$(ROOT) $(ferry_kvars) CONFIG_FERRY=m \
+	$(MAKE) -C "$$kdir" M=$(ROOT) $(ferry_kvars) CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m \
 		CONFIG_FERRY_KUNIT_TEST=y modules
 
 # Format the Rust code: kernel code with the kernel's rustfmt settings.

@@ -676,6 +676,9 @@ impl Channel {
             generation: self.generation,
             channel: self.index,
             channels: self.session.params.channels,
+            max_msg: self.session.params.max_msg,
+            // CAST: at most `MAX_QUEUE_DEPTH`, which fits.
+            queue_depth: self.session.params.queue_depth as u16,
         }
         .encode();
         let mut inner = self.inner.lock();

@@ -46,6 +46,9 @@ use crate::{
 /// How long one connect attempt may take before it counts as failed.
 pub(crate) const CONNECT_TIMEOUT_MS: u32 = 10_000;
 
+/// Most bytes of receive buffers a server gives one channel.
+const SERVER_RX_BUDGET: u32 = 4 << 20;
+
 /// What a session was asked for (client) or runs with (server).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Params {
@@ -292,9 +295,21 @@ impl Session {
         data: &crate::wire::ConnectData,
         listener: u32,
     ) -> Result<Arc<Self>> {
+        // The client's limits (checked by the decoder), or the defaults; the
+        // receive buffers of a channel stay within `SERVER_RX_BUDGET`, so a
+        // client cannot make the server pin much memory. The hello reply
+        // tells the client the depth it got.
+        let d = Params::DEFAULT;
+        let or = |v: u32, d: u32| if v == 0 { d } else { v };
+        let max_msg = or(data.max_msg, d.max_msg);
+        let queue_depth = or(u32::from(data.queue_depth), d.queue_depth)
+            .min(SERVER_RX_BUDGET / max_msg)
+            .max(wire::MIN_QUEUE_DEPTH);
         let params = Params {
             channels: data.channels,
-            ..Params::DEFAULT
+            max_msg,
+            queue_depth,
+            ..d
         };
         let id = ferry.next_session_id();
         let s = Self::create(

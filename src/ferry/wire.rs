@@ -221,7 +221,12 @@ fn put_preamble(b: &mut [u8]) {
 /// | 8..16 | session id, random, not 0 |
 /// | 16..20 | generation: the client's connect attempt |
 /// | 20..22, 22..24 | channel index, channel count |
-/// | 24..32 | reserved, zero (ignored) |
+/// | 24..28 | largest message the client will send, 0: the server's default |
+/// | 28..30 | the client's queue depth, 0: the server's default |
+/// | 30..32 | reserved, zero (ignored) |
+///
+/// The server sizes its receive buffers from the two limits before the first
+/// message can arrive; the hello repeats them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ConnectData {
     /// The session's id, chosen by the client.
@@ -232,6 +237,10 @@ pub(crate) struct ConnectData {
     pub(crate) channel: u16,
     /// The session's channel count.
     pub(crate) channels: u16,
+    /// The largest message the client sends (0: unspecified).
+    pub(crate) max_msg: u32,
+    /// The client's queue depth (0: unspecified).
+    pub(crate) queue_depth: u16,
 }
 
 impl ConnectData {
@@ -246,6 +255,8 @@ impl ConnectData {
         put32(&mut b, 16, self.generation);
         put16(&mut b, 20, self.channel);
         put16(&mut b, 22, self.channels);
+        put32(&mut b, 24, self.max_msg);
+        put16(&mut b, 28, self.queue_depth);
         b
     }
 
@@ -260,12 +271,20 @@ impl ConnectData {
             generation: le32(b, 16),
             channel: le16(b, 20),
             channels: le16(b, 22),
+            max_msg: le32(b, 24),
+            queue_depth: le16(b, 28),
         };
         if d.session_id == 0 {
             return Err(Reason::Malformed);
         }
         if d.channels == 0 || d.channels > MAX_CHANNELS || d.channel >= d.channels {
             return Err(Reason::BadChannel);
+        }
+        let bad_msg = d.max_msg != 0 && !(MIN_MSG_SIZE..=MAX_MSG_SIZE).contains(&d.max_msg);
+        let depth = u32::from(d.queue_depth);
+        let bad_depth = depth != 0 && !(MIN_QUEUE_DEPTH..=MAX_QUEUE_DEPTH).contains(&depth);
+        if bad_msg || bad_depth {
+            return Err(Reason::BadParams);
         }
         Ok(d)
     }
@@ -602,6 +621,8 @@ const _: () = assert!(ConnectData::LEN <= crate::cm::REQ_PRIVATE_DATA_MAX);
 const _: () = assert!(AcceptData::LEN <= crate::cm::REP_PRIVATE_DATA_MAX);
 const _: () = assert!(RejectData::LEN <= crate::cm::REJ_PRIVATE_DATA_MAX);
 const _: () = assert!(Header::LEN + Hello::LEN <= MIN_MSG_SIZE as usize);
+// A queue depth travels in 16 bits of the connect data.
+const _: () = assert!(MAX_QUEUE_DEPTH <= u16::MAX as u32);
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 #[kunit_tests(ferry_wire)]
@@ -614,6 +635,8 @@ mod tests {
             generation: 3,
             channel: 1,
             channels: 4,
+            max_msg: 65536,
+            queue_depth: 32,
         }
     }
 
@@ -665,19 +688,46 @@ mod tests {
         for (sid, ch, n, want) in cases {
             let d = ConnectData {
                 session_id: sid,
-                generation: 0,
                 channel: ch,
                 channels: n,
+                ..connect()
             };
             assert_eq!(ConnectData::decode(&d.encode()), Err(want));
+        }
+        // Limits out of range; 0 is "the server's default".
+        for (max_msg, queue_depth) in [
+            (MIN_MSG_SIZE - 1, 0),
+            (MAX_MSG_SIZE + 1, 0),
+            (u32::MAX, 0),
+            (0, 1),
+            (0, 1025),
+            (0, u16::MAX),
+        ] {
+            let d = ConnectData {
+                max_msg,
+                queue_depth,
+                ..connect()
+            };
+            assert_eq!(ConnectData::decode(&d.encode()), Err(Reason::BadParams));
         }
         let last = ConnectData {
             session_id: u64::MAX,
             generation: u32::MAX,
             channel: MAX_CHANNELS - 1,
             channels: MAX_CHANNELS,
+            max_msg: MAX_MSG_SIZE,
+            queue_depth: 1024,
         };
         assert_eq!(ConnectData::decode(&last.encode()), Ok(last));
+        let unspecified = ConnectData {
+            max_msg: 0,
+            queue_depth: 0,
+            ..last
+        };
+        assert_eq!(
+            ConnectData::decode(&unspecified.encode()),
+            Ok(unspecified)
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 import json
 import time
 
-from harness import CheckFailed, case
+from harness import UNLOAD_ECHO, CheckFailed, case
 
 PORT = 7471
 
@@ -21,7 +21,7 @@ def loopback(t):
     vm = t.vm
     t.net_up(vm, 0, 1)
     t.rxe_add(vm)
-    t.insmod(vm)
+    t.insmod(vm, echo=True)
     return vm
 
 
@@ -49,7 +49,7 @@ def session_loopback(t):
         vm.run('sleep 1')
         left = [x for x in sessions(t, vm) if x['session_id'] == s['session_id']]
         t.eq(left, [], f'sessions after disconnect from {addr}')
-    vm.run('rmmod ferry')
+    vm.run(UNLOAD_ECHO)
 
 
 def connect(t, vm, addr, service='echo', extra='', check=True):
@@ -94,7 +94,7 @@ def session_refusals(t):
     t.check(r.rc == 2 and 'already listens' in r.err, f'duplicate listener: {r}')
     vm.run('sleep 1')
     t.eq(sessions(t, vm), [], 'no session left after the refusals')
-    vm.run('rmmod ferry')
+    vm.run(UNLOAD_ECHO)
 
 
 @case(timeout=240)
@@ -112,7 +112,7 @@ def session_unprivileged(t):
         t.check(r.rc == 2 and 'not permitted' in r.err.lower(), f'{args} as nobody: {r}')
     r = vm.run(f'{nobody} {t.ferryctl} -j session show', check=False)
     t.check(r.rc == 0 and len(json.loads(r.out)) == 2, f'session show as nobody: {r}')
-    vm.run('rmmod ferry')
+    vm.run(UNLOAD_ECHO)
 
 
 @case(timeout=420)
@@ -136,7 +136,7 @@ def session_64(t):
     t.eq(len(summary['server']), 64, 'server sessions')
     t.eq(sorted(set(summary['client'] + summary['server'])), ['connected'], 'all connected')
     t.eq(summary['ids'], 64, 'distinct session ids')
-    vm.run('rmmod ferry', timeout=120)
+    vm.run(UNLOAD_ECHO, timeout=120)
     t.check(vm.run('rdma res show qp | grep -c ferry', check=False).out.strip() in ('', '0'),
             'no QP of ferry left after rmmod')
 
@@ -170,7 +170,7 @@ def session_recovery_loopback(t):
         ferryctl(t, vm, f'session disconnect id {srv["id"]}')
     _, secs = wait_state(t, vm, quick['id'], (None,), timeout=60)
     t.log(f'client gave up and closed {secs:.1f} s after its server went (give-up 4 s)')
-    vm.run('rmmod ferry')
+    vm.run(UNLOAD_ECHO)
 
 
 @case(topology='pair', timeout=300)
@@ -188,7 +188,7 @@ def session_two_hosts(t):
     t.eq([s['state'] for s in sessions(t, a, 'server')], ['connected'], 'A serves B')
     t.eq([s['state'] for s in sessions(t, b, 'server')], ['connected'], 'B serves A')
     # rmmod on A (server of B's session, client of its own).
-    a.run('rmmod ferry', timeout=120)
+    a.run(UNLOAD_ECHO, timeout=120)
     st, _ = wait_state(t, b, sb['id'], ('reconnecting', 'connecting'), timeout=30)
     # The reason is the last failure's: on a slow guest the first retry, which
     # finds no listener on A, may already have failed.
@@ -196,12 +196,12 @@ def session_two_hosts(t):
             f'reason: {st}')
     b.run('sleep 1')
     t.eq(sessions(t, b, 'server'), [], "B's server side of A's session closed")
-    t.insmod(a)
+    t.insmod(a, echo=True)
     ferryctl(t, a, f'listener add 0.0.0.0 port {PORT}')
     st, secs = wait_state(t, b, sb['id'], ('connected',), timeout=90)
     t.log(f'B reconnected {secs:.1f} s after A was back')
     for vm in (a, b):
-        vm.run('rmmod ferry', timeout=120)
+        vm.run(UNLOAD_ECHO, timeout=120)
 
 
 @case(topology='pair', timeout=420)
@@ -224,7 +224,7 @@ def session_peer_killed(t):
     a.start()
     t.net_up(a, 0, 1)
     t.rxe_add(a)
-    t.insmod(a)
+    t.insmod(a, echo=True)
     ferryctl(t, a, f'listener add 0.0.0.0 port {PORT}')
     back = time.monotonic()
     st, _ = wait_state(t, b, s['id'], ('connected',), timeout=120)
@@ -250,7 +250,7 @@ def session_peer_killed(t):
     t.log(f'reconnected {time.monotonic() - up:.1f} s after link up')
     t.eq(st['reconnects'], 2, 'reconnects after link down/up')
     for vm in (a, b):
-        vm.run('rmmod ferry', timeout=120)
+        vm.run(UNLOAD_ECHO, timeout=120)
 
 
 @case(timeout=240)
@@ -258,7 +258,7 @@ def session_events(t):
     """ferryctl monitor shows device and session events."""
     vm = t.vm
     t.net_up(vm, 0, 1)
-    t.insmod(vm)
+    t.insmod(vm, echo=True)
     vm.run(f'({t.ferryctl} -j monitor > /tmp/mon.log 2>&1 &) ; sleep 1')
     t.rxe_add(vm)
     ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
@@ -271,5 +271,5 @@ def session_events(t):
     mine = [e['state'] for e in events if e['event'] == 'session' and e['id'] == s['id']]
     t.check(mine[:1] == ['connecting'] and 'connected' in mine and mine[-1] == 'closed',
             f'client session events: {mine}')
-    vm.run('rmmod ferry')
+    vm.run(UNLOAD_ECHO)
 

@@ -34,6 +34,10 @@ class Case:
         self.group = group
 
 
+# Unloads the echo sample and ferry, in that order (the sample uses ferry).
+UNLOAD_ECHO = 'rmmod ferry_echo ferry'
+
+
 def case(name=None, topology='single', timeout=300, append=(), group='integration'):
     """Registers a test case. topology: 'single' (one VM), 'pair' (two VMs) or
     'none' (the case boots what it needs itself)."""
@@ -112,12 +116,20 @@ class Test:
         self.net_up(b, 0, 2)
         for vm in (a, b):
             self.rxe_add(vm)
-            self.insmod(vm)
+            self.insmod(vm, echo=True)
         b.wait_for('ping -c1 -W1 192.0.2.1', timeout=30)
         return a, b
 
-    def insmod(self, vm, ko=None, args=''):
+    def insmod(self, vm, ko=None, args='', echo=False):
+        """Loads ferry.ko (or `ko`); with `echo`, also the Rust sample that
+        offers the service "echo" (unload both with UNLOAD_ECHO)."""
         vm.run(f'insmod {sh(ko or self.ferry_ko)} {args}')
+        if echo:
+            vm.run(f'insmod {sh(self.sample("ferry_echo"))}')
+
+    def sample(self, name):
+        """The path of sample module `name`, built beside ferry.ko."""
+        return os.path.join(os.path.dirname(self.ferry_ko), f'{name}.ko')
 
     def ferryctl_json(self, vm, args='device show'):
         r = vm.run(f'{self.ferryctl} -j {args}')

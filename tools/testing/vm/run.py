@@ -19,6 +19,7 @@ import harness  # noqa: E402
 import foundation  # noqa: E402,F401  (registers cases)
 import selftest  # noqa: E402,F401
 import sessions  # noqa: E402,F401
+import messages  # noqa: E402,F401
 
 
 def main():

@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ferry_cecho: an echo service and client over ferry, in C.
+ *
+ * Loaded, it offers the service "cecho": every message that arrives goes
+ * back to its sender unchanged. Given peer=, it also runs a client once at
+ * load: it opens a session to service= (default "echo", the Rust sample's)
+ * at peer=ADDR port=PORT, sends count= messages of every size class the
+ * session allows, and checks every echo byte for byte; the load fails if one
+ * is missing or wrong. Messages carry the check samples/README.md describes.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/inet.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/slab.h>
+#include <linux/unaligned.h>
+#include <linux/wait.h>
+#include <ferry/ferry.h>
+
+static char *peer;
+module_param(peer, charp, 0444);
+MODULE_PARM_DESC(peer, "Run the client against this IPv4 or IPv6 address");
+static ushort port = 4791;
+module_param(port, ushort, 0444);
+MODULE_PARM_DESC(port, "The peer's ferry listener port");
+static char *service = "echo";
+module_param(service, charp, 0444);
+MODULE_PARM_DESC(service, "The service the client talks to");
+static uint count = 1000;
+module_param(count, uint, 0444);
+MODULE_PARM_DESC(count, "Messages the client sends");
+static uint max_msg;
+module_param(max_msg, uint, 0444);
+MODULE_PARM_DESC(max_msg, "The client session's largest message (0: ferry's default)");
+
+#define CHECK_LEN	16	/* seq, length, FNV-1a hash */
+#define WINDOW		8	/* echoes the client keeps in flight */
+#define DRAIN_MS	20000	/* how long the client waits for an echo */
+
+static const size_t size_classes[] = { 64, 256, 1024, 4096, 16384, 65536 };
+
+static u64 fnv1a(const u8 *p, size_t len)
+{
+	u64 h = 0xcbf29ce484222325ULL;
+
+	while (len--)
+		h = (h ^ *p++) * 0x100000001b3ULL;
+	return h;
+}
+
+/* Message @seq of @len bytes: the check, then a pattern from @seq. */
+static void fill(u8 *msg, size_t len, u32 seq)
+{
+	u64 x = ((u64)seq * 0x9e3779b97f4a7c15ULL) | 1;
+	size_t i;
+
+	for (i = CHECK_LEN; i < len; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		msg[i] = (u8)x;
+	}
+	put_unaligned_le32(seq, msg);
+	put_unaligned_le32(len, msg + 4);
+	put_unaligned_le64(fnv1a(msg + CHECK_LEN, len - CHECK_LEN), msg + 8);
+}
+
+/* Whether a message's length and hash agree with its check; sets *@seq. */
+static bool verify(const u8 *msg, size_t len, u32 *seq)
+{
+	if (len < CHECK_LEN || get_unaligned_le32(msg + 4) != len)
+		return false;
+	*seq = get_unaligned_le32(msg);
+	return get_unaligned_le64(msg + 8) == fnv1a(msg + CHECK_LEN, len - CHECK_LEN);
+}
+
+/* --- the service ------------------------------------------------------- */
+
+/* One session of the service: echoes wait here when credits run out. */
+struct cecho_session {
+	struct mutex lock;	/* ferry_send() may sleep: not a spinlock */
+	struct list_head pending;
+	u64 echoed, bad;
+};
+
+struct pending_echo {
+	struct list_head node;
+	size_t len;
+	u8 data[];
+};
+
+static struct ferry_service *cecho_service;
+
+static int cecho_accept(struct ferry_session *s, void *service_priv, void **priv)
+{
+	struct cecho_session *cs = kzalloc(sizeof(*cs), GFP_KERNEL);
+
+	if (!cs)
+		return -ENOMEM;
+	mutex_init(&cs->lock);
+	INIT_LIST_HEAD(&cs->pending);
+	*priv = cs;
+	pr_info("session %u: accepted\n", ferry_session_id(s));
+	return 0;
+}
+
+/* Sends waiting echoes in order while credits last. Caller holds cs->lock. */
+static void cecho_flush(struct ferry_session *s, struct cecho_session *cs)
+{
+	struct pending_echo *p, *tmp;
+
+	list_for_each_entry_safe(p, tmp, &cs->pending, node) {
+		int ret = ferry_send(s, p->data, p->len, FERRY_NOWAIT);
+
+		if (ret == -EAGAIN)
+			return;		/* ->writable comes when credits do */
+		if (ret)
+			pr_warn("session %u: echo failed: %d\n", ferry_session_id(s), ret);
+		else
+			cs->echoed++;
+		list_del(&p->node);
+		kfree(p);
+	}
+}
+
+static void cecho_message(struct ferry_session *s, void *priv, const void *data,
+			  size_t len)
+{
+	struct cecho_session *cs = priv;
+	struct pending_echo *p;
+	u32 seq;
+	int ret;
+
+	if (!verify(data, len, &seq)) {
+		cs->bad++;
+		pr_warn("session %u: a message failed its check\n", ferry_session_id(s));
+	}
+	mutex_lock(&cs->lock);
+	if (list_empty(&cs->pending)) {
+		ret = ferry_send(s, data, len, FERRY_NOWAIT);
+		if (!ret) {
+			cs->echoed++;
+			goto out;
+		}
+		if (ret != -EAGAIN) {
+			pr_warn("session %u: echo failed: %d\n", ferry_session_id(s), ret);
+			goto out;
+		}
+	}
+	/* Echoes leave in arrival order: behind any that wait. */
+	p = kmalloc(struct_size(p, data, len), GFP_KERNEL);
+	if (!p) {
+		pr_warn("session %u: out of memory, an echo is lost\n", ferry_session_id(s));
+		goto out;
+	}
+	p->len = len;
+	memcpy(p->data, data, len);
+	list_add_tail(&p->node, &cs->pending);
+out:
+	mutex_unlock(&cs->lock);
+}
+
+static void cecho_writable(struct ferry_session *s, void *priv)
+{
+	struct cecho_session *cs = priv;
+
+	mutex_lock(&cs->lock);
+	cecho_flush(s, cs);
+	mutex_unlock(&cs->lock);
+}
+
+static void cecho_gone(struct ferry_session *s, void *priv, int err)
+{
+	struct cecho_session *cs = priv;
+	struct pending_echo *p, *tmp;
+
+	pr_info("session %u gone (%d): %llu echoed, %llu failed their check\n",
+		ferry_session_id(s), err, cs->echoed, cs->bad);
+	list_for_each_entry_safe(p, tmp, &cs->pending, node)
+		kfree(p);
+	mutex_destroy(&cs->lock);
+	kfree(cs);
+}
+
+static const struct ferry_ops cecho_ops = {
+	.accept = cecho_accept,
+	.message = cecho_message,
+	.writable = cecho_writable,
+	.gone = cecho_gone,
+};
+
+/* --- the client -------------------------------------------------------- */
+
+struct client {
+	wait_queue_head_t wq;
+	atomic_t received, wrong;
+	size_t max;		/* the session's largest payload */
+};
+
+static size_t size_of(const struct client *c, u32 seq)
+{
+	return min(size_classes[seq % ARRAY_SIZE(size_classes)], c->max);
+}
+
+static void client_message(struct ferry_session *s, void *priv, const void *data,
+			   size_t len)
+{
+	struct client *c = priv;
+	bool ok = false;
+	u8 *want;
+	u32 seq;
+
+	if (verify(data, len, &seq) && len == size_of(c, seq)) {
+		/* Regenerate what was sent and compare every byte. */
+		want = kmalloc(len, GFP_KERNEL);
+		if (want) {
+			fill(want, len, seq);
+			ok = !memcmp(want, data, len);
+			kfree(want);
+		}
+	}
+	if (!ok)
+		atomic_inc(&c->wrong);
+	atomic_inc(&c->received);
+	wake_up(&c->wq);
+}
+
+static void client_down(struct ferry_session *s, void *priv, int err)
+{
+	pr_info("client session %u: down (%d)\n", ferry_session_id(s), err);
+}
+
+static const struct ferry_ops client_ops = {
+	.message = client_message,
+	.down = client_down,
+};
+
+static int parse_peer(struct sockaddr_storage *ss)
+{
+	char port_str[8];
+
+	snprintf(port_str, sizeof(port_str), "%u", port);
+	return inet_pton_with_scope(&init_net, AF_UNSPEC, peer, port_str, ss);
+}
+
+static int run_client(void)
+{
+	struct ferry_session_params p = {
+		.service = service,
+		.max_msg = max_msg,
+	};
+	struct ferry_limits limits;
+	struct ferry_session *s;
+	struct client *c;
+	u8 *buf = NULL;
+	u32 seq;
+	int ret;
+
+	ret = parse_peer(&p.peer);
+	if (ret) {
+		pr_err("client: bad address '%s'\n", peer);
+		return ret;
+	}
+	c = kzalloc(sizeof(*c), GFP_KERNEL);
+	if (!c)
+		return -ENOMEM;
+	init_waitqueue_head(&c->wq);
+	c->max = CHECK_LEN;	/* no echo is expected before the first send */
+
+	s = ferry_session_open(&p, &client_ops, c);
+	if (IS_ERR(s)) {
+		ret = PTR_ERR(s);
+		pr_err("client: open failed: %d\n", ret);
+		goto free_client;
+	}
+	ret = ferry_session_limits(s, &limits);
+	if (ret)
+		goto close;
+	c->max = limits.max_payload;
+	buf = kmalloc(c->max, GFP_KERNEL);
+	if (!buf) {
+		ret = -ENOMEM;
+		goto close;
+	}
+	for (seq = 0; seq < count; seq++) {
+		size_t len = size_of(c, seq);
+
+		if (!wait_event_timeout(c->wq, seq - atomic_read(&c->received) < WINDOW,
+					msecs_to_jiffies(DRAIN_MS))) {
+			pr_err("client: no echo for %d ms\n", DRAIN_MS);
+			ret = -ETIMEDOUT;
+			goto close;
+		}
+		fill(buf, len, seq);
+		ret = ferry_send(s, buf, len, 0);
+		if (ret) {
+			pr_err("client: send %u failed: %d\n", seq, ret);
+			goto close;
+		}
+	}
+	wait_event_timeout(c->wq, atomic_read(&c->received) >= count,
+			   msecs_to_jiffies(DRAIN_MS));
+	pr_info("client: %u sent, %d echoed, %d wrong, sizes 64..%zu bytes, %u channels\n",
+		count, atomic_read(&c->received), atomic_read(&c->wrong),
+		min_t(size_t, c->max, 65536), limits.channels);
+	if (atomic_read(&c->received) != count || atomic_read(&c->wrong))
+		ret = -EIO;
+close:
+	/* No callback runs once this returns: @c may go. */
+	ferry_session_close(s);
+	kfree(buf);
+free_client:
+	kfree(c);
+	return ret;
+}
+
+static int __init cecho_init(void)
+{
+	int ret;
+
+	cecho_service = ferry_service_register("cecho", &cecho_ops, NULL);
+	if (IS_ERR(cecho_service))
+		return PTR_ERR(cecho_service);
+	if (peer) {
+		ret = run_client();
+		if (ret) {
+			ferry_service_unregister(cecho_service);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+static void __exit cecho_exit(void)
+{
+	ferry_service_unregister(cecho_service);
+}
+
+module_init(cecho_init);
+module_exit(cecho_exit);
+MODULE_DESCRIPTION("ferry sample: echo service and client in C");
+MODULE_AUTHOR("The ferry authors");
+MODULE_LICENSE("GPL");
+MODULE_IMPORT_NS("FERRY");

@@ -1,0 +1,339 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! ferry_echo: an echo service and client over ferry, in Rust.
+//!
+//! Loaded, it offers the service `echo`: every message that arrives goes back
+//! to its sender unchanged. Given `peer_ip4`, it also runs a client once at
+//! load: it opens a session to `echo` (or, with `c_peer=1`, to the C sample's
+//! `cecho`) at that address, sends `count` messages of every size class the
+//! session allows, and checks every echo byte for byte; the load fails if one
+//! is missing or wrong.
+//!
+//! Messages carry their own check (see samples/README.md): a sequence number,
+//! the length, and an FNV-1a hash of the payload, which the service verifies
+//! before echoing.
+
+#[path = "../../rust/ferry_api.rs"]
+pub mod ferry_api;
+
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use ferry_api::{Handler, Params, Peer, Registration, Service, Session, SessionRef, Wait};
+use kernel::{
+    new_condvar, new_mutex,
+    prelude::*,
+    sync::{Arc, CondVar, Mutex},
+    time::msecs_to_jiffies,
+};
+
+module! {
+    type: EchoModule,
+    name: "ferry_echo",
+    authors: ["The ferry authors"],
+    description: "ferry sample: echo service and client in Rust",
+    license: "GPL",
+    imports_ns: ["FERRY"],
+    params: {
+        peer_ip4: u32 {
+            default: 0,
+            description: "Run the client against this IPv4 address (0x...; 0: no client)",
+        },
+        port: u16 {
+            default: 4791,
+            description: "The peer's ferry listener port",
+        },
+        count: u32 {
+            default: 1000,
+            description: "Messages the client sends",
+        },
+        c_peer: bool {
+            default: false,
+            description: "Talk to the C sample's service cecho instead of echo",
+        },
+        max_msg: u32 {
+            default: 0,
+            description: "The client session's largest message (0: ferry's default)",
+        },
+    },
+}
+
+/// Bytes of the check at the front of every message.
+const CHECK_LEN: usize = 16;
+/// Messages the client keeps in flight.
+const WINDOW: u32 = 8;
+/// How long the client waits for all echoes, in milliseconds.
+const DRAIN_MS: u32 = 20_000;
+
+/// The message sizes the client cycles through, capped at the session's limit.
+const SIZE_CLASSES: [usize; 6] = [64, 256, 1024, 4096, 16384, 65536];
+
+/// FNV-1a, 64 bits.
+fn fnv1a(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Fills `msg` as message `seq`: check header, then a pattern from `seq`.
+fn fill(msg: &mut [u8], seq: u32) {
+    let mut x = u64::from(seq).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for b in msg[CHECK_LEN..].iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // CAST: the low byte is the point.
+        *b = x as u8;
+    }
+    let hash = fnv1a(&msg[CHECK_LEN..]);
+    // CAST: messages are far below 4 GiB.
+    let len = msg.len() as u32;
+    msg[0..4].copy_from_slice(&seq.to_le_bytes());
+    msg[4..8].copy_from_slice(&len.to_le_bytes());
+    msg[8..16].copy_from_slice(&hash.to_le_bytes());
+}
+
+/// Checks a message's own header: `Some(seq)` if length and hash agree.
+fn verify(msg: &[u8]) -> Option<u32> {
+    if msg.len() < CHECK_LEN {
+        return None;
+    }
+    let seq = u32::from_le_bytes(msg[0..4].try_into().ok()?);
+    let len = u32::from_le_bytes(msg[4..8].try_into().ok()?);
+    let hash = u64::from_le_bytes(msg[8..16].try_into().ok()?);
+    (len as usize == msg.len() && hash == fnv1a(&msg[CHECK_LEN..])).then_some(seq)
+}
+
+/// One session of the echo service.
+#[pin_data]
+struct EchoSession {
+    /// Echoes that found no credit, sent when credits return.
+    #[pin]
+    pending: Mutex<KVec<KVec<u8>>>,
+    echoed: AtomicU64,
+    bad: AtomicU64,
+}
+
+impl EchoSession {
+    /// Sends what waits, in order, while credits last.
+    fn flush(&self, s: &SessionRef) {
+        let mut pending = self.pending.lock();
+        while let Some(msg) = pending.first() {
+            match s.send(msg, Wait::No) {
+                Ok(()) => {
+                    pending.remove(0).ok();
+                    self.echoed.fetch_add(1, Relaxed);
+                }
+                // `writable` comes back when credits do.
+                Err(e) if e == EAGAIN => return,
+                Err(e) => {
+                    pr_warn!("session {}: echo failed: {:?}\n", s.id(), e);
+                    pending.clear();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Handler for EchoSession {
+    fn message(&self, s: &SessionRef, data: &[u8]) {
+        if verify(data).is_none() {
+            self.bad.fetch_add(1, Relaxed);
+            pr_warn!("session {}: a message failed its check\n", s.id());
+        }
+        // Echoes leave in arrival order: behind any that wait.
+        let mut pending = self.pending.lock();
+        if pending.is_empty() {
+            match s.send(data, Wait::No) {
+                Ok(()) => {
+                    self.echoed.fetch_add(1, Relaxed);
+                    return;
+                }
+                Err(e) if e == EAGAIN => {}
+                Err(e) => {
+                    pr_warn!("session {}: echo failed: {:?}\n", s.id(), e);
+                    return;
+                }
+            }
+        }
+        let mut copy = KVec::new();
+        if copy.extend_from_slice(data, GFP_KERNEL).is_err() || pending.push(copy, GFP_KERNEL).is_err()
+        {
+            pr_warn!("session {}: out of memory, an echo is lost\n", s.id());
+        }
+    }
+
+    fn writable(&self, s: &SessionRef) {
+        self.flush(s);
+    }
+
+    fn gone(&self, s: &SessionRef, err: Option<Error>) {
+        pr_info!(
+            "session {} gone ({:?}): {} echoed, {} failed their check\n",
+            s.id(),
+            err,
+            self.echoed.load(Relaxed),
+            self.bad.load(Relaxed)
+        );
+    }
+}
+
+/// The `echo` service.
+struct Echo;
+
+impl Service for Echo {
+    type Session = EchoSession;
+
+    fn accept(&self, s: &SessionRef) -> Result<Arc<EchoSession>> {
+        pr_info!("session {}: accepted\n", s.id());
+        Arc::pin_init(
+            pin_init!(EchoSession {
+                pending <- new_mutex!(KVec::new()),
+                echoed: AtomicU64::new(0),
+                bad: AtomicU64::new(0),
+            }),
+            GFP_KERNEL,
+        )
+    }
+}
+
+/// Whether a wait ended by timing out.
+fn timed_out(r: kernel::sync::CondVarTimeoutResult) -> bool {
+    matches!(r, kernel::sync::CondVarTimeoutResult::Timeout)
+}
+
+/// The client's count of echoes.
+struct Tally {
+    /// Echoes back so far.
+    received: u32,
+    /// Echoes that were not what was sent.
+    wrong: u32,
+}
+
+/// The client's side of its session.
+#[pin_data]
+struct Client {
+    #[pin]
+    tally: Mutex<Tally>,
+    #[pin]
+    changed: CondVar,
+    /// The session's largest payload, once open.
+    max: AtomicUsize,
+}
+
+impl Client {
+    /// The size of message `seq`.
+    fn size_of(&self, seq: u32) -> usize {
+        SIZE_CLASSES[seq as usize % SIZE_CLASSES.len()].min(self.max.load(Relaxed))
+    }
+}
+
+impl Handler for Client {
+    fn message(&self, _s: &SessionRef, data: &[u8]) {
+        let ok = verify(data).is_some_and(|seq| {
+            // Regenerate what was sent and compare every byte.
+            let mut want = KVec::from_elem(0u8, self.size_of(seq), GFP_KERNEL);
+            want.as_mut().is_ok_and(|w| {
+                fill(w, seq);
+                w[..] == data[..]
+            })
+        });
+        let mut t = self.tally.lock();
+        t.received += 1;
+        if !ok {
+            t.wrong += 1;
+        }
+        self.changed.notify_all();
+    }
+
+    fn down(&self, s: &SessionRef, err: Error) {
+        pr_info!("client session {}: down ({:?})\n", s.id(), err);
+    }
+}
+
+/// Runs the client: `count` messages through the peer's echo service.
+fn run_client(peer: Peer, service: &CStr, count: u32, max_msg: u32) -> Result {
+    let mut p = Params::new(peer, service);
+    p.max_msg = max_msg;
+    let client = Arc::pin_init(
+        pin_init!(Client {
+            tally <- new_mutex!(Tally { received: 0, wrong: 0 }),
+            changed <- new_condvar!(),
+            // No echo comes before the first send.
+            max: AtomicUsize::new(CHECK_LEN),
+        }),
+        GFP_KERNEL,
+    )?;
+    let s = Session::open(&p, client.clone())?;
+    let limits = s.limits()?;
+    let max = limits.max_payload as usize;
+    client.max.store(max, Relaxed);
+    let mut buf = KVec::from_elem(0u8, max, GFP_KERNEL)?;
+    for seq in 0..count {
+        // Keep `WINDOW` in flight.
+        let mut t = client.tally.lock();
+        while seq - t.received >= WINDOW {
+            if timed_out(
+                client
+                    .changed
+                    .wait_interruptible_timeout(&mut t, msecs_to_jiffies(DRAIN_MS)),
+            ) {
+                pr_err!("client: no echo for {} ms\n", DRAIN_MS);
+                return Err(ETIMEDOUT);
+            }
+        }
+        drop(t);
+        // (`get_mut`, not indexing: no panic path in module init.)
+        let msg = buf.get_mut(..client.size_of(seq)).ok_or(EINVAL)?;
+        fill(msg, seq);
+        s.send(msg, Wait::Yes)?;
+    }
+    let mut t = client.tally.lock();
+    while t.received < count {
+        if timed_out(
+            client
+                .changed
+                .wait_interruptible_timeout(&mut t, msecs_to_jiffies(DRAIN_MS)),
+        ) {
+            break;
+        }
+    }
+    let (received, wrong) = (t.received, t.wrong);
+    drop(t);
+    pr_info!(
+        "client: {} sent, {} echoed, {} wrong, sizes 64..{} bytes, {} channels\n",
+        count,
+        received,
+        wrong,
+        max.min(65536),
+        limits.channels
+    );
+    if received != count || wrong != 0 {
+        return Err(EIO);
+    }
+    Ok(())
+}
+
+struct EchoModule {
+    _service: Registration<Echo>,
+}
+
+impl kernel::Module for EchoModule {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let service = Registration::new(c"echo", Arc::new(Echo, GFP_KERNEL)?)?;
+        let ip = module_parameters::peer_ip4.value();
+        if ip != 0 {
+            let target = if module_parameters::c_peer.value() {
+                c"cecho"
+            } else {
+                c"echo"
+            };
+            run_client(
+                Peer::V4(ip.to_be_bytes(), module_parameters::port.value()),
+                target,
+                module_parameters::count.value(),
+                module_parameters::max_msg.value(),
+            )?;
+        }
+        Ok(Self { _service: service })
+    }
+}
