@@ -167,9 +167,11 @@ void ferry_service_unregister(struct ferry_service *svc);
  * @priv: passed to every callback.
  *
  * Connects every channel and waits until the session is up or has failed, at
- * most about 12 seconds. @ops->up runs once before this returns. After a
- * successful open, a lost connection is re-established by ferry in the
- * background (@down, then @up) until @p->give_up_s passes.
+ * most about 12 seconds. A failed open calls none of @ops. A successful one
+ * has called @ops->up before it returns (unless the connection was lost again
+ * at once: then @up follows the reconnect). After that, a lost connection is
+ * re-established by ferry in the background (@down, then @up) until
+ * @p->give_up_s passes.
  *
  * Return: the session, holding one reference for the caller; or an ERR_PTR():
  * -EINVAL for bad parameters, -ECONNREFUSED if nobody listens there or the

@@ -34,9 +34,17 @@ MODULE_PARM_DESC(count, "Messages the client sends");
 static uint max_msg;
 module_param(max_msg, uint, 0444);
 MODULE_PARM_DESC(max_msg, "The client session's largest message (0: ferry's default)");
+static uint depth;
+module_param(depth, uint, 0444);
+MODULE_PARM_DESC(depth, "The client session's queue depth (0: ferry's default)");
+static uint window = 8;
+module_param(window, uint, 0444);
+MODULE_PARM_DESC(window, "Echoes the client keeps in flight");
+static bool refuse;
+module_param(refuse, bool, 0444);
+MODULE_PARM_DESC(refuse, "The service refuses every session (to see the client's error)");
 
 #define CHECK_LEN	16	/* seq, length, FNV-1a hash */
-#define WINDOW		8	/* echoes the client keeps in flight */
 #define DRAIN_MS	20000	/* how long the client waits for an echo */
 
 static const size_t size_classes[] = { 64, 256, 1024, 4096, 16384, 65536 };
@@ -82,7 +90,7 @@ static bool verify(const u8 *msg, size_t len, u32 *seq)
 struct cecho_session {
 	struct mutex lock;	/* ferry_send() may sleep: not a spinlock */
 	struct list_head pending;
-	u64 echoed, bad;
+	u64 echoed, bad, deferred;
 };
 
 struct pending_echo {
@@ -95,8 +103,11 @@ static struct ferry_service *cecho_service;
 
 static int cecho_accept(struct ferry_session *s, void *service_priv, void **priv)
 {
-	struct cecho_session *cs = kzalloc(sizeof(*cs), GFP_KERNEL);
+	struct cecho_session *cs;
 
+	if (refuse)
+		return -EPERM;
+	cs = kzalloc(sizeof(*cs), GFP_KERNEL);
 	if (!cs)
 		return -ENOMEM;
 	mutex_init(&cs->lock);
@@ -158,6 +169,7 @@ static void cecho_message(struct ferry_session *s, void *priv, const void *data,
 	p->len = len;
 	memcpy(p->data, data, len);
 	list_add_tail(&p->node, &cs->pending);
+	cs->deferred++;
 out:
 	mutex_unlock(&cs->lock);
 }
@@ -176,8 +188,8 @@ static void cecho_gone(struct ferry_session *s, void *priv, int err)
 	struct cecho_session *cs = priv;
 	struct pending_echo *p, *tmp;
 
-	pr_info("session %u gone (%d): %llu echoed, %llu failed their check\n",
-		ferry_session_id(s), err, cs->echoed, cs->bad);
+	pr_info("session %u gone (%d): %llu echoed, %llu failed their check, %llu waited for credits\n",
+		ferry_session_id(s), err, cs->echoed, cs->bad, cs->deferred);
 	list_for_each_entry_safe(p, tmp, &cs->pending, node)
 		kfree(p);
 	mutex_destroy(&cs->lock);
@@ -250,6 +262,7 @@ static int run_client(void)
 	struct ferry_session_params p = {
 		.service = service,
 		.max_msg = max_msg,
+		.queue_depth = depth,
 	};
 	struct ferry_limits limits;
 	struct ferry_session *s;
@@ -287,7 +300,7 @@ static int run_client(void)
 	for (seq = 0; seq < count; seq++) {
 		size_t len = size_of(c, seq);
 
-		if (!wait_event_timeout(c->wq, seq - atomic_read(&c->received) < WINDOW,
+		if (!wait_event_timeout(c->wq, seq - atomic_read(&c->received) < window,
 					msecs_to_jiffies(DRAIN_MS))) {
 			pr_err("client: no echo for %d ms\n", DRAIN_MS);
 			ret = -ETIMEDOUT;

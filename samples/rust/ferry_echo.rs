@@ -110,6 +110,8 @@ struct EchoSession {
     pending: Mutex<KVec<KVec<u8>>>,
     echoed: AtomicU64,
     bad: AtomicU64,
+    /// Echoes that had to wait for credits.
+    deferred: AtomicU64,
 }
 
 impl EchoSession {
@@ -159,7 +161,9 @@ impl Handler for EchoSession {
         if copy.extend_from_slice(data, GFP_KERNEL).is_err() || pending.push(copy, GFP_KERNEL).is_err()
         {
             pr_warn!("session {}: out of memory, an echo is lost\n", s.id());
+            return;
         }
+        self.deferred.fetch_add(1, Relaxed);
     }
 
     fn writable(&self, s: &SessionRef) {
@@ -168,11 +172,12 @@ impl Handler for EchoSession {
 
     fn gone(&self, s: &SessionRef, err: Option<Error>) {
         pr_info!(
-            "session {} gone ({:?}): {} echoed, {} failed their check\n",
+            "session {} gone ({:?}): {} echoed, {} failed their check, {} waited for credits\n",
             s.id(),
             err,
             self.echoed.load(Relaxed),
-            self.bad.load(Relaxed)
+            self.bad.load(Relaxed),
+            self.deferred.load(Relaxed)
         );
     }
 }
@@ -190,6 +195,7 @@ impl Service for Echo {
                 pending <- new_mutex!(KVec::new()),
                 echoed: AtomicU64::new(0),
                 bad: AtomicU64::new(0),
+                deferred: AtomicU64::new(0),
             }),
             GFP_KERNEL,
         )

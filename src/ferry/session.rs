@@ -125,7 +125,8 @@ struct Events {
     conn: u32,
     /// `gone` was delivered: nothing follows.
     gone: bool,
-    /// A failed open: the caller gets the error, the consumer nothing.
+    /// A client session not yet handed to its opener: nothing is delivered
+    /// (a failed open tells the caller alone).
     mute: bool,
 }
 
@@ -268,7 +269,10 @@ impl Session {
                     refused: None,
                 }),
                 changed <- new_condvar!(),
-                events <- new_mutex!(Events::default()),
+                events <- new_mutex!(Events {
+                    mute: *role == Role::Client,
+                    ..Events::default()
+                }),
                 accepting <- new_mutex!(()),
                 wait <- new_mutex!(()),
                 credit_cv <- new_condvar!(),
@@ -383,6 +387,7 @@ impl Session {
         drop(inner);
         if state == SessionState::Connected {
             // The consumer hears `up` before the caller hears of success.
+            s.events.lock().mute = false;
             s.sync_events();
             return Ok(s);
         }
@@ -393,8 +398,8 @@ impl Session {
         } else {
             reason
         };
-        // The caller learns of the failure from the return value alone.
-        s.events.lock().mute = true;
+        // The caller learns of the failure from the return value alone: the
+        // events stay muted.
         s.close(reason);
         Err(reason)
     }

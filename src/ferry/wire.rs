@@ -782,8 +782,14 @@ mod tests {
         let mut unknown = buf;
         unknown[0] = 0;
         assert!(Header::parse(&unknown[..n]).is_err());
-        unknown[0] = 6;
-        assert!(Header::parse(&unknown[..n]).is_err());
+        for kind in [7, 0x80, 0xff] {
+            unknown[0] = kind;
+            assert!(Header::parse(&unknown[..n]).is_err());
+        }
+        // A consumer's message: any bytes, the length exact.
+        let n = Header::write(Kind::Message, 0, 0, &[0xa5; 40], &mut buf).unwrap();
+        let (h, p) = Header::parse(&buf[..n]).unwrap();
+        assert_eq!((h.kind, h.len, p.len()), (Kind::Message, 40, 40));
         // Too small a buffer to write into.
         assert!(Header::write(Kind::Credits, 0, 0, &[0u8; 60], &mut buf).is_err());
     }

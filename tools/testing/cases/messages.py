@@ -49,3 +49,42 @@ def messages_samples(t):
     vm.run('rmmod ferry_echo ferry_cecho ferry')
     gone = vm.run('dmesg | grep -E "ferry_c?echo: session [0-9]+ gone"').out
     t.check(f'{count} echoed' in gone, f'services echoed {count}: {gone}')
+
+
+@case(timeout=300)
+def messages_flow_control(t):
+    """Credits are the only brake: the C client keeps 3000 messages in flight
+    on a session whose queues hold 4, so its sends wait for credits and the
+    Rust service's echoes wait for `writable`; nothing is lost or reordered.
+    A service that refuses a session makes the client's open fail with that
+    reason, in ferryctl and in a module."""
+    vm = t.vm
+    t.net_up(vm, 0, 1)
+    t.rxe_add(vm)
+    t.insmod(vm, echo=True)
+    vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+    count = 3000
+    vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=echo '
+           f'count={count} depth=4 window={count}', timeout=120 * t.slow)
+    sent, echoed, wrong, _, _ = client_summary(t, vm, 'ferry_cecho')
+    t.eq((sent, echoed, wrong), (count, count, 0), 'flooding client')
+    vm.run('sleep 1')
+    gone = vm.run('dmesg | grep "ferry_echo: session [0-9]* gone"').out.strip().splitlines()
+    t.require(gone, 'the echo service logged its session')
+    m = re.search(r'(\d+) echoed, (\d+) failed their check, (\d+) waited for credits', gone[-1])
+    t.require(m is not None, f'tally: {gone[-1]}')
+    t.eq(int(m.group(1)), count, 'echoed')
+    t.check(int(m.group(3)) > 0, f'some echoes waited for credits: {gone[-1]}')
+    # A refusing service.
+    vm.run('rmmod ferry_cecho')
+    vm.run(f'insmod {t.sample("ferry_cecho")} refuse=1')
+    r = vm.run(f'{t.ferryctl} session connect 192.0.2.1 port {PORT} service cecho', check=False)
+    t.eq(r.rc, 2, 'ferryctl exit code for a refusal')
+    t.check('the service refused the session' in r.err, f'reason reaches ferryctl: {r.err!r}')
+    vm.run('rmmod ferry_echo')
+    r = vm.run(f'insmod {t.sample("ferry_echo")} peer_ip4=0xc0000201 port={PORT} c_peer=1',
+               check=False)
+    t.check(r.rc != 0 and 'Connection refused' in r.err,
+            f'a module client sees ECONNREFUSED: {r.rc} {r.err!r}')
+    t.eq(vm.run(f'{t.ferryctl} -j session show').out.strip(), '[]', 'no session left')
+    vm.run('rmmod ferry_cecho ferry')
