@@ -189,6 +189,22 @@ pub mod stats {
     pub const FLUSH_ERRORS: u32 = bindings::FERRY_A_STATS_FLUSH_ERRORS;
     /// Padding for 64-bit attributes.
     pub const PAD: u32 = bindings::FERRY_A_STATS_PAD;
+    /// Consumers' messages sent.
+    pub const DATA_TX: u32 = bindings::FERRY_A_STATS_DATA_TX;
+    /// Consumers' messages received.
+    pub const DATA_RX: u32 = bindings::FERRY_A_STATS_DATA_RX;
+    /// Consumers' messages dropped for want of a consumer.
+    pub const RX_UNCLAIMED: u32 = bindings::FERRY_A_STATS_RX_UNCLAIMED;
+}
+
+/// Attribute numbers of the `service` set.
+pub mod service {
+    use crate::bindings;
+
+    /// The service's name.
+    pub const NAME: u32 = bindings::FERRY_A_SERVICE_NAME;
+    /// Its open sessions in the requester's namespace.
+    pub const SESSIONS: u32 = bindings::FERRY_A_SERVICE_SESSIONS;
 }
 
 /// Attribute numbers of the `device-event` set.
@@ -394,4 +410,8 @@ doit!(
 dumpit!(
     /// `FERRY_CMD_SESSION_GET`, dump.
     ferry_nl_session_get_dumpit => crate::netlink::session_get_dumpit
+);
+dumpit!(
+    /// `FERRY_CMD_SERVICE_GET`, dump.
+    ferry_nl_service_get_dumpit => crate::netlink::service_get_dumpit
 );

@@ -40,6 +40,9 @@ MODULE_PARM_DESC(depth, "The client session's queue depth (0: ferry's default)")
 static uint window = 8;
 module_param(window, uint, 0444);
 MODULE_PARM_DESC(window, "Echoes the client keeps in flight");
+static bool hold;
+module_param(hold, bool, 0444);
+MODULE_PARM_DESC(hold, "Keep the client's session open until the module unloads");
 static bool refuse;
 module_param(refuse, bool, 0444);
 MODULE_PARM_DESC(refuse, "The service refuses every session (to see the client's error)");
@@ -100,6 +103,9 @@ struct pending_echo {
 };
 
 static struct ferry_service *cecho_service;
+/* With hold=1: the client's session and its context, closed at unload. */
+static struct ferry_session *held;
+static void *held_client;
 
 static int cecho_accept(struct ferry_session *s, void *service_priv, void **priv)
 {
@@ -320,6 +326,12 @@ static int run_client(void)
 		min_t(size_t, c->max, 65536), limits.channels);
 	if (atomic_read(&c->received) != count || atomic_read(&c->wrong))
 		ret = -EIO;
+	if (!ret && hold) {
+		held = s;
+		held_client = c;
+		kfree(buf);
+		return 0;
+	}
 close:
 	/* No callback runs once this returns: @c may go. */
 	ferry_session_close(s);
@@ -348,6 +360,10 @@ static int __init cecho_init(void)
 
 static void __exit cecho_exit(void)
 {
+	if (held) {
+		ferry_session_close(held);
+		kfree(held_client);
+	}
 	ferry_service_unregister(cecho_service);
 }
 

@@ -14,7 +14,7 @@ use crate::{
     device::Ferry,
     ferry_nl::{
         self, channel as ch_attr, device as attr, device_event as dev_ev, listener as l_attr,
-        session as s_attr, stats as st_attr,
+        service as sv_attr, session as s_attr, stats as st_attr,
     },
     genl::{Dump, Request, Writer},
     listener::Listener,
@@ -181,7 +181,7 @@ pub(crate) fn listener_get_dumpit(dump: &mut Dump<'_>) -> Result {
 
 /// Room a session message needs.
 fn session_size(s: &Session) -> usize {
-    512 + 96 * usize::from(s.params.channels)
+    640 + 96 * usize::from(s.params.channels)
 }
 
 /// Writes a session's attributes.
@@ -248,6 +248,9 @@ fn fill_session(w: &mut Writer<'_>, s: &Session) -> Result {
             (st_attr::CREDIT_STALLS, t.credit_stalls),
             (st_attr::WC_ERRORS, t.wc_errors),
             (st_attr::FLUSH_ERRORS, t.flush_errors),
+            (st_attr::DATA_TX, t.data_tx),
+            (st_attr::DATA_RX, t.data_rx),
+            (st_attr::RX_UNCLAIMED, t.rx_unclaimed),
         ] {
             w.put_u64(ty, v, st_attr::PAD)?;
         }
@@ -418,4 +421,25 @@ pub(crate) fn notify_device(added: bool, index: u32, name: &CStr) {
         w.put_u32(dev_ev::INDEX, index)?;
         w.put_str(dev_ev::NAME, name)
     });
+}
+
+/// `service-get` dump, by name.
+pub(crate) fn service_get_dumpit(dump: &mut Dump<'_>) -> Result {
+    let ferry = Ferry::get().ok_or(ENODEV)?;
+    let services = ferry.services()?;
+    let sessions = ferry.sessions()?;
+    // CAST: a position is an index into the list.
+    for (i, svc) in services.iter().enumerate().skip(*dump.position() as usize) {
+        let n = sessions
+            .iter()
+            .filter(|s| s.net.as_raw() == dump.net().as_raw() && s.belongs_to(svc))
+            .count();
+        dump.entry(|w| {
+            w.put_str(sv_attr::NAME, svc.name.as_cstr())?;
+            w.put_u32(sv_attr::SESSIONS, u32::try_from(n).unwrap_or(u32::MAX))
+        })?;
+        // CAST: an index fits in 64 bits.
+        *dump.position() = i as u64 + 1;
+    }
+    Ok(())
 }

@@ -122,6 +122,11 @@ static const struct genl_split_ops ferry_nl_ops[] = {
 		.dumpit	= ferry_nl_session_get_dumpit,
 		.flags	= GENL_CMD_CAP_DUMP,
 	},
+	{
+		.cmd	= FERRY_CMD_SERVICE_GET,
+		.dumpit	= ferry_nl_service_get_dumpit,
+		.flags	= GENL_CMD_CAP_DUMP,
+	},
 };
 
 static const struct genl_multicast_group ferry_nl_mcgrps[] = {

@@ -133,6 +133,18 @@ impl Services {
             .retain(|s| !core::ptr::eq::<Service>(&**s, &**svc));
     }
 
+    /// A snapshot of the services, sorted by name.
+    pub(crate) fn all(&self) -> Result<KVec<Arc<Service>>> {
+        let list = self.list.lock();
+        let mut v = KVec::with_capacity(list.len(), GFP_KERNEL)?;
+        for s in list.iter() {
+            v.push(s.clone(), GFP_KERNEL)?;
+        }
+        drop(list);
+        v.sort_unstable_by(|a, b| a.name.as_cstr().to_bytes().cmp(b.name.as_cstr().to_bytes()));
+        Ok(v)
+    }
+
     /// The service called `name`.
     pub(crate) fn find(&self, name: &ServiceName) -> Option<Arc<Service>> {
         self.list.lock().iter().find(|s| s.name == *name).cloned()

@@ -214,6 +214,9 @@ pub(crate) struct Totals {
     pub(crate) credit_stalls: u64,
     pub(crate) wc_errors: u64,
     pub(crate) flush_errors: u64,
+    pub(crate) data_tx: u64,
+    pub(crate) data_rx: u64,
+    pub(crate) rx_unclaimed: u64,
 }
 
 /// A snapshot for netlink.
@@ -755,7 +758,10 @@ impl Session {
             peer_depth: 0,
             max_msg: self.params.max_msg,
             channels: KVec::with_capacity(inner.channels.len(), GFP_KERNEL)?,
-            totals: Totals::default(),
+            totals: Totals {
+                rx_unclaimed: self.rx_dropped.load(Relaxed),
+                ..Totals::default()
+            },
         };
         for c in inner.channels.iter() {
             let ci = c.info();
@@ -775,6 +781,8 @@ impl Session {
             t.credit_updates += s.credit_updates.load(Relaxed);
             t.wc_errors += s.wc_errors.load(Relaxed);
             t.flush_errors += s.flush_errors.load(Relaxed);
+            t.data_tx += s.msgs_tx.load(Relaxed);
+            t.data_rx += s.msgs_rx.load(Relaxed);
             t.credit_stalls += ci.stalls;
             info.channels.push(ci, GFP_KERNEL)?;
         }

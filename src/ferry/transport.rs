@@ -167,6 +167,11 @@ impl Ferry {
         self.transport.services.find(name)
     }
 
+    /// A snapshot of the services, by name.
+    pub(crate) fn services(&self) -> Result<KVec<Arc<Service>>> {
+        self.transport.services.all()
+    }
+
     /// Registers a service; `EEXIST` if the name is taken.
     pub(crate) fn add_service(&self, svc: Arc<Service>) -> Result {
         if self.shutting_down() {

@@ -11,6 +11,7 @@ mod device;
 mod listener;
 mod monitor;
 mod nl;
+mod service;
 mod session;
 
 /// Constants generated from include/uapi/linux/ferry.h (see build.rs).
@@ -27,7 +28,7 @@ const HELP: &str = "\
 Usage: ferryctl [OPTIONS] OBJECT [COMMAND [ARGS]]
        ferryctl help
 
-OBJECT := { device | listener | session | monitor }
+OBJECT := { device | listener | service | session | monitor }
 OPTIONS := { -j[son] | -p[retty] | -s[tatistics] | -d[etails] | -V[ersion] | -h[elp] }
 
 ferryctl device show [DEV | name DEV | index N]
@@ -38,6 +39,9 @@ ferryctl listener del id ID
 ferryctl listener show [id ID]
     Addresses and ports on which ferry accepts sessions (ADDR may be
     0.0.0.0 or ::).
+
+ferryctl service show [NAME | name NAME]
+    Services kernel modules offer through ferry, with their sessions.
 
 ferryctl session connect ADDR port PORT service NAME [channels N]
         [queue-depth N] [max-msg-size BYTES] [heartbeat-ms MS]
@@ -258,6 +262,12 @@ fn run(mut args: Vec<String>) -> Result<(), CliError> {
             Some(out) => out,
             None => return Ok(()),
         }
+    } else if matches(&object, "service") {
+        let Some(name) = service::parse(&command, &args)? else {
+            print!("{HELP}");
+            return Ok(());
+        };
+        service::show(&mut open()?, name.as_deref())?
     } else if matches(&object, "session") {
         let Some(cmd) = session::Cmd::parse(&command, &args)? else {
             print!("{HELP}");

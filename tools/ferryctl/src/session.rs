@@ -54,7 +54,7 @@ pub struct Session {
 }
 
 /// The counters of the `stats` nest and their keys.
-const STATS: [(u32, &str); 10] = [
+const STATS: [(u32, &str); 13] = [
     (FERRY_A_STATS_TX_MSGS, "tx_msgs"),
     (FERRY_A_STATS_RX_MSGS, "rx_msgs"),
     (FERRY_A_STATS_TX_BYTES, "tx_bytes"),
@@ -65,6 +65,9 @@ const STATS: [(u32, &str); 10] = [
     (FERRY_A_STATS_CREDIT_STALLS, "credit_stalls"),
     (FERRY_A_STATS_WC_ERRORS, "wc_errors"),
     (FERRY_A_STATS_FLUSH_ERRORS, "flush_errors"),
+    (FERRY_A_STATS_DATA_TX, "data_tx"),
+    (FERRY_A_STATS_DATA_RX, "data_rx"),
+    (FERRY_A_STATS_RX_UNCLAIMED, "rx_unclaimed"),
 ];
 
 fn bad(what: &str) -> Error {
@@ -704,9 +707,10 @@ pub mod tests {
             }
         );
         let stats = s.stats.as_ref().unwrap();
-        assert_eq!(stats.len(), 10);
+        assert_eq!(stats.len(), 13);
         assert_eq!(stats[0], ("tx_msgs", 0));
         assert_eq!(stats[9], ("flush_errors", 90));
+        assert_eq!(stats[12], ("rx_unclaimed", 120));
     }
 
     #[test]
@@ -720,7 +724,7 @@ pub mod tests {
         assert_eq!(s.to_text(false, false), line);
         let stats = "    tx_msgs 0 rx_msgs 10 tx_bytes 20 rx_bytes 30 heartbeats_tx 40 \
                      heartbeats_rx 50 credit_updates 60 credit_stalls 70 wc_errors 80 \
-                     flush_errors 90\n";
+                     flush_errors 90 data_tx 100 data_rx 110 rx_unclaimed 120\n";
         assert_eq!(s.to_text(false, true), format!("{line}{stats}"));
         let channels = "    channel 0 qp 17 dev rxe0 comp_vector 0 credits 127 rtt_us 200\n    \
                         channel 1 qp 18 dev rxe0 comp_vector 1 credits 127 rtt_us 201\n";
@@ -786,7 +790,8 @@ pub mod tests {
         let j = s.to_json(true);
         assert_eq!(j["stats"]["tx_bytes"], 20);
         assert_eq!(j["stats"]["flush_errors"], 90);
-        assert_eq!(j["stats"].as_object().unwrap().len(), 10);
+        assert_eq!(j["stats"]["data_rx"], 110);
+        assert_eq!(j["stats"].as_object().unwrap().len(), 13);
 
         // A session reported with only its id still has a channel list.
         let s = Session::decode(Builder::new().u32(FERRY_A_SESSION_ID, 9).bytes()).unwrap();

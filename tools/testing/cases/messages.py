@@ -32,13 +32,23 @@ def messages_samples(t):
     vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
     count = 3000
     vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=echo '
-           f'count={count} max_msg=65536', timeout=120 * t.slow)
+           f'count={count} max_msg=65536 hold=1', timeout=120 * t.slow)
     sent, echoed, wrong, biggest, channels = client_summary(t, vm, 'ferry_cecho')
     t.eq((sent, echoed, wrong), (count, count, 0), 'C client through the Rust service')
     t.eq(biggest, 65536 - 16, 'largest message: the limit less the header')
     t.check(channels >= 1, f'channels: {channels}')
+    # The held session's counters, both sides, and the services.
+    services = t.ferryctl_json(vm, 'service show')
+    t.eq(services, [{'name': 'cecho', 'sessions': 0}, {'name': 'echo', 'sessions': 1}],
+         'services')
+    for s in t.ferryctl_json(vm, '-s session show'):
+        st = s['stats']
+        t.eq((st['data_tx'], st['data_rx'], st['rx_unclaimed']), (count, count, 0),
+             f'{s["role"]} data counters')
+    vm.run('rmmod ferry_cecho')
     # The Rust client through the C service ("cecho"), IPv4 as a number.
     vm.run('rmmod ferry_echo')
+    vm.run(f'insmod {t.sample("ferry_cecho")}')
     vm.run(f'insmod {t.sample("ferry_echo")} peer_ip4=0xc0000201 port={PORT} c_peer=1 '
            f'count={count} max_msg=65536', timeout=120 * t.slow)
     sent, echoed, wrong, _, _ = client_summary(t, vm, 'ferry_echo')
