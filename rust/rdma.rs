@@ -16,6 +16,8 @@ pub mod client;
 pub mod cq;
 #[path = "rdma/device.rs"]
 pub mod device;
+#[path = "rdma/mr.rs"]
+pub mod mr;
 #[path = "rdma/pd.rs"]
 pub mod pd;
 #[path = "rdma/qp.rs"]

@@ -207,6 +207,43 @@ int ferry_helper_ib_destroy_qp(struct ib_qp *qp)
 	return ib_destroy_qp(qp);
 }
 
+int ferry_helper_ib_dma_map_sg(struct ib_device *dev, struct scatterlist *sg,
+			       int nents, int dir)
+{
+	return ib_dma_map_sg(dev, sg, nents, dir);
+}
+
+void ferry_helper_ib_dma_unmap_sg(struct ib_device *dev, struct scatterlist *sg,
+				  int nents, int dir)
+{
+	ib_dma_unmap_sg(dev, sg, nents, dir);
+}
+
+void ferry_helper_ib_update_fast_reg_key(struct ib_mr *mr, u8 newkey)
+{
+	ib_update_fast_reg_key(mr, newkey);
+}
+
+int ferry_helper_ib_dereg_mr(struct ib_mr *mr)
+{
+	return ib_dereg_mr(mr);
+}
+
+struct scatterlist *ferry_helper_sg_next(struct scatterlist *sg)
+{
+	return sg_next(sg);
+}
+
+u64 ferry_helper_sg_dma_address(struct scatterlist *sg)
+{
+	return sg_dma_address(sg);
+}
+
+unsigned int ferry_helper_sg_dma_len(struct scatterlist *sg)
+{
+	return sg_dma_len(sg);
+}
+
 u64 ferry_helper_ib_dma_map_single(struct ib_device *dev, void *cpu_addr,
 				   size_t size, int direction)
 {

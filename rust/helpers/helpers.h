@@ -16,6 +16,8 @@ struct genl_info;
 struct ib_client;
 struct ib_cq;
 struct ib_qp;
+struct ib_mr;
+struct scatterlist;
 struct ib_recv_wr;
 struct ib_send_wr;
 struct workqueue_struct;
@@ -51,6 +53,18 @@ void ferry_helper_ib_dma_sync_single_for_cpu(struct ib_device *dev, u64 addr,
 					     size_t size, int dir);
 void ferry_helper_ib_dma_sync_single_for_device(struct ib_device *dev,
 						u64 addr, size_t size, int dir);
+
+int ferry_helper_ib_dma_map_sg(struct ib_device *dev, struct scatterlist *sg,
+			       int nents, int dir);
+void ferry_helper_ib_dma_unmap_sg(struct ib_device *dev, struct scatterlist *sg,
+				  int nents, int dir);
+void ferry_helper_ib_update_fast_reg_key(struct ib_mr *mr, u8 newkey);
+int ferry_helper_ib_dereg_mr(struct ib_mr *mr);
+
+/* linux/scatterlist.h */
+struct scatterlist *ferry_helper_sg_next(struct scatterlist *sg);
+u64 ferry_helper_sg_dma_address(struct scatterlist *sg);
+unsigned int ferry_helper_sg_dma_len(struct scatterlist *sg);
 
 /* net/net_namespace.h */
 void ferry_helper_get_net(struct net *net);

@@ -13,6 +13,12 @@
 //! until its completion has been handled, so its buffer is never written by the
 //! CPU and the device at once.
 //!
+//! Besides its slots, a QP has *tags*, one per request that can be in flight,
+//! each with three `ib_cqe`s of its own ([`TagOp`]): registrations
+//! ([`Qp::send_registered`]), invalidations ([`Qp::local_invalidate`]) and an
+//! RDMA READ or WRITE through the kernel's rdma_rw API ([`Qp::rdma`]). Their
+//! completions reach [`Completion::tag_done`].
+//!
 //! Dropping the [`Qp`] drains it (`ib_drain_qp`: every posted request completes,
 //! flushed, and its handler has run), then destroys the QP and frees the CQ with
 //! `ib_free_cq`, which also waits out the late completions rxe can deliver.
@@ -32,8 +38,15 @@ use kernel::{
     sync::{Arc, ArcBorrow},
 };
 
-use super::{device::Registered, Cq, Pd};
+use super::{
+    device::Registered,
+    mr::{DmaDir, Mr, Remote, SgList},
+    Cq, Pd,
+};
 use crate::bindings;
+
+/// Most registrations one send may carry.
+pub const MAX_REGS: usize = 8;
 
 /// QP states ferry moves a QP through (`enum ib_qp_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +67,7 @@ pub struct Wc {
     status: u32,
     vendor_err: u32,
     byte_len: u32,
+    invalidated: Option<u32>,
 }
 
 impl Wc {
@@ -88,7 +102,27 @@ impl Wc {
     pub fn byte_len(&self) -> u32 {
         self.byte_len
     }
+
+    /// The rkey the peer's send-with-invalidate invalidated (receives only).
+    pub fn invalidated(&self) -> Option<u32> {
+        self.invalidated
+    }
 }
+
+/// The per-tag work a [`Qp`] tracks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum TagOp {
+    /// A registration (`REG_MR`); completes only on failure.
+    Reg = 0,
+    /// Invalidations (`LOCAL_INV`); the last one completes.
+    Inv = 1,
+    /// An RDMA READ or WRITE; see [`Qp::rdma`].
+    Rdma = 2,
+}
+
+/// `ib_cqe`s per tag: one per [`TagOp`].
+const TAG_OPS: u32 = 3;
 
 /// Handles the completions of a [`Qp`]'s requests.
 ///
@@ -106,6 +140,10 @@ pub trait Completion: Send + Sync + 'static {
 
     /// Send slot `slot` completed; the slot is free again.
     fn send_done(this: ArcBorrow<'_, Self>, slot: u32, wc: &Wc);
+
+    /// Work of tag `tag` completed. For [`TagOp::Rdma`], the handler calls
+    /// [`Qp::rdma_done`] once it is done with the transfer.
+    fn tag_done(_this: ArcBorrow<'_, Self>, _tag: u32, _op: TagOp, _wc: &Wc) {}
 }
 
 /// Sizes of a [`Qp`].
@@ -119,6 +157,11 @@ pub struct QpConfig {
     pub buf_size: u32,
     /// Completion vector of the QP's CQ.
     pub comp_vector: u32,
+    /// Tags: requests that can be in flight, each with registrations,
+    /// invalidations and RDMA of its own (0: none).
+    pub tags: u32,
+    /// The port the QP uses (for rdma_rw).
+    pub port: u32,
 }
 
 /// One DMA-mapped message buffer.
@@ -180,12 +223,21 @@ impl Drop for Buf {
     }
 }
 
-/// The `ib_cqe` of one slot and the way back to its QP.
+/// The `ib_cqe` of one slot or tag and the way back to its QP.
 #[repr(C)]
 struct Cqe<H: Completion> {
     cqe: UnsafeCell<bindings::ib_cqe>,
     owner: *const Inner<H>,
     slot: u32,
+    /// `None` for a slot.
+    op: Option<TagOp>,
+}
+
+/// The rdma_rw context of a tag and the list it mapped.
+struct Rw {
+    ctx: bindings::rdma_rw_ctx,
+    sg: Option<SgList>,
+    dir: DmaDir,
 }
 
 /// What a [`Qp`] owns, at a fixed address that the slots point to.
@@ -203,6 +255,13 @@ struct Inner<H: Completion> {
     busy: KVec<AtomicBool>,
     recv_slots: u32,
     next_send: AtomicU32,
+    /// `TAG_OPS` per tag.
+    tag_cqes: KVec<Cqe<H>>,
+    /// The rdma_rw context of each tag; `rw_busy[t]` says whether tag `t`'s
+    /// holds a mapping, and who may touch it (its owner, exclusively).
+    rw: KVec<UnsafeCell<Rw>>,
+    rw_busy: KVec<AtomicBool>,
+    port: u32,
     /// Whether the QP ever left RESET (a QP in RESET has nothing to drain).
     initialized: AtomicBool,
     cq: Option<Cq>,
@@ -228,14 +287,29 @@ impl<H: Completion> Qp<H> {
     pub fn new(pd: &Arc<Pd>, cfg: QpConfig, handler: Arc<H>, owner: &'static CStr) -> Result<Self> {
         let device = pd.device();
         let caps = device.caps();
-        // One more on each queue for ib_drain_qp's marker requests.
-        let (rq, sq) = (cfg.recv_slots + 1, cfg.send_slots + 1);
+        // One more on each queue for ib_drain_qp's marker requests; per tag,
+        // its registrations and invalidations; then what rdma_rw adds for one
+        // context per tag, each of which may need a WR per `max_send_sge`
+        // pages of a 2 MiB transfer.
+        let rdma_ctxs = cfg.tags * 512u32.div_ceil(caps.max_send_sge.max(1));
+        let rw_wrs = if cfg.tags == 0 {
+            0
+        } else {
+            // SAFETY: `device` is registered; the port is the caller's.
+            unsafe { bindings::rdma_rw_max_send_wr(device.as_raw(), cfg.port, rdma_ctxs, 0) }
+        };
+        // CAST: `MAX_REGS` is 8.
+        let tag_wrs = cfg.tags.saturating_mul(2 * MAX_REGS as u32);
+        let rq = cfg.recv_slots + 1;
+        let sq = (cfg.send_slots + 1)
+            .saturating_add(tag_wrs)
+            .saturating_add(rw_wrs);
         if cfg.recv_slots == 0
             || cfg.send_slots == 0
             || cfg.buf_size == 0
             || rq > caps.max_qp_wr
             || sq > caps.max_qp_wr
-            || rq + sq > caps.max_cqe
+            || rq.saturating_add(sq) > caps.max_cqe
         {
             return Err(EINVAL);
         }
@@ -256,14 +330,18 @@ impl<H: Completion> Qp<H> {
             send_cq: cq.as_raw(),
             recv_cq: cq.as_raw(),
             cap: bindings::ib_qp_cap {
-                max_send_wr: sq,
+                // rdma_rw adds its own share (`rw_wrs`) on creation.
+                max_send_wr: sq - rw_wrs,
                 max_recv_wr: rq,
                 max_send_sge: 1,
                 max_recv_sge: 1,
+                max_rdma_ctxs: if cfg.tags == 0 { 0 } else { rdma_ctxs },
                 ..Default::default()
             },
-            sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_ALL_WR,
+            // Registrations and all but the last invalidation are unsignaled.
+            sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_REQ_WR,
             qp_type: bindings::ib_qp_type_IB_QPT_RC,
+            port_num: cfg.port,
             ..Default::default()
         };
         // SAFETY: `pd` is a live PD on a registered device; `init` names a live
@@ -282,6 +360,10 @@ impl<H: Completion> Qp<H> {
                 busy,
                 recv_slots: cfg.recv_slots,
                 next_send: AtomicU32::new(0),
+                tag_cqes: KVec::new(),
+                rw: KVec::new(),
+                rw_busy: KVec::new(),
+                port: cfg.port,
                 initialized: AtomicBool::new(false),
                 cq: Some(cq),
                 pd: pd.clone(),
@@ -299,12 +381,44 @@ impl<H: Completion> Qp<H> {
                     owner: owner_ptr,
                     // CAST: `total` is the sum of two `u32`s checked above.
                     slot: slot as u32,
+                    op: None,
                 },
                 GFP_KERNEL,
             )?;
         }
-        // INVARIANT: the slots point to `inner`, which a box keeps in place.
+        let mut tag_cqes = KVec::with_capacity((cfg.tags * TAG_OPS) as usize, GFP_KERNEL)?;
+        let mut rw = KVec::with_capacity(cfg.tags as usize, GFP_KERNEL)?;
+        let mut rw_busy = KVec::with_capacity(cfg.tags as usize, GFP_KERNEL)?;
+        for tag in 0..cfg.tags {
+            for op in [TagOp::Reg, TagOp::Inv, TagOp::Rdma] {
+                tag_cqes.push(
+                    Cqe {
+                        cqe: UnsafeCell::new(bindings::ib_cqe {
+                            done: Some(done::<H>),
+                        }),
+                        owner: owner_ptr,
+                        slot: tag,
+                        op: Some(op),
+                    },
+                    GFP_KERNEL,
+                )?;
+            }
+            rw.push(
+                UnsafeCell::new(Rw {
+                    ctx: Default::default(),
+                    sg: None,
+                    dir: DmaDir::ToDevice,
+                }),
+                GFP_KERNEL,
+            )?;
+            rw_busy.push(AtomicBool::new(false), GFP_KERNEL)?;
+        }
+        // INVARIANT: the slots and tags point to `inner`, which a box keeps in
+        // place.
         inner.cqes = cqes;
+        inner.tag_cqes = tag_cqes;
+        inner.rw = rw;
+        inner.rw_busy = rw_busy;
         Ok(Self { inner })
     }
 
@@ -355,6 +469,41 @@ impl<H: Completion> Qp<H> {
     /// returns how many bytes to send) and posts it as a signaled SEND.
     /// Returns the slot; fails with `EAGAIN` if every send slot is busy.
     pub fn send(&self, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<u32> {
+        self.post_send(fill, SendKind::Plain)
+    }
+
+    /// As [`Qp::send`], as a SEND_WITH_INV that invalidates the peer's `rkey`
+    /// when it arrives.
+    pub fn send_with_invalidate(
+        &self,
+        rkey: u32,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize>,
+    ) -> Result<u32> {
+        self.post_send(fill, SendKind::Invalidate(rkey))
+    }
+
+    /// As [`Qp::send`], after registering each of `regs` (unsignaled `REG_MR`
+    /// requests of tag `tag`, chained before the SEND, so the peer has the
+    /// keys before it reads the message). `true` grants the peer remote write
+    /// access, `false` remote read. A failed registration completes on
+    /// [`TagOp::Reg`].
+    pub fn send_registered(
+        &self,
+        tag: u32,
+        regs: &[(&Mr, bool)],
+        fill: impl FnOnce(&mut [u8]) -> Result<usize>,
+    ) -> Result<u32> {
+        if regs.len() > MAX_REGS || tag >= self.tags() {
+            return Err(EINVAL);
+        }
+        self.post_send(fill, SendKind::Registered(tag, regs))
+    }
+
+    fn post_send(
+        &self,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize>,
+        kind: SendKind<'_>,
+    ) -> Result<u32> {
         let inner = &*self.inner;
         let sends = inner.cqes.len() as u32 - inner.recv_slots;
         let start = inner.next_send.fetch_add(1, Ordering::Relaxed);
@@ -362,12 +511,138 @@ impl<H: Completion> Qp<H> {
             .map(|i| inner.recv_slots + (start.wrapping_add(i) % sends))
             .find(|&s| inner.claim(s).is_ok())
             .ok_or(EAGAIN)?;
-        let res = inner.fill_and_send(slot, fill);
+        let res = inner.fill_and_send(slot, fill, kind);
         if res.is_err() {
             inner.release(slot);
         }
         res.map(|()| slot)
     }
+
+    /// The number of tags.
+    pub fn tags(&self) -> u32 {
+        // CAST: built from a `u32` count.
+        (self.inner.tag_cqes.len() as u32) / TAG_OPS
+    }
+
+    /// Invalidates `rkeys` (local registrations of tag `tag`): chained
+    /// `LOCAL_INV` requests, the last one signaled, completing on
+    /// [`TagOp::Inv`] once all have.
+    pub fn local_invalidate(&self, tag: u32, rkeys: &[u32]) -> Result {
+        if rkeys.is_empty() || rkeys.len() > MAX_REGS || tag >= self.tags() {
+            return Err(EINVAL);
+        }
+        let inner = &*self.inner;
+        let cqe = inner.tag_cqe(tag, TagOp::Inv);
+        let mut wrs: [bindings::ib_send_wr; MAX_REGS] = Default::default();
+        let n = rkeys.len();
+        for (i, &rkey) in rkeys.iter().enumerate() {
+            let wr = &mut wrs[i];
+            wr.opcode = bindings::ib_wr_opcode_IB_WR_LOCAL_INV;
+            wr.ex.invalidate_rkey = rkey;
+            wr.__bindgen_anon_1.wr_cqe = cqe;
+        }
+        wrs[n - 1].send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as c_int;
+        for i in 0..n - 1 {
+            let next: *mut bindings::ib_send_wr = &mut wrs[i + 1];
+            wrs[i].next = next;
+        }
+        // SAFETY: `qp` is live (type invariant); the chain is valid for the
+        // call (the driver copies it); the tag's cqe lives as long as the QP.
+        to_result(unsafe { bindings::ferry_helper_ib_post_send(inner.qp.as_ptr(), &wrs[0]) })
+    }
+
+    /// Moves data between the local list `sg` and the peer's region `remote`
+    /// with rdma_rw: `DmaDir::FromDevice` reads the peer's memory into `sg`
+    /// (RDMA READ), `DmaDir::ToDevice` writes `sg` into the peer's (RDMA
+    /// WRITE); `sg` must hold exactly `remote.len` bytes. Completes on
+    /// [`TagOp::Rdma`] of `tag`; [`Qp::rdma_done`] then gives the list back.
+    /// On failure the list comes back with the error: `EBUSY` if the tag has
+    /// a transfer already, `EINVAL` for a length mismatch.
+    pub fn rdma(
+        &self,
+        tag: u32,
+        sg: SgList,
+        remote: Remote,
+        dir: DmaDir,
+    ) -> Result<(), (Error, SgList)> {
+        let inner = &*self.inner;
+        if sg.len() != u64::from(remote.len) {
+            return Err((EINVAL, sg));
+        }
+        let Some(busy) = inner.rw_busy.get(tag as usize) else {
+            return Err((EINVAL, sg));
+        };
+        if busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err((EBUSY, sg));
+        }
+        let rw = inner.rw[tag as usize].get();
+        let qp = inner.qp.as_ptr();
+        let (raw_sg, nents) = (sg.as_raw(), sg.nents());
+        // SAFETY: The tag's context is ours while `busy` is set; `qp` is live;
+        // the list is valid while we hold it (type invariant of `SgList`), and
+        // the context keeps it until `rw_destroy`.
+        let ret = unsafe {
+            bindings::rdma_rw_ctx_init(
+                &mut (*rw).ctx,
+                qp,
+                inner.port,
+                raw_sg,
+                nents,
+                0,
+                remote.addr,
+                remote.rkey,
+                dir_raw(dir),
+            )
+        };
+        if ret < 0 {
+            busy.store(false, Ordering::Release);
+            return Err((Error::from_errno(ret), sg));
+        }
+        // SAFETY: As above.
+        unsafe {
+            (*rw).sg = Some(sg);
+            (*rw).dir = dir;
+        }
+        let cqe = inner.tag_cqe(tag, TagOp::Rdma);
+        // SAFETY: The context is initialized on this QP and port; the tag's cqe
+        // lives as long as the QP.
+        let ret = unsafe {
+            bindings::rdma_rw_ctx_post(&mut (*rw).ctx, qp, inner.port, cqe, core::ptr::null_mut())
+        };
+        if ret < 0 {
+            return match inner.rw_destroy(tag) {
+                Some(sg) => Err((Error::from_errno(ret), sg)),
+                None => Ok(()),
+            };
+        }
+        Ok(())
+    }
+
+    /// Ends tag `tag`'s transfer once its [`TagOp::Rdma`] completion has
+    /// been handled: unmaps the list and gives it back.
+    pub fn rdma_done(&self, tag: u32) -> Option<SgList> {
+        self.inner.rw_destroy(tag)
+    }
+}
+
+fn dir_raw(dir: DmaDir) -> bindings::dma_data_direction {
+    match dir {
+        DmaDir::FromDevice => bindings::dma_data_direction_DMA_FROM_DEVICE,
+        DmaDir::ToDevice => bindings::dma_data_direction_DMA_TO_DEVICE,
+    }
+}
+
+/// What [`Inner::fill_and_send`] posts.
+enum SendKind<'a> {
+    /// A SEND.
+    Plain,
+    /// A SEND_WITH_INV of the peer's rkey.
+    Invalidate(u32),
+    /// Registrations of a tag, then a SEND.
+    Registered(u32, &'a [(&'a Mr, bool)]),
 }
 
 impl<H: Completion> Inner<H> {
@@ -401,6 +676,39 @@ impl<H: Completion> Inner<H> {
         self.cqes[slot as usize].cqe.get()
     }
 
+    fn tag_cqe(&self, tag: u32, op: TagOp) -> *mut bindings::ib_cqe {
+        self.tag_cqes[(tag * TAG_OPS + op as u32) as usize].cqe.get()
+    }
+
+    /// Destroys tag `tag`'s rdma_rw context, if it has one, and gives its
+    /// list back.
+    fn rw_destroy(&self, tag: u32) -> Option<SgList> {
+        let busy = self.rw_busy.get(tag as usize)?;
+        if !busy.load(Ordering::Acquire) {
+            return None;
+        }
+        let rw = self.rw[tag as usize].get();
+        // SAFETY: `busy` is set, so the context was initialized on this QP by
+        // `Qp::rdma` with the list it holds, and its work has completed (the
+        // callers: after its completion, or after the drain).
+        let sg = unsafe {
+            let sg = (*rw).sg.take();
+            if let Some(l) = sg.as_ref() {
+                bindings::rdma_rw_ctx_destroy(
+                    &mut (*rw).ctx,
+                    self.qp.as_ptr(),
+                    self.port,
+                    l.as_raw(),
+                    l.nents(),
+                    dir_raw((*rw).dir),
+                );
+            }
+            sg
+        };
+        busy.store(false, Ordering::Release);
+        sg
+    }
+
     /// Posts receive slot `slot`, which the caller has claimed.
     fn post_recv_claimed(&self, slot: u32) -> Result {
         // CAST: buffer sizes come from a `u32`.
@@ -422,7 +730,12 @@ impl<H: Completion> Inner<H> {
         ret
     }
 
-    fn fill_and_send(&self, slot: u32, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result {
+    fn fill_and_send(
+        &self,
+        slot: u32,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize>,
+        kind: SendKind<'_>,
+    ) -> Result {
         let buf = &self.bufs[slot as usize];
         // SAFETY: The slot is claimed, so nothing else reads or writes its buffer
         // (type invariant on `busy`); the buffer is `len` valid bytes.
@@ -450,17 +763,51 @@ impl<H: Completion> Inner<H> {
             ..Default::default()
         };
         wr.__bindgen_anon_1.wr_cqe = self.cqe(slot);
-        // SAFETY: As in `post_recv_claimed`.
-        to_result(unsafe { bindings::ferry_helper_ib_post_send(self.qp.as_ptr(), &wr) })
+        if let SendKind::Invalidate(rkey) = kind {
+            wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV;
+            wr.ex.invalidate_rkey = rkey;
+        }
+        let send: *mut bindings::ib_send_wr = &mut wr;
+        let mut regs: [bindings::ib_reg_wr; MAX_REGS] = Default::default();
+        let mut first: *const bindings::ib_send_wr = send;
+        if let SendKind::Registered(tag, mrs) = kind {
+            let cqe = self.tag_cqe(tag, TagOp::Reg);
+            let n = mrs.len();
+            for (i, (mr, write)) in mrs.iter().enumerate() {
+                let access = if *write {
+                    bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE
+                        | bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE
+                } else {
+                    bindings::ib_access_flags_IB_ACCESS_REMOTE_READ
+                };
+                let r = &mut regs[i];
+                r.wr.opcode = bindings::ib_wr_opcode_IB_WR_REG_MR;
+                r.wr.__bindgen_anon_1.wr_cqe = cqe;
+                r.mr = mr.as_raw();
+                r.key = mr.rkey();
+                // CAST: access flags are small.
+                r.access = access as c_int;
+            }
+            for i in 0..n {
+                let next: *mut bindings::ib_send_wr = if i + 1 < n {
+                    &mut regs[i + 1].wr
+                } else {
+                    send
+                };
+                regs[i].wr.next = next;
+            }
+            if n > 0 {
+                first = &regs[0].wr;
+            }
+        }
+        // SAFETY: As in `post_recv_claimed`; the chain (registrations of live
+        // MRs, whose tag's cqe lives as long as the QP) is valid for the call.
+        to_result(unsafe { bindings::ferry_helper_ib_post_send(self.qp.as_ptr(), first) })
     }
 
     /// Handles the completion `wc` of `slot`.
     fn complete(&self, slot: u32, wc: &bindings::ib_wc) {
-        let w = Wc {
-            status: wc.status,
-            vendor_err: wc.vendor_err,
-            byte_len: wc.byte_len,
-        };
+        let w = Wc::from_raw(wc);
         if slot >= self.recv_slots {
             self.release(slot);
             H::send_done(self.handler.as_arc_borrow(), slot, &w);
@@ -496,6 +843,20 @@ impl<H: Completion> Inner<H> {
     }
 }
 
+impl Wc {
+    fn from_raw(wc: &bindings::ib_wc) -> Self {
+        // CAST: `IB_WC_WITH_INVALIDATE` is a small flag.
+        let inv = wc.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE as c_int != 0;
+        Self {
+            status: wc.status,
+            vendor_err: wc.vendor_err,
+            byte_len: wc.byte_len,
+            // SAFETY: The union holds the rkey when the flag says so.
+            invalidated: inv.then_some(unsafe { wc.ex.invalidate_rkey }),
+        }
+    }
+}
+
 impl<H: Completion> Drop for Inner<H> {
     fn drop(&mut self) {
         let qp = self.qp.as_ptr();
@@ -504,6 +865,11 @@ impl<H: Completion> Drop for Inner<H> {
             // work queue, as `ib_drain_qp` requires; after it returns every
             // posted request has completed and been handled.
             unsafe { bindings::ib_drain_qp(qp) };
+        }
+        // Transfers whose completion handler did not release them.
+        for tag in 0..self.rw_busy.len() {
+            // CAST: an index of a `u32`-sized list.
+            let _ = self.rw_destroy(tag as u32);
         }
         // SAFETY: `qp` is live and idle; nothing uses it after this.
         unsafe { bindings::ferry_helper_ib_destroy_qp(qp) };
@@ -530,5 +896,8 @@ unsafe extern "C" fn done<H: Completion>(_cq: *mut bindings::ib_cq, wc: *mut bin
     let slot = unsafe { &*cqe.cast::<Cqe<H>>() };
     // SAFETY: `owner` points to the live `Inner` (type invariant of `Inner`).
     let inner = unsafe { &*slot.owner };
-    inner.complete(slot.slot, wc);
+    match slot.op {
+        None => inner.complete(slot.slot, wc),
+        Some(op) => H::tag_done(inner.handler.as_arc_borrow(), slot.slot, op, &Wc::from_raw(wc)),
+    }
 }

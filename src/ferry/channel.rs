@@ -261,6 +261,8 @@ impl Channel {
             send_slots: p.queue_depth,
             buf_size: p.max_msg,
             comp_vector: u32::from(self.index) % vectors,
+            tags: 0,
+            port: id.port_num(),
         };
         let qp = Qp::new(&pd, cfg, self.clone(), OWNER).map_err(|_| Reason::NoResources)?;
         id.modify_qp(&qp, QpState::Init)

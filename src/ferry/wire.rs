@@ -21,6 +21,8 @@
 
 use kernel::prelude::*;
 
+pub(crate) mod request;
+
 /// "FRRY", the first four bytes of all of ferry's CM private data.
 pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"FRRY");
 /// The protocol's major version: a peer with another major is refused.
@@ -368,6 +370,10 @@ pub(crate) enum Kind {
     Credits = 5,
     /// A consumer's message: the payload is the consumer's bytes.
     Message = 6,
+    /// A request: see [`request`]; the cookie is its tag.
+    Request = 7,
+    /// The response to a request: see [`request`]; the cookie is its tag.
+    Response = 8,
 }
 
 /// The header of every message.
@@ -430,6 +436,8 @@ impl Header {
             4 => Kind::HeartbeatAck,
             5 => Kind::Credits,
             6 => Kind::Message,
+            7 => Kind::Request,
+            8 => Kind::Response,
             _ => return Err(Reason::ProtocolError),
         };
         let len = le32(msg, 4);
@@ -782,7 +790,7 @@ mod tests {
         let mut unknown = buf;
         unknown[0] = 0;
         assert!(Header::parse(&unknown[..n]).is_err());
-        for kind in [7, 0x80, 0xff] {
+        for kind in [9, 0x80, 0xff] {
             unknown[0] = kind;
             assert!(Header::parse(&unknown[..n]).is_err());
         }

@@ -1,0 +1,333 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Fast-registration memory regions and DMA-mapped scatterlists.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//! (`ib_alloc_mr`, `ib_map_mr_sg`, `IB_WR_REG_MR`, `IB_WR_LOCAL_INV`).
+//!
+//! A [`MappedSg`] is a caller's scatterlist mapped for DMA on a device until
+//! it is dropped. An [`Mr`] is an FRWR region: [`Mr::map`] points it at part
+//! of a mapped scatterlist and gives it a fresh key; the QP's `REG_MR` work
+//! request ([`super::qp::Qp::send_registered`]) makes the key valid for the
+//! peer, and a `LOCAL_INV` ([`super::qp::Qp::local_invalidate`]) or the peer's
+//! send-with-invalidate ends that. The key's low byte changes with every
+//! mapping, so a peer that kept an old key cannot use it again.
+
+use core::ptr::NonNull;
+use kernel::{error::from_err_ptr, prelude::*, sync::Arc};
+
+use super::{device::Registered, Pd};
+use crate::bindings;
+
+/// The direction of a transfer, for DMA mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DmaDir {
+    /// The device reads the memory (it is sent, or read by the peer).
+    ToDevice,
+    /// The device writes the memory (it is received, or written by the peer).
+    FromDevice,
+}
+
+impl DmaDir {
+    fn raw(self) -> c_int {
+        // CAST: the enum's values are small.
+        (match self {
+            DmaDir::ToDevice => bindings::dma_data_direction_DMA_TO_DEVICE,
+            DmaDir::FromDevice => bindings::dma_data_direction_DMA_FROM_DEVICE,
+        }) as c_int
+    }
+}
+
+/// A scatterlist lent to ferry: its pages stay valid, unchanged by the CPU and
+/// mapped by nobody else while this object exists. Dropping it gives them back.
+///
+/// # Invariants
+///
+/// `sg` heads a valid scatterlist of `nents` entries holding `len` bytes, for
+/// the life of the object.
+pub struct SgList {
+    sg: NonNull<bindings::scatterlist>,
+    nents: u32,
+    len: u64,
+}
+
+// SAFETY: The scatterlist is lent for the object's life (the contract of
+// `from_raw`), to be used from any thread.
+unsafe impl Send for SgList {}
+// SAFETY: `&SgList` only reads.
+unsafe impl Sync for SgList {}
+
+impl SgList {
+    /// Borrows the `nents` entries at `sg`. `EINVAL` for none.
+    ///
+    /// # Safety
+    ///
+    /// `sg` heads a valid scatterlist of at least `nents` entries whose pages
+    /// nothing else maps, changes or frees until the object is dropped.
+    pub unsafe fn from_raw(sg: *mut bindings::scatterlist, nents: u32) -> Result<Self> {
+        let head = NonNull::new(sg).ok_or(EINVAL)?;
+        if nents == 0 {
+            return Err(EINVAL);
+        }
+        let mut len = 0u64;
+        let mut e = sg;
+        for _ in 0..nents {
+            if e.is_null() {
+                return Err(EINVAL);
+            }
+            // SAFETY: `e` is one of the `nents` valid entries (the contract).
+            len += u64::from(unsafe { (*e).length });
+            // SAFETY: As above; `sg_next` follows chains.
+            e = unsafe { bindings::ferry_helper_sg_next(e) };
+        }
+        // INVARIANT: the contract.
+        Ok(Self {
+            sg: head,
+            nents,
+            len,
+        })
+    }
+
+    /// The bytes the list holds.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it holds none (never, for a constructed list).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(crate) fn as_raw(&self) -> *mut bindings::scatterlist {
+        self.sg.as_ptr()
+    }
+
+    /// Its entry count.
+    pub fn nents(&self) -> u32 {
+        self.nents
+    }
+}
+
+/// A lent scatterlist, DMA-mapped on a device until dropped (or
+/// [`MappedSg::unmap`]ped).
+///
+/// # Invariants
+///
+/// `sg` is mapped on `device` in `dir`; `entries` holds the first `mapped`
+/// entries' addresses.
+pub struct MappedSg {
+    device: Registered,
+    sg: SgList,
+    mapped: u32,
+    dir: DmaDir,
+    entries: KVec<NonNull<bindings::scatterlist>>,
+    len: u64,
+}
+
+
+// SAFETY: The entries point into the lent scatterlist (see `SgList`); mapping
+// and unmapping may happen on any thread.
+unsafe impl Send for MappedSg {}
+// SAFETY: `&MappedSg` only reads.
+unsafe impl Sync for MappedSg {}
+
+impl MappedSg {
+    /// Maps `sg` for `dir` on `device`. Fails with `ENOMEM` if the mapping
+    /// fails (the list is dropped).
+    pub fn new(device: &Registered, sg: SgList, dir: DmaDir) -> Result<Self> {
+        let mut entries = KVec::with_capacity(sg.nents as usize, GFP_KERNEL)?;
+        // CAST: `nents` counts scatterlist entries, far below `i32::MAX`.
+        // SAFETY: `device` is registered; `sg` is valid (type invariant of
+        // `SgList`) and nobody else maps it.
+        let mapped = unsafe {
+            bindings::ferry_helper_ib_dma_map_sg(
+                device.as_raw(),
+                sg.as_raw(),
+                sg.nents as c_int,
+                dir.raw(),
+            )
+        };
+        if mapped <= 0 {
+            return Err(ENOMEM);
+        }
+        // INVARIANT: unmapped on drop from here on.
+        let mut this = Self {
+            device: device.clone(),
+            sg,
+            // CAST: positive and at most `nents`.
+            mapped: mapped as u32,
+            dir,
+            entries: KVec::new(),
+            len: 0,
+        };
+        let mut e = this.sg.as_raw();
+        for _ in 0..this.mapped {
+            let entry = NonNull::new(e).ok_or(EINVAL)?;
+            // SAFETY: `e` is one of the mapped entries.
+            this.len += u64::from(unsafe { bindings::ferry_helper_sg_dma_len(e) });
+            entries.push(entry, GFP_KERNEL)?;
+            // SAFETY: `e` is a valid entry; `sg_next` follows chains.
+            e = unsafe { bindings::ferry_helper_sg_next(e) };
+        }
+        this.entries = entries;
+        Ok(this)
+    }
+
+    /// Unmaps the list and gives it back.
+    pub fn unmap(self) -> SgList {
+        let this = core::mem::ManuallyDrop::new(self);
+        this.do_unmap();
+        // SAFETY: `this` is never used or dropped again: each field is moved
+        // out once; `entries` and `device` are dropped here.
+        unsafe {
+            drop(core::ptr::read(&this.entries));
+            drop(core::ptr::read(&this.device));
+            core::ptr::read(&this.sg)
+        }
+    }
+
+    fn do_unmap(&self) {
+        // CAST: as in `new`.
+        // SAFETY: Mapped in `new` with these arguments (type invariant); no
+        // request uses the mapping any more: its owner unmaps it after the
+        // transfer completed or the QP was drained.
+        unsafe {
+            bindings::ferry_helper_ib_dma_unmap_sg(
+                self.device.as_raw(),
+                self.sg.as_raw(),
+                self.sg.nents as c_int,
+                self.dir.raw(),
+            )
+        };
+    }
+
+    /// Mapped entries (the mapping may merge entries).
+    pub fn mapped(&self) -> u32 {
+        self.mapped
+    }
+
+    /// The mapped bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing is mapped (never, for a constructed object).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for MappedSg {
+    fn drop(&mut self) {
+        self.do_unmap();
+    }
+}
+
+/// A fast-registration memory region, deregistered on drop.
+///
+/// # Invariants
+///
+/// `mr` came from `ib_alloc_mr` on `pd` with room for `max_pages` pages.
+pub struct Mr {
+    mr: NonNull<bindings::ib_mr>,
+    max_pages: u32,
+    key: u8,
+    _pd: Arc<Pd>,
+}
+
+// SAFETY: An MR may be used and freed from any thread.
+unsafe impl Send for Mr {}
+// SAFETY: `&Mr` only reads.
+unsafe impl Sync for Mr {}
+
+/// What a peer needs to reach a registered region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Remote {
+    /// The region's I/O virtual address.
+    pub addr: u64,
+    /// Its length in bytes.
+    pub len: u32,
+    /// The key that grants access.
+    pub rkey: u32,
+}
+
+impl Mr {
+    /// Allocates a region that maps up to `max_pages` pages. May sleep.
+    pub fn new(pd: &Arc<Pd>, max_pages: u32) -> Result<Self> {
+        // SAFETY: `pd` is live on a registered device.
+        let mr = from_err_ptr(unsafe {
+            bindings::ib_alloc_mr(pd.as_raw(), bindings::ib_mr_type_IB_MR_TYPE_MEM_REG, max_pages)
+        })?;
+        Ok(Self {
+            mr: NonNull::new(mr).ok_or(ENOMEM)?,
+            max_pages,
+            key: 0,
+            _pd: pd.clone(),
+        })
+    }
+
+    /// The raw `ib_mr`.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_mr {
+        self.mr.as_ptr()
+    }
+
+    /// Most pages one mapping may cover.
+    pub fn max_pages(&self) -> u32 {
+        self.max_pages
+    }
+
+    /// Points the region at `sg`'s mapped entries from `first` on, as many as
+    /// fit, with a new key. Returns how many entries it took and what the
+    /// peer needs. The region must not be registered (valid) now.
+    pub fn map(&mut self, sg: &MappedSg, first: u32) -> Result<(u32, Remote)> {
+        let start = *sg.entries.get(first as usize).ok_or(EINVAL)?;
+        self.key = self.key.wrapping_add(1);
+        // SAFETY: The region is not in use (the caller's promise, and it is
+        // `&mut`); the entries from `first` are mapped (type invariant of
+        // `MappedSg`), `mapped - first` of them.
+        let n = unsafe {
+            bindings::ferry_helper_ib_update_fast_reg_key(self.as_raw(), self.key);
+            bindings::ib_map_mr_sg(
+                self.as_raw(),
+                start.as_ptr(),
+                // CAST: at most `nents`, which is small.
+                (sg.mapped - first) as c_int,
+                core::ptr::null_mut(),
+                // CAST: a page is 4 KiB to 64 KiB.
+                kernel::page::PAGE_SIZE as c_uint,
+            )
+        };
+        if n <= 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: `mr` is live; `ib_map_mr_sg` set these fields.
+        let (addr, len, rkey) = unsafe {
+            let m = &*self.as_raw();
+            (m.iova, m.length, m.rkey)
+        };
+        Ok((
+            // CAST: positive and at most `mapped - first`.
+            n as u32,
+            Remote {
+                addr,
+                len: u32::try_from(len).map_err(|_| EINVAL)?,
+                rkey,
+            },
+        ))
+    }
+
+    /// The key of the current mapping.
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: `mr` is live (type invariant).
+        unsafe { (*self.as_raw()).rkey }
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // SAFETY: The region is owned (type invariant) and no work request
+        // uses it: its owner drops it after its QP was drained or the
+        // registration was invalidated.
+        unsafe { bindings::ferry_helper_ib_dereg_mr(self.as_raw()) };
+    }
+}
