@@ -387,6 +387,7 @@ impl<H: Handler> Vtable<H> {
         message: Some(Self::message),
         writable: Some(Self::writable),
         gone: Some(Self::gone),
+        request: None,
     };
 
     /// # Safety

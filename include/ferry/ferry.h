@@ -52,6 +52,14 @@ struct ferry_service;
 struct ferry_session;
 
 /**
+ * struct ferry_incoming - a request a peer sent (opaque)
+ *
+ * The consumer owns it from its @request callback until it passes it to
+ * ferry_respond().
+ */
+struct ferry_incoming;
+
+/**
  * struct ferry_ops - what a consumer is told
  * @accept: (services only) a client opened a session to the service. Return 0
  *	to take it, or a negative errno to refuse it: the client's
@@ -69,6 +77,11 @@ struct ferry_session;
  *	callback returns: copy what must be kept.
  * @writable: a send was refused with -EAGAIN, and the peer has granted
  *	credits since: sending may succeed again. May be NULL.
+ * @request: the peer sent a request (see ferry_submit()). The consumer owns
+ *	@in until it answers with ferry_respond(), from any context that may
+ *	sleep, now or later; it moves the request's data with ferry_rdma_read()
+ *	or ferry_rdma_write() first. May be NULL: requests are then answered
+ *	with -EOPNOTSUPP.
  * @gone: the session is closed for good, with @err as the reason (0 when
  *	closed by ferry_session_close() or ferry_service_unregister()). The last
  *	callback of the session. May be NULL.
@@ -81,6 +94,62 @@ struct ferry_ops {
 			size_t len);
 	void (*writable)(struct ferry_session *s, void *priv);
 	void (*gone)(struct ferry_session *s, void *priv, int err);
+	void (*request)(struct ferry_session *s, void *priv,
+			struct ferry_incoming *in);
+};
+
+/**
+ * enum ferry_dir - which way a request's data goes
+ * @FERRY_DIR_NONE: the request has no data.
+ * @FERRY_TO_PEER: the requester's pages go to the peer, which reads them
+ *	(a write to a remote disk).
+ * @FERRY_FROM_PEER: the peer's data comes into the requester's pages, which
+ *	it writes (a read from a remote disk).
+ */
+enum ferry_dir {
+	FERRY_DIR_NONE = 0,
+	FERRY_TO_PEER = 1,
+	FERRY_FROM_PEER = 2,
+};
+
+/**
+ * struct ferry_request - a request and, when it is over, its outcome
+ * @hdr: the request's header, sent inline; copied by ferry_submit().
+ * @hdr_len: its length: at most &ferry_limits.max_payload less 144 bytes.
+ * @dir: which way the data goes.
+ * @sgl: the data's pages (NULL for %FERRY_DIR_NONE). ferry maps them for DMA
+ *	and registers them for the peer alone, for this request alone; the
+ *	caller must not touch them until @done runs.
+ * @nents: entries of @sgl.
+ * @resp: where the peer's response header goes (may be NULL).
+ * @resp_size: room at @resp.
+ * @done: called once the request is over, exactly once for each request
+ *	ferry_submit() accepted. By then every key the peer had for the pages
+ *	is invalid and the pages are unmapped: the caller owns them again. Runs
+ *	in process context, on the channel's completion work (do not wait
+ *	there), or on ferry's work queue or the closing thread when the session
+ *	fails.
+ * @priv: the caller's.
+ * @status: set before @done: 0 or the peer's status (a negative errno), or
+ *	ferry's error: -ECONNABORTED if the connection failed before the
+ *	response came (the peer may or may not have acted on the request:
+ *	ferry never resends one).
+ * @resp_len: set before @done: bytes of the response header at @resp.
+ * @moved: set before @done: bytes of data the peer says it moved.
+ */
+struct ferry_request {
+	const void *hdr;
+	u32 hdr_len;
+	enum ferry_dir dir;
+	struct scatterlist *sgl;
+	unsigned int nents;
+	void *resp;
+	u32 resp_size;
+	void (*done)(struct ferry_request *rq);
+	void *priv;
+	int status;
+	u32 resp_len;
+	u32 moved;
 };
 
 /**
@@ -255,5 +324,108 @@ int ferry_session_limits(struct ferry_session *s, struct ferry_limits *out);
  */
 int ferry_send(struct ferry_session *s, const void *data, size_t len,
 	       unsigned int flags);
+
+/**
+ * ferry_submit() - send a request
+ * @s: the session.
+ * @rq: the request; it must stay valid until @rq->done has run.
+ * @flags: 0 or %FERRY_NOWAIT.
+ *
+ * Maps and registers the data's pages (FRWR, one registration per up to 512
+ * pages, at most 8; send-with-invalidate or LOCAL_INV ends each before
+ * @rq->done), and sends the header and the registrations' keys on the calling
+ * CPU's channel (another one if it has no credit). The peer moves the data
+ * and answers; then @rq->done runs.
+ *
+ * Return: 0 if the request is on its way: @rq->done will run exactly once.
+ * Otherwise @rq->done will not run: -EINVAL for a bad @rq, -EMSGSIZE if the
+ * header does not fit or the data needs more than 8 registrations, -EAGAIN
+ * (with %FERRY_NOWAIT) without a credit or a free tag, -ETIMEDOUT,
+ * -EINTR, -EDEADLK and -ENOTCONN as for ferry_send().
+ */
+int ferry_submit(struct ferry_session *s, struct ferry_request *rq,
+		 unsigned int flags);
+
+/**
+ * ferry_incoming_header() - the header of a request that arrived
+ * @in: the request.
+ * @len: set to the header's length.
+ *
+ * Context: any context.
+ * Return: the header, valid until ferry_respond().
+ */
+const void *ferry_incoming_header(const struct ferry_incoming *in, u32 *len);
+
+/**
+ * ferry_incoming_dir() - which way a request's data goes
+ * @in: the request.
+ *
+ * Context: any context.
+ */
+enum ferry_dir ferry_incoming_dir(const struct ferry_incoming *in);
+
+/**
+ * ferry_incoming_data_len() - how much data a request has
+ * @in: the request.
+ *
+ * Context: any context.
+ */
+u32 ferry_incoming_data_len(const struct ferry_incoming *in);
+
+/**
+ * ferry_rdma_read() - fetch a request's data from the requester
+ * @in: a %FERRY_TO_PEER request.
+ * @sgl: where the data goes: exactly ferry_incoming_data_len() bytes.
+ * @nents: entries of @sgl.
+ * @done: called when the data is in @sgl (@status 0) or could not be read;
+ *	in process context, on the channel's completion work or its teardown.
+ *	The caller owns @sgl's pages again then.
+ * @ctx: passed to @done.
+ *
+ * Uses the kernel's rdma_rw API against the registration the requester made
+ * for this request; nothing else of the requester's memory is reachable.
+ *
+ * Return: 0 if @done will run; -EINVAL for the wrong direction or a length
+ * that differs from the request's, -EBUSY if a transfer of @in is in flight,
+ * -EOPNOTSUPP for data in several registrations (more than 2 MiB; to come),
+ * -ENOTCONN if the connection is gone.
+ */
+int ferry_rdma_read(struct ferry_incoming *in, struct scatterlist *sgl,
+		    unsigned int nents,
+		    void (*done)(struct ferry_incoming *in, void *ctx, int status),
+		    void *ctx);
+
+/**
+ * ferry_rdma_write() - deliver a request's data to the requester
+ * @in: a %FERRY_FROM_PEER request.
+ * @sgl: the data: exactly ferry_incoming_data_len() bytes.
+ * @nents: entries of @sgl.
+ * @done: as for ferry_rdma_read().
+ * @ctx: passed to @done.
+ *
+ * Return: as for ferry_rdma_read().
+ */
+int ferry_rdma_write(struct ferry_incoming *in, struct scatterlist *sgl,
+		     unsigned int nents,
+		     void (*done)(struct ferry_incoming *in, void *ctx, int status),
+		     void *ctx);
+
+/**
+ * ferry_respond() - answer a request
+ * @in: the request; ferry takes it back unless this fails with -EBUSY.
+ * @status: 0 or a negative errno, for the requester's &ferry_request.status.
+ * @hdr: the response header (may be NULL if @len is 0).
+ * @len: its length: at most &ferry_limits.max_payload less 16 bytes.
+ *
+ * Sends the response (as a SEND_WITH_INV that ends the requester's first
+ * registration), now or, without a credit, as soon as one returns.
+ *
+ * Return: 0; -EBUSY if a transfer of @in is still in flight (@in stays the
+ * caller's: respond after its @done); -EMSGSIZE, -ENOMEM, or -ENOTCONN if
+ * the connection is gone (the requester then sees -ECONNABORTED). Except for
+ * -EBUSY, @in is gone when this returns.
+ */
+int ferry_respond(struct ferry_incoming *in, int status, const void *hdr,
+		  u32 len);
 
 #endif /* _FERRY_FERRY_H */

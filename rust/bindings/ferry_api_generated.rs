@@ -66,6 +66,11 @@ pub struct ferry_session {
     _unused: [u8; 0],
 }
 #[repr(C)]
+#[derive(Debug)]
+pub struct ferry_incoming {
+    _unused: [u8; 0],
+}
+#[repr(C)]
 #[derive(Default, Copy, Clone)]
 pub struct ferry_ops {
     pub accept: ::core::option::Option<
@@ -95,6 +100,42 @@ pub struct ferry_ops {
     pub gone: ::core::option::Option<
         unsafe extern "C" fn(s: *mut ferry_session, priv_: *mut ffi::c_void, err: ffi::c_int),
     >,
+    pub request: ::core::option::Option<
+        unsafe extern "C" fn(
+            s: *mut ferry_session,
+            priv_: *mut ffi::c_void,
+            in_: *mut ferry_incoming,
+        ),
+    >,
+}
+pub const ferry_dir_FERRY_DIR_NONE: ferry_dir = 0;
+pub const ferry_dir_FERRY_TO_PEER: ferry_dir = 1;
+pub const ferry_dir_FERRY_FROM_PEER: ferry_dir = 2;
+pub type ferry_dir = ffi::c_uint;
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct ferry_request {
+    pub hdr: *const ffi::c_void,
+    pub hdr_len: u32_,
+    pub dir: ferry_dir,
+    pub sgl: *mut scatterlist,
+    pub nents: ffi::c_uint,
+    pub resp: *mut ffi::c_void,
+    pub resp_size: u32_,
+    pub done: ::core::option::Option<unsafe extern "C" fn(rq: *mut ferry_request)>,
+    pub priv_: *mut ffi::c_void,
+    pub status: ffi::c_int,
+    pub resp_len: u32_,
+    pub moved: u32_,
+}
+impl Default for ferry_request {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
 }
 #[repr(C)]
 #[derive(Copy, Clone)]
@@ -164,4 +205,63 @@ unsafe extern "C" {
         len: usize,
         flags: ffi::c_uint,
     ) -> ffi::c_int;
+}
+unsafe extern "C" {
+    pub fn ferry_submit(
+        s: *mut ferry_session,
+        rq: *mut ferry_request,
+        flags: ffi::c_uint,
+    ) -> ffi::c_int;
+}
+unsafe extern "C" {
+    pub fn ferry_incoming_header(in_: *const ferry_incoming, len: *mut u32_) -> *const ffi::c_void;
+}
+unsafe extern "C" {
+    pub fn ferry_incoming_dir(in_: *const ferry_incoming) -> ferry_dir;
+}
+unsafe extern "C" {
+    pub fn ferry_incoming_data_len(in_: *const ferry_incoming) -> u32_;
+}
+unsafe extern "C" {
+    pub fn ferry_rdma_read(
+        in_: *mut ferry_incoming,
+        sgl: *mut scatterlist,
+        nents: ffi::c_uint,
+        done: ::core::option::Option<
+            unsafe extern "C" fn(
+                in_: *mut ferry_incoming,
+                ctx: *mut ffi::c_void,
+                status: ffi::c_int,
+            ),
+        >,
+        ctx: *mut ffi::c_void,
+    ) -> ffi::c_int;
+}
+unsafe extern "C" {
+    pub fn ferry_rdma_write(
+        in_: *mut ferry_incoming,
+        sgl: *mut scatterlist,
+        nents: ffi::c_uint,
+        done: ::core::option::Option<
+            unsafe extern "C" fn(
+                in_: *mut ferry_incoming,
+                ctx: *mut ffi::c_void,
+                status: ffi::c_int,
+            ),
+        >,
+        ctx: *mut ffi::c_void,
+    ) -> ffi::c_int;
+}
+unsafe extern "C" {
+    pub fn ferry_respond(
+        in_: *mut ferry_incoming,
+        status: ffi::c_int,
+        hdr: *const ffi::c_void,
+        len: u32_,
+    ) -> ffi::c_int;
+}
+#[repr(C)]
+#[derive(Default, Copy, Clone)]
+pub struct scatterlist {
+    pub _address: u8,
 }

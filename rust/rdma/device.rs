@@ -132,6 +132,8 @@ impl Device {
             max_send_sge: a.max_send_sge,
             max_recv_sge: a.max_recv_sge,
             max_fast_reg_page_list_len: a.max_fast_reg_page_list_len,
+            max_qp_rd_atom: a.max_qp_rd_atom,
+            max_qp_init_rd_atom: a.max_qp_init_rd_atom,
             cap_flags: a.device_cap_flags,
         }
     }
@@ -294,6 +296,10 @@ pub struct Caps {
     pub max_recv_sge: u32,
     /// Most pages one fast registration (FRWR) can map.
     pub max_fast_reg_page_list_len: u32,
+    /// Most RDMA READs a QP answers at once (as the responder).
+    pub max_qp_rd_atom: u32,
+    /// Most RDMA READs a QP has outstanding (as the initiator).
+    pub max_qp_init_rd_atom: u32,
     /// `enum ib_device_cap_flags` bits.
     pub cap_flags: u64,
 }

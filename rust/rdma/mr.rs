@@ -316,6 +316,12 @@ impl Mr {
         ))
     }
 
+    /// The length of the current mapping.
+    pub fn length(&self) -> u64 {
+        // SAFETY: `mr` is live (type invariant).
+        unsafe { (*self.as_raw()).length }
+    }
+
     /// The key of the current mapping.
     pub fn rkey(&self) -> u32 {
         // SAFETY: `mr` is live (type invariant).

@@ -482,21 +482,21 @@ impl<H: Completion> Qp<H> {
         self.post_send(fill, SendKind::Invalidate(rkey))
     }
 
-    /// As [`Qp::send`], after registering each of `regs` (unsignaled `REG_MR`
+    /// As [`Qp::send`], after registering each of `mrs` (unsignaled `REG_MR`
     /// requests of tag `tag`, chained before the SEND, so the peer has the
-    /// keys before it reads the message). `true` grants the peer remote write
-    /// access, `false` remote read. A failed registration completes on
-    /// [`TagOp::Reg`].
+    /// keys before it reads the message): for remote writes if `write`, else
+    /// for remote reads. A failed registration completes on [`TagOp::Reg`].
     pub fn send_registered(
         &self,
         tag: u32,
-        regs: &[(&Mr, bool)],
+        mrs: &[Mr],
+        write: bool,
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
     ) -> Result<u32> {
-        if regs.len() > MAX_REGS || tag >= self.tags() {
+        if mrs.len() > MAX_REGS || tag >= self.tags() {
             return Err(EINVAL);
         }
-        self.post_send(fill, SendKind::Registered(tag, regs))
+        self.post_send(fill, SendKind::Registered(tag, mrs, write))
     }
 
     fn post_send(
@@ -641,8 +641,8 @@ enum SendKind<'a> {
     Plain,
     /// A SEND_WITH_INV of the peer's rkey.
     Invalidate(u32),
-    /// Registrations of a tag, then a SEND.
-    Registered(u32, &'a [(&'a Mr, bool)]),
+    /// Registrations of a tag (for remote writes if `.2`), then a SEND.
+    Registered(u32, &'a [Mr], bool),
 }
 
 impl<H: Completion> Inner<H> {
@@ -770,11 +770,11 @@ impl<H: Completion> Inner<H> {
         let send: *mut bindings::ib_send_wr = &mut wr;
         let mut regs: [bindings::ib_reg_wr; MAX_REGS] = Default::default();
         let mut first: *const bindings::ib_send_wr = send;
-        if let SendKind::Registered(tag, mrs) = kind {
+        if let SendKind::Registered(tag, mrs, write) = kind {
             let cqe = self.tag_cqe(tag, TagOp::Reg);
             let n = mrs.len();
-            for (i, (mr, write)) in mrs.iter().enumerate() {
-                let access = if *write {
+            for (i, mr) in mrs.iter().enumerate() {
+                let access = if write {
                     bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE
                         | bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE
                 } else {

@@ -29,13 +29,24 @@ use crate::{
     credits::Credits,
     device::{Ferry, OWNER},
     rdma::{
-        device::DeviceName,
-        qp::{Completion, Qp, QpConfig, QpState, Wc},
+        device::{Caps, DeviceName},
+        mr::{DmaDir, Remote, SgList},
+        pd::Pd,
+        qp::{Completion, Qp, QpConfig, QpState, TagOp, Wc},
     },
     session::Session,
     state::Role,
-    wire::{self, AcceptData, ConnectData, Header, Hello, HelloReply, Kind, Reason, RejectData},
+    wire::{
+        self,
+        request::{Dir, RequestHead, ResponseHead},
+        AcceptData, ConnectData, Header, Hello, HelloReply, Kind, Reason, RejectData,
+    },
+    xfer::{Incoming, PendingResponse, RdmaDone, Request, Response, Xfer},
 };
+
+/// Most pages one registration maps (2 MiB of 4 KiB pages), or fewer if the
+/// device says so.
+const MAX_REG_PAGES: u32 = 512;
 
 /// How long address and route resolution may take, in milliseconds.
 const RESOLVE_TIMEOUT_MS: u32 = 2000;
@@ -63,12 +74,16 @@ pub(crate) enum ChanState {
     Closed,
 }
 
-fn conn_params(private_data: &[u8]) -> ConnParams<'_> {
+/// RDMA READs a channel has in flight each way, at most.
+const RDMA_READS: u32 = 16;
+
+fn conn_params<'a>(private_data: &'a [u8], caps: &Caps) -> ConnParams<'a> {
     ConnParams {
         private_data,
-        // No RDMA READs yet; the data transport raises these.
-        responder_resources: 0,
-        initiator_depth: 0,
+        // CAST: at most `RDMA_READS`.
+        responder_resources: caps.max_qp_rd_atom.min(RDMA_READS) as u8,
+        // CAST: as above.
+        initiator_depth: caps.max_qp_init_rd_atom.min(RDMA_READS) as u8,
         retry_count: RETRY_COUNT,
         // Credits make receiver-not-ready impossible: one would be a bug, and
         // must fail loudly instead of being retried.
@@ -88,6 +103,17 @@ pub(crate) struct Stats {
     pub(crate) credit_updates: AtomicU64,
     pub(crate) msgs_tx: AtomicU64,
     pub(crate) msgs_rx: AtomicU64,
+    /// Requests sent and received.
+    pub(crate) requests: AtomicU64,
+    pub(crate) requests_rx: AtomicU64,
+    /// Memory registrations (FRWR) made for requests.
+    pub(crate) regs: AtomicU64,
+    /// Registrations the peer invalidated (send-with-invalidate), and those
+    /// invalidated here (`LOCAL_INV`).
+    pub(crate) inv_remote: AtomicU64,
+    pub(crate) inv_local: AtomicU64,
+    /// Bytes this side moved with RDMA READ and WRITE.
+    pub(crate) rdma_bytes: AtomicU64,
     pub(crate) wc_errors: AtomicU64,
     pub(crate) flush_errors: AtomicU64,
 }
@@ -110,6 +136,11 @@ struct Inner {
     heartbeat_out: Option<(u64, Instant<Monotonic>)>,
     rtt_us: u32,
     device: Option<(u32, DeviceName)>,
+    /// The device's limits and the PD the channel's regions live in.
+    caps: Option<Caps>,
+    pd: Option<Arc<Pd>>,
+    /// Requests both ways; see [`crate::xfer`].
+    xfer: Option<Xfer>,
 }
 
 /// One RC connection of a session.
@@ -165,6 +196,9 @@ impl Channel {
                     heartbeat_out: None,
                     rtt_us: 0,
                     device: None,
+                    caps: None,
+                    pd: None,
+                    xfer: None,
                 }),
                 stats: Stats::default(),
                 cb_task: AtomicUsize::new(0),
@@ -229,7 +263,8 @@ impl Channel {
         // Completions may arrive as soon as the accept is out: hold the lock
         // until the QP and the id are in place.
         let mut inner = chan.inner.lock();
-        let res = ready.and_then(|()| req.accept(chan.clone(), &qp, &conn_params(&accept)));
+        let caps = chan.caps();
+        let res = ready.and_then(|()| req.accept(chan.clone(), &qp, &conn_params(&accept, &caps)));
         match res {
             Ok(id) => {
                 inner.cm = Some(id);
@@ -261,17 +296,33 @@ impl Channel {
             send_slots: p.queue_depth,
             buf_size: p.max_msg,
             comp_vector: u32::from(self.index) % vectors,
-            tags: 0,
+            tags: p.queue_depth,
             port: id.port_num(),
         };
+        let caps = device.caps();
+        let xfer = Xfer::new(
+            p.queue_depth,
+            caps.max_fast_reg_page_list_len.min(MAX_REG_PAGES),
+        )
+        .map_err(|_| Reason::NoResources)?;
         let qp = Qp::new(&pd, cfg, self.clone(), OWNER).map_err(|_| Reason::NoResources)?;
         id.modify_qp(&qp, QpState::Init)
             .map_err(|_| Reason::TransportError)?;
         for slot in 0..qp.recv_slots() {
             qp.post_recv(slot).map_err(|_| Reason::NoResources)?;
         }
-        self.inner.lock().device = Some((device.index(), device.name()));
+        let mut inner = self.inner.lock();
+        inner.device = Some((device.index(), device.name()));
+        inner.caps = Some(caps);
+        inner.pd = Some(pd);
+        inner.xfer = Some(xfer);
+        drop(inner);
         Ok(qp)
+    }
+
+    /// The device's limits (all zero before the channel has a device).
+    fn caps(&self) -> Caps {
+        self.inner.lock().caps.unwrap_or_default()
     }
 
     /// The channel index.
@@ -339,6 +390,23 @@ impl Channel {
         }
         drop(qp);
         drop(cm);
+        // The QP is drained and gone; deregistering the regions ends every
+        // key the peer had. Only then do the requests' pages go back.
+        let mut inner = self.inner.lock();
+        let (finished, rdmas) = match inner.xfer.as_mut() {
+            Some(x) => {
+                x.pending.clear();
+                (x.abort_all(), x.take_all_rdma())
+            }
+            None => (KVec::new(), KVec::new()),
+        };
+        drop(inner);
+        for f in finished {
+            f.complete();
+        }
+        for (_, cb) in rdmas {
+            cb.done(ECONNABORTED.to_errno());
+        }
     }
 
     /// Periodic work: connect and heartbeat timeouts, heartbeats. Called from
@@ -416,6 +484,183 @@ impl Channel {
         Ok(())
     }
 
+    /// Sends request `req` with its `data` (see [`crate::xfer`]). On failure
+    /// both come back: `ENOTCONN` unless the channel is up, `EAGAIN` without
+    /// a credit or a free tag, `EMSGSIZE` if the header does not fit the
+    /// peer's limit or the data needs more than 8 registrations.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn submit(
+        &self,
+        req: KBox<dyn Request>,
+        data: Option<SgList>,
+    ) -> Result<(), (Error, KBox<dyn Request>, Option<SgList>)> {
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        if inner.state != ChanState::Up {
+            return Err((ENOTCONN, req, data));
+        }
+        let (Some(qp), Some(pd), Some(xfer)) = (inner.qp.as_ref(), inner.pd.as_ref(), inner.xfer.as_mut())
+        else {
+            return Err((ENOTCONN, req, data));
+        };
+        // The largest head: every region used.
+        let worst = RequestHead::FIXED + RequestHead::DESC * wire::request::MAX_DESCS;
+        if Header::LEN + worst + req.header().len() > inner.peer_max_msg as usize {
+            return Err((EMSGSIZE, req, data));
+        }
+        let Some(grant) = inner.credits.take(false) else {
+            return Err((EAGAIN, req, data));
+        };
+        let write = req.dir() == Dir::FromPeer;
+        let limit = inner.peer_depth.min(self.session.params.queue_depth);
+        let res = xfer.submit(pd, limit, req, data, |tag, mrs, cookie, head, hdr| {
+            qp.send_registered(tag, mrs, write, |buf| {
+                Header::write_with(Kind::Request, grant, cookie, buf, |p| head.write(hdr, p))
+            })?;
+            self.stats.regs.fetch_add(mrs.len() as u64, Relaxed);
+            Ok(())
+        });
+        match res {
+            Ok(()) => {
+                self.stats.requests.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                inner.credits.untake(grant);
+                Err(e)
+            }
+        }
+    }
+
+    /// Responder: moves the data of `inc` between its requester and `sg` (an
+    /// RDMA READ for a request whose data goes to this side, a WRITE for one
+    /// whose data comes from it); `done` is told when it is over. `sg` must
+    /// hold the request's whole data.
+    pub(crate) fn incoming_rdma(
+        &self,
+        inc: &mut Incoming,
+        sg: SgList,
+        done: KBox<dyn RdmaDone>,
+    ) -> Result<(), (Error, SgList)> {
+        let ddir = match inc.head.dir {
+            // RDMA READ: the device writes the local pages.
+            Dir::ToPeer => DmaDir::FromDevice,
+            Dir::FromPeer => DmaDir::ToDevice,
+            Dir::None => return Err((EINVAL, sg)),
+        };
+        if inc.head.ndesc != 1 {
+            // Several regions (more than one registration's worth of pages)
+            // are not moved yet.
+            return Err((EOPNOTSUPP, sg));
+        }
+        let d = inc.head.descs[0];
+        let mut inner = self.inner.lock();
+        if inner.state != ChanState::Up {
+            return Err((ENOTCONN, sg));
+        }
+        let Some(qp) = inner.qp.as_ref() else {
+            return Err((ENOTCONN, sg));
+        };
+        let remote = Remote {
+            addr: d.addr,
+            len: d.len,
+            rkey: d.rkey,
+        };
+        qp.rdma(inc.tag, sg, remote, ddir)?;
+        if let Some(x) = inner.xfer.as_mut() {
+            x.set_rdma(inc.tag, done);
+        }
+        inc.moved = d.len;
+        self.stats.rdma_bytes.fetch_add(u64::from(d.len), Relaxed);
+        Ok(())
+    }
+
+    /// Responder: answers `inc` with `status` and `hdr`, invalidating the
+    /// requester's first key if the request had data. A response that finds
+    /// no credit waits for one. `EBUSY` while a transfer of `inc` is in
+    /// flight, `ENOTCONN` if the channel is gone, `EMSGSIZE` if `hdr` does
+    /// not fit.
+    pub(crate) fn respond(&self, inc: &Incoming, status: i32, hdr: &[u8]) -> Result {
+        let head = ResponseHead {
+            status: status.clamp(-4095, 0),
+            moved: inc.moved,
+        };
+        let mut inner = self.inner.lock();
+        if inner.xfer.as_ref().is_some_and(|x| x.rdma_pending(inc.tag)) {
+            return Err(EBUSY);
+        }
+        if inner.state != ChanState::Up {
+            return Err(ENOTCONN);
+        }
+        if Header::LEN + ResponseHead::FIXED + hdr.len() > inner.peer_max_msg as usize {
+            return Err(EMSGSIZE);
+        }
+        let invalidate = (inc.head.ndesc > 0).then_some(inc.head.descs[0].rkey);
+        let mut copy = KVec::new();
+        copy.extend_from_slice(hdr, GFP_KERNEL)?;
+        let r = PendingResponse {
+            cookie: inc.cookie,
+            head,
+            hdr: copy,
+            invalidate,
+        };
+        let queued = inner.xfer.as_ref().is_some_and(|x| !x.pending.is_empty());
+        if queued || self.send_response(&mut inner, &r) == Err(EAGAIN) {
+            // Behind the others, in order.
+            if let Some(x) = inner.xfer.as_mut() {
+                x.pending.push(r, GFP_KERNEL)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn send_response(&self, inner: &mut Inner, r: &PendingResponse) -> Result {
+        let qp = inner.qp.as_ref().ok_or(ENOTCONN)?;
+        let grant = inner.credits.take(false).ok_or(EAGAIN)?;
+        let fill = |buf: &mut [u8]| {
+            Header::write_with(Kind::Response, grant, r.cookie, buf, |p| r.head.write(&r.hdr, p))
+        };
+        let res = match r.invalidate {
+            Some(rkey) => qp.send_with_invalidate(rkey, fill),
+            None => qp.send(fill),
+        };
+        match res {
+            Ok(_) => {
+                self.stats.tx_msgs.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                inner.credits.untake(grant);
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends the responses that wait for credits, while credits last.
+    fn flush_responses(&self) {
+        let mut inner = self.inner.lock();
+        loop {
+            let Some(r) = inner.xfer.as_mut().and_then(|x| {
+                (!x.pending.is_empty()).then(|| x.pending.remove(0).ok()).flatten()
+            }) else {
+                return;
+            };
+            if self.send_response(&mut inner, &r).is_err() {
+                if let Some(x) = inner.xfer.as_mut() {
+                    let _ = x.pending.insert_within_capacity(0, r);
+                }
+                return;
+            }
+        }
+    }
+
+    /// An [`Incoming`] is gone: its responder tag is free.
+    pub(crate) fn incoming_dropped(&self, tag: u32) {
+        if let Some(x) = self.inner.lock().xfer.as_mut() {
+            x.put_incoming(tag);
+        }
+    }
+
     /// Whether the current task is handling one of the channel's completions.
     pub(crate) fn in_callback(&self) -> bool {
         self.cb_task.load(Acquire) == current_task()
@@ -433,9 +678,10 @@ impl Channel {
         self.send_locked(inner, Kind::Hello, 0, &hello.encode())
     }
 
-    /// Handles one received message; `Err` fails the channel. Returns
-    /// whether the message granted credits.
-    fn receive(&self, msg: &[u8]) -> Result<bool, Reason> {
+    /// Handles one received message (`invalidated`: the key a
+    /// send-with-invalidate ended); `Err` fails the channel. Returns whether
+    /// the message granted credits.
+    fn receive(self: &Arc<Self>, msg: &[u8], invalidated: Option<u32>) -> Result<bool, Reason> {
         let (h, payload) = Header::parse(msg)?;
         let granted = h.credits != 0;
         let role = self.session.role;
@@ -508,6 +754,65 @@ impl Channel {
                 self.session.deliver(payload);
                 Ok(granted)
             }
+            (Kind::Request, ChanState::Up, _) => {
+                inner.credits.grant(h.credits)?;
+                let (head, hdr) = RequestHead::parse(payload)?;
+                // The requester may have its queue depth in flight: this
+                // side's depth, which is also the tag count.
+                let tag = inner
+                    .xfer
+                    .as_mut()
+                    .and_then(Xfer::take_incoming)
+                    .ok_or(Reason::ProtocolError)?;
+                drop(inner);
+                self.stats.requests_rx.fetch_add(1, Relaxed);
+                let mut copy = KVec::new();
+                let inc = copy
+                    .extend_from_slice(hdr, GFP_KERNEL)
+                    .map_err(Error::from)
+                    .and_then(|()| {
+                        KBox::new(
+                            Incoming {
+                                chan: self.clone(),
+                                tag,
+                                cookie: h.cookie,
+                                head,
+                                hdr: copy,
+                                moved: 0,
+                            },
+                            GFP_KERNEL,
+                        )
+                        .map_err(Error::from)
+                    });
+                match inc {
+                    Ok(inc) => self.session.deliver_request(inc),
+                    Err(_) => {
+                        self.incoming_dropped(tag);
+                        return Err(Reason::NoResources);
+                    }
+                }
+                Ok(granted)
+            }
+            (Kind::Response, ChanState::Up, _) => {
+                inner.credits.grant(h.credits)?;
+                if invalidated.is_some() {
+                    self.stats.inv_remote.fetch_add(1, Relaxed);
+                }
+                let x = inner.xfer.as_mut().ok_or(Reason::ProtocolError)?;
+                match x.response(h.cookie, invalidated, payload)? {
+                    Response::Finished(f) => {
+                        drop(inner);
+                        f.complete();
+                    }
+                    Response::Invalidate(tag, keys) => {
+                        let qp = inner.qp.as_ref().ok_or(Reason::LocalClose)?;
+                        qp.local_invalidate(tag, &keys)
+                            .map_err(|_| Reason::TransportError)?;
+                        self.stats.inv_local.fetch_add(keys.len() as u64, Relaxed);
+                    }
+                }
+                Ok(granted)
+            }
             (Kind::HeartbeatAck, ChanState::Up, _) => {
                 inner.credits.grant(h.credits)?;
                 if let Some((seq, at)) = inner.heartbeat_out {
@@ -550,7 +855,38 @@ impl Channel {
 
 impl Completion for Channel {
     fn recv_done(this: ArcBorrow<'_, Self>, _slot: u32, wc: &Wc, data: &[u8]) -> bool {
+        let this: Arc<Self> = this.into();
         this.recv_done(wc, data)
+    }
+
+    fn tag_done(this: ArcBorrow<'_, Self>, tag: u32, op: TagOp, wc: &Wc) {
+        match op {
+            // Registrations are unsignaled: this is a failure.
+            TagOp::Reg => this.wc_failed(wc),
+            TagOp::Inv if !wc.ok() => this.wc_failed(wc),
+            TagOp::Inv => {
+                let f = this.inner.lock().xfer.as_mut().and_then(|x| x.invalidated(tag));
+                if let Some(f) = f {
+                    f.complete();
+                }
+            }
+            TagOp::Rdma => {
+                let mut inner = this.inner.lock();
+                // While the channel shuts down its QP is being drained: the
+                // teardown completes the transfer once the QP is gone.
+                let Some(qp) = inner.qp.as_ref() else { return };
+                let _ = qp.rdma_done(tag);
+                let cb = inner.xfer.as_mut().and_then(|x| x.take_rdma(tag));
+                drop(inner);
+                if !wc.ok() {
+                    this.wc_failed(wc);
+                }
+                if let Some(cb) = cb {
+                    let status = if wc.ok() { 0 } else { EIO.to_errno() };
+                    cb.done(status);
+                }
+            }
+        }
     }
 
     fn recv_reposted(this: ArcBorrow<'_, Self>, _slot: u32) {
@@ -576,7 +912,7 @@ impl Completion for Channel {
 }
 
 impl Channel {
-    fn recv_done(&self, wc: &Wc, data: &[u8]) -> bool {
+    fn recv_done(self: &Arc<Self>, wc: &Wc, data: &[u8]) -> bool {
         if !wc.ok() {
             self.wc_failed(wc);
             return false;
@@ -584,8 +920,9 @@ impl Channel {
         // Completions of one CQ never run concurrently: this is the only task
         // that stores here.
         self.cb_task.store(current_task(), Release);
-        let res = self.receive(data);
+        let res = self.receive(data, wc.invalidated());
         if res == Ok(true) {
+            self.flush_responses();
             self.session.credits_returned();
         }
         self.cb_task.store(0, Release);
@@ -689,7 +1026,8 @@ impl Channel {
             drop(qp);
             return Err(Reason::LocalClose);
         }
-        let res = id.connect(&qp, &conn_params(&data));
+        let caps = self.caps();
+        let res = id.connect(&qp, &conn_params(&data, &caps));
         if res.is_err() {
             drop(inner);
             drop(qp);

@@ -19,13 +19,18 @@ use kernel::{
 };
 
 use crate::{
-    bindings::{ferry_limits, ferry_ops, ferry_service, ferry_session, ferry_session_params},
+    bindings::{
+        ferry_incoming, ferry_limits, ferry_ops, ferry_request, ferry_service, ferry_session,
+        ferry_session_params, scatterlist,
+    },
     cm::SockAddr,
     device::Ferry,
     netns::Net,
+    rdma::mr::SgList,
     service::{Consumer, Service, ServiceOps},
     session::{Params, Session},
-    wire::{Reason, ServiceName},
+    wire::{request::Dir, Reason, ServiceName},
+    xfer::{Incoming, RdmaDone, Request},
 };
 
 /// Asserts that each exported function has the type of its declaration in
@@ -51,7 +56,29 @@ checked! {
     ferry_session_id: unsafe extern "C" fn(*const ferry_session) -> u32;
     ferry_session_limits: unsafe extern "C" fn(*mut ferry_session, *mut ferry_limits) -> c_int;
     ferry_send: unsafe extern "C" fn(*mut ferry_session, *const c_void, usize, c_uint) -> c_int;
+    ferry_submit: unsafe extern "C" fn(*mut ferry_session, *mut ferry_request, c_uint) -> c_int;
+    ferry_incoming_header: unsafe extern "C" fn(*const ferry_incoming, *mut u32) -> *const c_void;
+    ferry_incoming_dir: unsafe extern "C" fn(*const ferry_incoming) -> c_uint;
+    ferry_incoming_data_len: unsafe extern "C" fn(*const ferry_incoming) -> u32;
+    ferry_rdma_read: unsafe extern "C" fn(
+        *mut ferry_incoming,
+        *mut scatterlist,
+        c_uint,
+        RdmaDoneFn,
+        *mut c_void,
+    ) -> c_int;
+    ferry_rdma_write: unsafe extern "C" fn(
+        *mut ferry_incoming,
+        *mut scatterlist,
+        c_uint,
+        RdmaDoneFn,
+        *mut c_void,
+    ) -> c_int;
+    ferry_respond: unsafe extern "C" fn(*mut ferry_incoming, c_int, *const c_void, u32) -> c_int;
 }
+
+/// The `done` of `ferry_rdma_read()` and `ferry_rdma_write()`.
+type RdmaDoneFn = Option<unsafe extern "C" fn(*mut ferry_incoming, *mut c_void, c_int)>;
 
 /// `FERRY_NOWAIT`.
 const NOWAIT: c_uint = crate::bindings::FERRY_NOWAIT;
@@ -127,6 +154,100 @@ impl Consumer for COps {
             // SAFETY: As in `up`.
             unsafe { f(handle(s), self.priv_, reason_errno(reason)) };
         }
+    }
+
+    fn request(&self, s: &Arc<Session>, inc: KBox<Incoming>) {
+        match self.ops().request {
+            // SAFETY: As in `up`; the consumer owns `inc` until it responds.
+            Some(f) => unsafe { f(handle(s), self.priv_, KBox::into_raw(inc).cast()) },
+            None => {
+                let _ = inc.respond(EOPNOTSUPP.to_errno(), &[]);
+            }
+        }
+    }
+}
+
+/// A C request: the caller's `struct ferry_request`.
+///
+/// # Invariants
+///
+/// `rq` is valid until `complete` (the API's contract).
+struct CRequest(*mut ferry_request);
+
+// SAFETY: The request may be completed from any thread (the API's contract).
+unsafe impl Send for CRequest {}
+
+impl CRequest {
+    fn rq(&self) -> &ferry_request {
+        // SAFETY: Valid until `complete` (type invariant).
+        unsafe { &*self.0 }
+    }
+}
+
+impl Request for CRequest {
+    fn header(&self) -> &[u8] {
+        let rq = self.rq();
+        if rq.hdr.is_null() || rq.hdr_len == 0 {
+            return &[];
+        }
+        // SAFETY: `hdr` holds `hdr_len` bytes until `ferry_submit` returns
+        // (the contract); ferry copies the header before that.
+        unsafe { core::slice::from_raw_parts(rq.hdr.cast::<u8>(), rq.hdr_len as usize) }
+    }
+
+    fn dir(&self) -> Dir {
+        match self.rq().dir {
+            crate::bindings::ferry_dir_FERRY_TO_PEER => Dir::ToPeer,
+            crate::bindings::ferry_dir_FERRY_FROM_PEER => Dir::FromPeer,
+            _ => Dir::None,
+        }
+    }
+
+    fn set_response(&mut self, status: i32, moved: u32, hdr: &[u8]) {
+        // SAFETY: Valid until `complete` (type invariant); nothing else
+        // touches the request while it is ferry's.
+        let rq = unsafe { &mut *self.0 };
+        let n = hdr.len().min(rq.resp_size as usize);
+        if !rq.resp.is_null() && n > 0 {
+            // SAFETY: `resp` has room for `resp_size` bytes (the contract).
+            unsafe { core::ptr::copy_nonoverlapping(hdr.as_ptr(), rq.resp.cast::<u8>(), n) };
+        }
+        rq.status = status;
+        // CAST: at most `resp_size`, a `u32`.
+        rq.resp_len = n as u32;
+        rq.moved = moved;
+    }
+
+    fn complete(self: KBox<Self>, status: i32) {
+        let rq = self.0;
+        // SAFETY: As in `set_response`.
+        unsafe {
+            if status != 0 {
+                (*rq).status = status;
+                (*rq).resp_len = 0;
+                (*rq).moved = 0;
+            }
+            if let Some(done) = (*rq).done {
+                done(rq);
+            }
+        }
+    }
+}
+
+/// A C consumer's `done` for an RDMA READ or WRITE.
+struct CRdmaDone {
+    done: unsafe extern "C" fn(*mut ferry_incoming, *mut c_void, c_int),
+    inc: *mut ferry_incoming,
+    ctx: *mut c_void,
+}
+
+// SAFETY: The callback may run on any thread (the API's contract).
+unsafe impl Send for CRdmaDone {}
+
+impl RdmaDone for CRdmaDone {
+    fn done(self: KBox<Self>, status: i32) {
+        // SAFETY: The consumer's callback, with what it passed.
+        unsafe { (self.done)(self.inc, self.ctx, status) };
     }
 }
 
@@ -385,5 +506,208 @@ pub(crate) unsafe extern "C" fn ferry_send(
     match unsafe { borrow(s) }.send(data, flags & NOWAIT != 0) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
+    }
+}
+
+/// See `ferry_submit()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// The caller holds a reference to `s`; `rq` is valid, with its header and
+/// pages, as the header says.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_submit(
+    s: *mut ferry_session,
+    rq: *mut ferry_request,
+    flags: c_uint,
+) -> c_int {
+    if rq.is_null() || flags & !NOWAIT != 0 {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: `rq` is valid (the contract).
+    let r = unsafe { &*rq };
+    if r.done.is_none() || (r.hdr.is_null() && r.hdr_len != 0) {
+        return EINVAL.to_errno();
+    }
+    let req = CRequest(rq);
+    let data = match (req.dir(), r.sgl.is_null()) {
+        (Dir::None, true) => None,
+        (Dir::None, false) | (_, true) => return EINVAL.to_errno(),
+        // SAFETY: The pages are ferry's until `done` (the contract).
+        (_, false) => match unsafe { SgList::from_raw(r.sgl, r.nents) } {
+            Ok(l) => Some(l),
+            Err(e) => return e.to_errno(),
+        },
+    };
+    let req: KBox<dyn Request> = match KBox::new(req, GFP_KERNEL) {
+        Ok(b) => b,
+        Err(_) => return ENOMEM.to_errno(),
+    };
+    // SAFETY: The caller holds a reference (the contract).
+    match unsafe { borrow(s) }.request(req, data, flags & NOWAIT != 0) {
+        Ok(()) => 0,
+        // The request comes back unused: `done` is not called.
+        Err((e, _req, _data)) => e.to_errno(),
+    }
+}
+
+/// Borrows an incoming request.
+///
+/// # Safety
+///
+/// `inc` came from a `request` callback and was not given back.
+unsafe fn incoming<'a>(inc: *const ferry_incoming) -> &'a mut Incoming {
+    // SAFETY: It is a boxed `Incoming` the consumer owns (the contract).
+    unsafe { &mut *inc.cast_mut().cast::<Incoming>() }
+}
+
+/// See `ferry_incoming_header()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// `inc` is the consumer's; `len` is valid for writes.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_incoming_header(
+    inc: *const ferry_incoming,
+    len: *mut u32,
+) -> *const c_void {
+    // SAFETY: The contract.
+    let hdr = unsafe { incoming(inc) }.header();
+    if !len.is_null() {
+        // CAST: a header fits a message, far below 4 GiB.
+        // SAFETY: The contract.
+        unsafe { len.write(hdr.len() as u32) };
+    }
+    hdr.as_ptr().cast()
+}
+
+/// See `ferry_incoming_dir()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// `inc` is the consumer's.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_incoming_dir(inc: *const ferry_incoming) -> c_uint {
+    // SAFETY: The contract.
+    match unsafe { incoming(inc) }.dir() {
+        Dir::None => crate::bindings::ferry_dir_FERRY_DIR_NONE,
+        Dir::ToPeer => crate::bindings::ferry_dir_FERRY_TO_PEER,
+        Dir::FromPeer => crate::bindings::ferry_dir_FERRY_FROM_PEER,
+    }
+}
+
+/// See `ferry_incoming_data_len()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// `inc` is the consumer's.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_incoming_data_len(inc: *const ferry_incoming) -> u32 {
+    // SAFETY: The contract.
+    unsafe { incoming(inc) }.data_len()
+}
+
+/// Starts the RDMA of `inc` in direction `want`.
+///
+/// # Safety
+///
+/// As for `ferry_rdma_read()`.
+unsafe fn rdma(
+    inc: *mut ferry_incoming,
+    sgl: *mut scatterlist,
+    nents: c_uint,
+    done: RdmaDoneFn,
+    ctx: *mut c_void,
+    want: Dir,
+) -> c_int {
+    let Some(done) = done else {
+        return EINVAL.to_errno();
+    };
+    // SAFETY: The contract.
+    let i = unsafe { incoming(inc) };
+    if i.dir() != want {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: The pages are ferry's until `done` (the contract).
+    let sg = match unsafe { SgList::from_raw(sgl, nents) } {
+        Ok(l) => l,
+        Err(e) => return e.to_errno(),
+    };
+    if sg.len() != u64::from(i.data_len()) {
+        return EINVAL.to_errno();
+    }
+    let cb: KBox<dyn RdmaDone> = match KBox::new(CRdmaDone { done, inc, ctx }, GFP_KERNEL) {
+        Ok(b) => b,
+        Err(_) => return ENOMEM.to_errno(),
+    };
+    let chan = i.chan.clone();
+    match chan.incoming_rdma(i, sg, cb) {
+        Ok(()) => 0,
+        Err((e, _sg)) => e.to_errno(),
+    }
+}
+
+/// See `ferry_rdma_read()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// As the header says: `inc` the consumer's, `sgl` lent until `done`.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_rdma_read(
+    inc: *mut ferry_incoming,
+    sgl: *mut scatterlist,
+    nents: c_uint,
+    done: RdmaDoneFn,
+    ctx: *mut c_void,
+) -> c_int {
+    // SAFETY: The contract.
+    unsafe { rdma(inc, sgl, nents, done, ctx, Dir::ToPeer) }
+}
+
+/// See `ferry_rdma_write()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// As for `ferry_rdma_read`.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_rdma_write(
+    inc: *mut ferry_incoming,
+    sgl: *mut scatterlist,
+    nents: c_uint,
+    done: RdmaDoneFn,
+    ctx: *mut c_void,
+) -> c_int {
+    // SAFETY: The contract.
+    unsafe { rdma(inc, sgl, nents, done, ctx, Dir::FromPeer) }
+}
+
+/// See `ferry_respond()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// `inc` is the consumer's; `hdr` holds `len` bytes.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_respond(
+    inc: *mut ferry_incoming,
+    status: c_int,
+    hdr: *const c_void,
+    len: u32,
+) -> c_int {
+    let hdr = if hdr.is_null() || len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: `hdr` holds `len` bytes (the contract).
+        unsafe { core::slice::from_raw_parts(hdr.cast::<u8>(), len as usize) }
+    };
+    // SAFETY: The contract.
+    let i = unsafe { incoming(inc) };
+    let chan = i.chan.clone();
+    match chan.respond(i, status, hdr) {
+        Err(e) if e == EBUSY => e.to_errno(),
+        res => {
+            // SAFETY: The box the `request` callback handed out, given back.
+            drop(unsafe { KBox::from_raw(inc.cast::<Incoming>()) });
+            res.map_or_else(|e| e.to_errno(), |()| 0)
+        }
     }
 }

@@ -40,6 +40,7 @@ mod session;
 mod state;
 mod transport;
 mod wire;
+mod xfer;
 
 use kernel::prelude::*;
 

@@ -23,6 +23,7 @@ use crate::{
     device::Ferry,
     session::Session,
     wire::{Reason, ServiceName},
+    xfer::Incoming,
 };
 
 /// What the user of a session is told; see `struct ferry_ops`.
@@ -35,6 +36,8 @@ pub(crate) trait Consumer: Send + Sync {
     fn message(&self, s: &Arc<Session>, data: &[u8]);
     /// Credits returned after a refused send.
     fn writable(&self, s: &Arc<Session>);
+    /// A request arrived; the consumer answers it with `Incoming::respond`.
+    fn request(&self, s: &Arc<Session>, inc: KBox<Incoming>);
     /// The session is closed; the last call.
     fn gone(&self, s: &Arc<Session>, reason: Reason);
 }

@@ -39,8 +39,10 @@ use crate::{
     netns::Net,
     service::{Consumer, Service},
     state::{Role, SessionState},
+    rdma::mr::SgList,
     wire::{self, Header, Hello, Reason, ServiceName},
     work,
+    xfer::{Incoming, Request},
 };
 
 /// How long one connect attempt may take before it counts as failed.
@@ -847,6 +849,104 @@ impl Session {
                 self.rx_dropped.fetch_add(1, Relaxed);
             }
         }
+    }
+
+    /// Hands a received request to the consumer; without one, refuses it.
+    pub(crate) fn deliver_request(self: &Arc<Self>, inc: KBox<Incoming>) {
+        let consumer = self.inner.lock().consumer.clone();
+        match consumer {
+            Some(c) => c.request(self, inc),
+            None => {
+                self.rx_dropped.fetch_add(1, Relaxed);
+                let _ = inc.respond(EOPNOTSUPP.to_errno(), &[]);
+            }
+        }
+    }
+
+    /// Sends request `req` (with `data`) on the calling CPU's channel, or
+    /// another one with a credit and a free tag; waits like [`Session::send`]
+    /// unless `nowait`. On failure, the request and its data come back.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn request(
+        &self,
+        req: KBox<dyn Request>,
+        data: Option<SgList>,
+        nowait: bool,
+    ) -> Result<(), (Error, KBox<dyn Request>, Option<SgList>)> {
+        let mut item = (req, data);
+        let mut guard: Option<kernel::sync::MutexGuard<'_, ()>> = None;
+        let start = Instant::<Monotonic>::now();
+        loop {
+            let (req, data) = item;
+            match self.try_request(req, data) {
+                Ok(()) => return Ok(()),
+                Err((e, req, data)) if e == EAGAIN && !nowait => {
+                    if self.in_callback() {
+                        return Err((EDEADLK, req, data));
+                    }
+                    let left = i64::from(self.params.timeout_ms) - start.elapsed().as_millis();
+                    if left <= 0 {
+                        return Err((ETIMEDOUT, req, data));
+                    }
+                    let g = guard.get_or_insert_with(|| self.wait.lock());
+                    self.waiters.fetch_add(1, SeqCst);
+                    // A credit that came back meanwhile woke nobody: try
+                    // again under the lock before sleeping.
+                    let again = self.try_request(req, data);
+                    let (req, data) = match again {
+                        Ok(()) => {
+                            self.waiters.fetch_sub(1, SeqCst);
+                            return Ok(());
+                        }
+                        Err((e, req, data)) if e == EAGAIN => (req, data),
+                        Err(e) => {
+                            self.waiters.fetch_sub(1, SeqCst);
+                            return Err(e);
+                        }
+                    };
+                    // CAST: `0 < left <= timeout_ms`, a `u32`.
+                    let r = self
+                        .credit_cv
+                        .wait_interruptible_timeout(g, msecs_to_jiffies(left as u32));
+                    self.waiters.fetch_sub(1, SeqCst);
+                    if let CondVarTimeoutResult::Signal { .. } = r {
+                        return Err((EINTR, req, data));
+                    }
+                    item = (req, data);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn try_request(
+        &self,
+        req: KBox<dyn Request>,
+        data: Option<SgList>,
+    ) -> Result<(), (Error, KBox<dyn Request>, Option<SgList>)> {
+        let inner = self.inner.lock();
+        match inner.state {
+            SessionState::Connected => {}
+            SessionState::Connecting | SessionState::Reconnecting if inner.connected_once => {
+                self.want_writable.store(true, SeqCst);
+                return Err((EAGAIN, req, data));
+            }
+            _ => return Err((ENOTCONN, req, data)),
+        }
+        let n = inner.channels.len();
+        let start = kernel::cpu::CpuId::current().as_u32() as usize;
+        let mut item = (req, data);
+        for i in 0..n {
+            let (req, data) = item;
+            match inner.channels[(start + i) % n].submit(req, data) {
+                Ok(()) => return Ok(()),
+                Err((e, req, data)) if e == EAGAIN || e == ENOTCONN => item = (req, data),
+                Err(e) => return Err(e),
+            }
+        }
+        self.want_writable.store(true, SeqCst);
+        Err((EAGAIN, item.0, item.1))
     }
 
     /// A channel got credits back: wakes waiting senders, and tells the

@@ -423,6 +423,28 @@ impl Header {
         Ok(total)
     }
 
+    /// Writes the header to the front of `buf` and lets `payload` write the
+    /// rest (returning its length); returns the bytes used.
+    pub(crate) fn write_with(
+        kind: Kind,
+        credits: u16,
+        cookie: u64,
+        buf: &mut [u8],
+        payload: impl FnOnce(&mut [u8]) -> Result<usize>,
+    ) -> Result<usize> {
+        if buf.len() < Self::LEN {
+            return Err(EMSGSIZE);
+        }
+        let (head, rest) = buf.split_at_mut(Self::LEN);
+        let n = payload(rest)?;
+        head[0] = kind as u8;
+        head[1] = 0;
+        put16(head, 2, credits);
+        put32(head, 4, u32::try_from(n).map_err(|_| EMSGSIZE)?);
+        put64(head, 8, cookie);
+        Ok(Self::LEN + n)
+    }
+
     /// Parses a received message into its header and payload. The payload
     /// length must match what arrived exactly; the kind must be known.
     pub(crate) fn parse(msg: &[u8]) -> Result<(Self, &[u8]), Reason> {
