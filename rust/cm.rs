@@ -367,6 +367,15 @@ impl<'a> Locked<'a> {
         let mut mask: c_int = 0;
         // SAFETY: `id` is valid (type invariant); `attr` and `mask` are ours.
         to_result(unsafe { bindings::rdma_init_qp_attr(self.raw(), &mut attr, &mut mask) })?;
+        if state == QpState::Init {
+            // The active side reaches INIT before it connects, when the id
+            // knows of no RDMA READ yet: allow remote reads and writes here.
+            // Only keys registered for one transfer open any memory.
+            // CAST: access flags are small.
+            attr.qp_access_flags |= (bindings::ib_access_flags_IB_ACCESS_REMOTE_READ
+                | bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE)
+                as c_int;
+        }
         qp.modify(&mut attr, mask)
     }
 

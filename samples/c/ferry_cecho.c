@@ -8,10 +8,17 @@
  * at peer=ADDR port=PORT, sends count= messages of every size class the
  * session allows, and checks every echo byte for byte; the load fails if one
  * is missing or wrong. Messages carry the check samples/README.md describes.
+ *
+ * With requests=N, the client then sends N requests that move data with
+ * zero-copy RDMA: writes (the service reads the client's pages and checks
+ * them) and reads (the service writes a pattern into the client's pages,
+ * which the client checks), of 4 KiB to 2 MiB, rq_window at a time.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/highmem.h>
 #include <linux/inet.h>
+#include <linux/scatterlist.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/slab.h>
@@ -43,6 +50,15 @@ MODULE_PARM_DESC(window, "Echoes the client keeps in flight");
 static bool hold;
 module_param(hold, bool, 0444);
 MODULE_PARM_DESC(hold, "Keep the client's session open until the module unloads");
+static uint requests;
+module_param(requests, uint, 0444);
+MODULE_PARM_DESC(requests, "Requests with data the client sends after its messages");
+static uint rq_window = 8;
+module_param(rq_window, uint, 0444);
+MODULE_PARM_DESC(rq_window, "Requests the client keeps in flight (at most 64)");
+static uint rq_max = 2 << 20;
+module_param(rq_max, uint, 0444);
+MODULE_PARM_DESC(rq_max, "The largest request data, in bytes (4 KiB to 2 MiB)");
 static bool refuse;
 module_param(refuse, bool, 0444);
 MODULE_PARM_DESC(refuse, "The service refuses every session (to see the client's error)");
@@ -51,6 +67,77 @@ MODULE_PARM_DESC(refuse, "The service refuses every session (to see the client's
 #define DRAIN_MS	20000	/* how long the client waits for an echo */
 
 static const size_t size_classes[] = { 64, 256, 1024, 4096, 16384, 65536 };
+static const u32 data_classes[] = { 4096, 65536, 1 << 20, 2 << 20 };
+
+/* A request's header: what to do with how much data, and the pattern's seed. */
+struct data_hdr {
+	__le32 op;		/* DATA_WRITE or DATA_READ */
+	__le32 len;
+	__le64 seed;
+};
+#define DATA_WRITE	1	/* the service reads the client's pages */
+#define DATA_READ	2	/* the service writes into them */
+
+/* The data pattern of @seed: 64-bit xorshift words. */
+static void pattern(struct sg_table *t, u32 len, u64 seed, bool check, bool *ok)
+{
+	u64 x = seed * 0x9e3779b97f4a7c15ULL | 1;
+	struct scatterlist *sg;
+	u32 done = 0;
+	int i;
+
+	for_each_sgtable_sg(t, sg, i) {
+		u64 *p = kmap_local_page(sg_page(sg));
+		u32 n = min(sg->length, len - done) / 8, j;
+
+		for (j = 0; j < n; j++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			if (!check)
+				p[j] = x;
+			else if (p[j] != x)
+				*ok = false;
+		}
+		kunmap_local(p);
+		done += n * 8;
+		if (done >= len)
+			break;
+	}
+}
+
+/* @len bytes of fresh pages in an sg_table; freed with free_data(). */
+static int alloc_data(struct sg_table *t, u32 len)
+{
+	u32 n = DIV_ROUND_UP(len, PAGE_SIZE), i;
+	struct scatterlist *sg;
+	int ret;
+
+	ret = sg_alloc_table(t, n, GFP_KERNEL);
+	if (ret)
+		return ret;
+	for_each_sg(t->sgl, sg, n, i) {
+		struct page *pg = alloc_page(GFP_KERNEL);
+
+		if (!pg) {
+			t->orig_nents = t->nents = i;
+			return -ENOMEM;
+		}
+		sg_set_page(sg, pg, min_t(u32, PAGE_SIZE, len - i * PAGE_SIZE), 0);
+	}
+	return 0;
+}
+
+static void free_data(struct sg_table *t)
+{
+	struct scatterlist *sg;
+	int i;
+
+	for_each_sgtable_sg(t, sg, i)
+		if (sg_page(sg))
+			__free_page(sg_page(sg));
+	sg_free_table(t);
+}
 
 static u64 fnv1a(const u8 *p, size_t len)
 {
@@ -202,11 +289,73 @@ static void cecho_gone(struct ferry_session *s, void *priv, int err)
 	kfree(cs);
 }
 
+/* A request the service is serving. */
+struct serving {
+	struct sg_table data;
+	struct data_hdr hdr;
+	u32 len;
+};
+
+static void serve_done(struct ferry_incoming *in, void *ctx, int status)
+{
+	struct serving *sv = ctx;
+	bool ok = true;
+
+	if (!status && le32_to_cpu(sv->hdr.op) == DATA_WRITE) {
+		pattern(&sv->data, sv->len, le64_to_cpu(sv->hdr.seed), true, &ok);
+		if (!ok) {
+			pr_warn("a write's data failed its check\n");
+			status = -EIO;
+		}
+	}
+	free_data(&sv->data);
+	kfree(sv);
+	ferry_respond(in, status, NULL, 0);
+}
+
+static void cecho_request(struct ferry_session *s, void *priv,
+			  struct ferry_incoming *in)
+{
+	const struct data_hdr *h;
+	struct serving *sv;
+	u32 hlen;
+	int ret;
+
+	h = ferry_incoming_header(in, &hlen);
+	if (hlen != sizeof(*h) || le32_to_cpu(h->len) != ferry_incoming_data_len(in)) {
+		ferry_respond(in, -EINVAL, NULL, 0);
+		return;
+	}
+	sv = kzalloc(sizeof(*sv), GFP_KERNEL);
+	if (!sv) {
+		ferry_respond(in, -ENOMEM, NULL, 0);
+		return;
+	}
+	sv->hdr = *h;
+	sv->len = le32_to_cpu(h->len);
+	ret = alloc_data(&sv->data, sv->len);
+	if (ret)
+		goto fail;
+	if (le32_to_cpu(h->op) == DATA_READ) {
+		pattern(&sv->data, sv->len, le64_to_cpu(h->seed), false, NULL);
+		ret = ferry_rdma_write(in, sv->data.sgl, sv->data.nents, serve_done, sv);
+	} else {
+		ret = ferry_rdma_read(in, sv->data.sgl, sv->data.nents, serve_done, sv);
+	}
+	if (!ret)
+		return;
+fail:
+	free_data(&sv->data);
+	kfree(sv);
+	ferry_respond(in, ret, NULL, 0);
+}
+
 static const struct ferry_ops cecho_ops = {
 	.accept = cecho_accept,
 	.message = cecho_message,
 	.writable = cecho_writable,
 	.gone = cecho_gone,
+	.request = cecho_request,
 };
 
 /* --- the client -------------------------------------------------------- */
@@ -261,6 +410,116 @@ static int parse_peer(struct sockaddr_storage *ss)
 
 	snprintf(port_str, sizeof(port_str), "%u", port);
 	return inet_pton_with_scope(&init_net, AF_UNSPEC, peer, port_str, ss);
+}
+
+/* One of the client's requests in flight. */
+struct rq_slot {
+	struct ferry_request rq;
+	struct data_hdr hdr;
+	struct sg_table data;
+	struct client *c;
+	u64 seed;
+	bool busy;
+};
+
+struct rq_client {
+	wait_queue_head_t wq;
+	atomic_t done, wrong, failed;
+	struct rq_slot slots[64];
+};
+
+static void rq_done(struct ferry_request *rq)
+{
+	struct rq_slot *sl = container_of(rq, struct rq_slot, rq);
+	struct rq_client *rc = rq->priv;
+	bool ok = true;
+
+	if (rq->status) {
+		pr_warn("client: request failed: %d\n", rq->status);
+		atomic_inc(&rc->failed);
+	} else if (le32_to_cpu(sl->hdr.op) == DATA_READ) {
+		pattern(&sl->data, le32_to_cpu(sl->hdr.len), sl->seed, true, &ok);
+		if (!ok || rq->moved != le32_to_cpu(sl->hdr.len))
+			atomic_inc(&rc->wrong);
+	}
+	free_data(&sl->data);
+	WRITE_ONCE(sl->busy, false);
+	atomic_inc(&rc->done);
+	wake_up(&rc->wq);
+}
+
+/* Sends @n requests with data, @window at a time; checks every byte. */
+static int run_requests(struct ferry_session *s, u32 n, u32 window)
+{
+	struct rq_client *rc;
+	u32 i, sent = 0, max = clamp_t(u32, rq_max, 4096, 2 << 20);
+	u64 bytes = 0;
+	int ret = 0;
+
+	window = clamp_t(u32, window, 1, ARRAY_SIZE(rc->slots));
+	rc = kzalloc(sizeof(*rc), GFP_KERNEL);
+	if (!rc)
+		return -ENOMEM;
+	init_waitqueue_head(&rc->wq);
+	for (i = 0; i < n; i++) {
+		struct rq_slot *sl = NULL;
+		u32 len = min(data_classes[(i / 2) % ARRAY_SIZE(data_classes)], max);
+		bool write = !(i % 2);
+		u32 k;
+
+		if (!wait_event_timeout(rc->wq, i - atomic_read(&rc->done) < window,
+					msecs_to_jiffies(DRAIN_MS))) {
+			ret = -ETIMEDOUT;
+			break;
+		}
+		for (k = 0; k < window; k++) {
+			if (!READ_ONCE(rc->slots[k].busy)) {
+				sl = &rc->slots[k];
+				break;
+			}
+		}
+		if (!sl) {
+			ret = -EIO;
+			break;
+		}
+		ret = alloc_data(&sl->data, len);
+		if (ret)
+			break;
+		sl->seed = 0x5eed0000ULL + i;
+		sl->hdr.op = cpu_to_le32(write ? DATA_WRITE : DATA_READ);
+		sl->hdr.len = cpu_to_le32(len);
+		sl->hdr.seed = cpu_to_le64(sl->seed);
+		if (write)
+			pattern(&sl->data, len, sl->seed, false, NULL);
+		sl->rq = (struct ferry_request){
+			.hdr = &sl->hdr,
+			.hdr_len = sizeof(sl->hdr),
+			.dir = write ? FERRY_TO_PEER : FERRY_FROM_PEER,
+			.sgl = sl->data.sgl,
+			.nents = sl->data.nents,
+			.done = rq_done,
+			.priv = rc,
+		};
+		sl->busy = true;
+		ret = ferry_submit(s, &sl->rq, 0);
+		if (ret) {
+			pr_err("client: submit %u failed: %d\n", i, ret);
+			free_data(&sl->data);
+			sl->busy = false;
+			break;
+		}
+		sent++;
+		bytes += len;
+	}
+	/* Every request ferry took completes, error or not. */
+	wait_event(rc->wq, atomic_read(&rc->done) == sent);
+	pr_info("client: %u requests, %d done, %d wrong, %d failed, %llu bytes\n",
+		sent, atomic_read(&rc->done), atomic_read(&rc->wrong),
+		atomic_read(&rc->failed), bytes);
+	if (!ret && (sent != n || atomic_read(&rc->wrong) || atomic_read(&rc->failed)))
+		ret = -EIO;
+	kfree(rc);
+	return ret;
 }
 
 static int run_client(void)
@@ -326,6 +585,8 @@ static int run_client(void)
 		min_t(size_t, c->max, 65536), limits.channels);
 	if (atomic_read(&c->received) != count || atomic_read(&c->wrong))
 		ret = -EIO;
+	if (!ret && requests)
+		ret = run_requests(s, requests, rq_window);
 	if (!ret && hold) {
 		held = s;
 		held_client = c;

@@ -129,6 +129,9 @@ struct Inner {
     peer_depth: u32,
     /// When the current state began (for timeouts).
     since: Instant<Monotonic>,
+    /// The last sign of the peer's life: a message from it, or a completed
+    /// send or RDMA, which its adapter acknowledged. Bulk data in the queue
+    /// ahead of a heartbeat delays the heartbeat, not these.
     last_rx: Instant<Monotonic>,
     last_heartbeat: Instant<Monotonic>,
     heartbeat_seq: u64,
@@ -263,7 +266,7 @@ impl Channel {
         // Completions may arrive as soon as the accept is out: hold the lock
         // until the QP and the id are in place.
         let mut inner = chan.inner.lock();
-        let caps = chan.caps();
+        let caps = inner.caps.unwrap_or_default();
         let res = ready.and_then(|()| req.accept(chan.clone(), &qp, &conn_params(&accept, &caps)));
         match res {
             Ok(id) => {
@@ -318,11 +321,6 @@ impl Channel {
         inner.xfer = Some(xfer);
         drop(inner);
         Ok(qp)
-    }
-
-    /// The device's limits (all zero before the channel has a device).
-    fn caps(&self) -> Caps {
-        self.inner.lock().caps.unwrap_or_default()
     }
 
     /// The channel index.
@@ -872,6 +870,9 @@ impl Completion for Channel {
             }
             TagOp::Rdma => {
                 let mut inner = this.inner.lock();
+                if wc.ok() {
+                    inner.last_rx = Instant::now();
+                }
                 // While the channel shuts down its QP is being drained: the
                 // teardown completes the transfer once the QP is gone.
                 let Some(qp) = inner.qp.as_ref() else { return };
@@ -904,7 +905,10 @@ impl Completion for Channel {
             this.wc_failed(wc);
             return;
         }
-        let state = this.inner.lock().state;
+        let mut inner = this.inner.lock();
+        inner.last_rx = Instant::now();
+        let state = inner.state;
+        drop(inner);
         if let ChanState::Refusing(reason) = state {
             this.fail(reason);
         }
@@ -1026,7 +1030,7 @@ impl Channel {
             drop(qp);
             return Err(Reason::LocalClose);
         }
-        let caps = self.caps();
+        let caps = inner.caps.unwrap_or_default();
         let res = id.connect(&qp, &conn_params(&data, &caps));
         if res.is_err() {
             drop(inner);
