@@ -161,6 +161,8 @@ pub mod channel {
     pub const CREDITS: u32 = bindings::FERRY_A_CHANNEL_CREDITS;
     /// Round trip.
     pub const RTT_US: u32 = bindings::FERRY_A_CHANNEL_RTT_US;
+    /// The channel's counters.
+    pub const STATS: u32 = bindings::FERRY_A_CHANNEL_STATS;
 }
 
 /// Attribute numbers of the `stats` set.
@@ -195,6 +197,18 @@ pub mod stats {
     pub const DATA_RX: u32 = bindings::FERRY_A_STATS_DATA_RX;
     /// Consumers' messages dropped for want of a consumer.
     pub const RX_UNCLAIMED: u32 = bindings::FERRY_A_STATS_RX_UNCLAIMED;
+    /// Requests sent.
+    pub const REQUESTS_TX: u32 = bindings::FERRY_A_STATS_REQUESTS_TX;
+    /// Requests received.
+    pub const REQUESTS_RX: u32 = bindings::FERRY_A_STATS_REQUESTS_RX;
+    /// FRWR registrations.
+    pub const REGISTRATIONS: u32 = bindings::FERRY_A_STATS_REGISTRATIONS;
+    /// Registrations the peer invalidated.
+    pub const INV_REMOTE: u32 = bindings::FERRY_A_STATS_INV_REMOTE;
+    /// Registrations invalidated locally.
+    pub const INV_LOCAL: u32 = bindings::FERRY_A_STATS_INV_LOCAL;
+    /// Bytes moved by RDMA.
+    pub const RDMA_BYTES: u32 = bindings::FERRY_A_STATS_RDMA_BYTES;
 }
 
 /// Attribute numbers of the `service` set.

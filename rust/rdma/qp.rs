@@ -340,6 +340,7 @@ impl<H: Completion> Qp<H> {
             },
             // Registrations and all but the last invalidation are unsignaled.
             sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_REQ_WR,
+            event_handler: Some(qp_event),
             qp_type: bindings::ib_qp_type_IB_QPT_RC,
             port_num: cfg.port,
             ..Default::default()
@@ -877,6 +878,21 @@ impl<H: Completion> Drop for Inner<H> {
         // the buffers are unmapped when the fields drop, the PD last.
         drop(self.cq.take());
     }
+}
+
+/// Logs a QP's asynchronous event (a fatal error, a path migration): the
+/// driver's only word on errors no completion reports.
+///
+/// # Safety
+///
+/// Only ib_core calls this, with a valid event of a live QP.
+unsafe extern "C" fn qp_event(ev: *mut bindings::ib_event, _ctx: *mut c_void) {
+    // SAFETY: `ev` is valid for the call, and names a QP (the contract).
+    let (kind, qp) = unsafe { ((*ev).event, (*ev).element.qp) };
+    // SAFETY: `ib_event_msg` returns a static string for any value; the QP
+    // is live during its event.
+    let (msg, num) = unsafe { (CStr::from_char_ptr(bindings::ib_event_msg(kind)), (*qp).qp_num) };
+    pr_warn!("QP {}: {}\n", num, msg);
 }
 
 /// The `done` function of every slot's `ib_cqe`.

@@ -59,6 +59,9 @@ MODULE_PARM_DESC(rq_window, "Requests the client keeps in flight (at most 64)");
 static uint rq_max = 2 << 20;
 module_param(rq_max, uint, 0444);
 MODULE_PARM_DESC(rq_max, "The largest request data, in bytes (4 KiB to 2 MiB)");
+static uint rq_dir;
+module_param(rq_dir, uint, 0444);
+MODULE_PARM_DESC(rq_dir, "0: writes and reads by turns, 1: writes only, 2: reads only");
 static bool refuse;
 module_param(refuse, bool, 0444);
 MODULE_PARM_DESC(refuse, "The service refuses every session (to see the client's error)");
@@ -464,7 +467,7 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window)
 	for (i = 0; i < n; i++) {
 		struct rq_slot *sl = NULL;
 		u32 len = min(data_classes[(i / 2) % ARRAY_SIZE(data_classes)], max);
-		bool write = !(i % 2);
+		bool write = rq_dir ? rq_dir == 1 : !(i % 2);
 		u32 k;
 
 		if (!wait_event_timeout(rc->wq, i - atomic_read(&rc->done) < window,

@@ -14,8 +14,8 @@
 //! Lock order: a session's lock, then its channels' locks.
 
 use core::sync::atomic::{
-    AtomicU64, AtomicUsize,
-    Ordering::{Acquire, Relaxed, Release},
+    AtomicUsize,
+    Ordering::{Acquire, Release},
 };
 use kernel::{
     new_mutex,
@@ -36,6 +36,7 @@ use crate::{
     },
     session::Session,
     state::Role,
+    stats::{Counter, Counters, Stats},
     wire::{
         self,
         request::{Dir, RequestHead, ResponseHead},
@@ -91,33 +92,6 @@ fn conn_params<'a>(private_data: &'a [u8], caps: &Caps) -> ConnParams<'a> {
     }
 }
 
-/// Counters of a channel.
-#[derive(Default)]
-pub(crate) struct Stats {
-    pub(crate) tx_msgs: AtomicU64,
-    pub(crate) rx_msgs: AtomicU64,
-    pub(crate) tx_bytes: AtomicU64,
-    pub(crate) rx_bytes: AtomicU64,
-    pub(crate) heartbeats_tx: AtomicU64,
-    pub(crate) heartbeats_rx: AtomicU64,
-    pub(crate) credit_updates: AtomicU64,
-    pub(crate) msgs_tx: AtomicU64,
-    pub(crate) msgs_rx: AtomicU64,
-    /// Requests sent and received.
-    pub(crate) requests: AtomicU64,
-    pub(crate) requests_rx: AtomicU64,
-    /// Memory registrations (FRWR) made for requests.
-    pub(crate) regs: AtomicU64,
-    /// Registrations the peer invalidated (send-with-invalidate), and those
-    /// invalidated here (`LOCAL_INV`).
-    pub(crate) inv_remote: AtomicU64,
-    pub(crate) inv_local: AtomicU64,
-    /// Bytes this side moved with RDMA READ and WRITE.
-    pub(crate) rdma_bytes: AtomicU64,
-    pub(crate) wc_errors: AtomicU64,
-    pub(crate) flush_errors: AtomicU64,
-}
-
 /// What the channel's lock protects.
 struct Inner {
     state: ChanState,
@@ -168,8 +142,8 @@ pub(crate) struct ChannelInfo {
     pub(crate) device: Option<DeviceName>,
     pub(crate) credits: u32,
     pub(crate) rtt_us: u32,
-    pub(crate) stalls: u64,
     pub(crate) up: bool,
+    pub(crate) counters: Counters,
 }
 
 impl Channel {
@@ -347,8 +321,12 @@ impl Channel {
             device: inner.device.as_ref().map(|d| d.1),
             credits: inner.credits.available(),
             rtt_us: inner.rtt_us,
-            stalls: inner.credits.stalls(),
             up: inner.state == ChanState::Up,
+            counters: {
+                let mut c = self.stats.snapshot();
+                c.set(Counter::CreditStalls, inner.credits.stalls());
+                c
+            },
         }
     }
 
@@ -440,7 +418,7 @@ impl Channel {
                 .is_ok()
             {
                 inner.heartbeat_out = Some((seq, now));
-                self.stats.heartbeats_tx.fetch_add(1, Relaxed);
+                self.stats.add(Counter::HeartbeatsTx, 1);
             }
         }
     }
@@ -453,10 +431,8 @@ impl Channel {
         let res = qp.send(|buf| Header::write(kind, grant, cookie, payload, buf));
         match res {
             Ok(_) => {
-                self.stats.tx_msgs.fetch_add(1, Relaxed);
-                self.stats
-                    .tx_bytes
-                    .fetch_add((Header::LEN + payload.len()) as u64, Relaxed);
+                self.stats.add(Counter::TxMsgs, 1);
+                self.stats.add(Counter::TxBytes, (Header::LEN + payload.len()) as u64);
                 Ok(())
             }
             Err(e) => {
@@ -478,7 +454,7 @@ impl Channel {
             return Err(EMSGSIZE);
         }
         self.send_locked(&mut inner, Kind::Message, 0, data)?;
-        self.stats.msgs_tx.fetch_add(1, Relaxed);
+        self.stats.add(Counter::DataTx, 1);
         Ok(())
     }
 
@@ -513,14 +489,19 @@ impl Channel {
         let limit = inner.peer_depth.min(self.session.params.queue_depth);
         let res = xfer.submit(pd, limit, req, data, |tag, mrs, cookie, head, hdr| {
             qp.send_registered(tag, mrs, write, |buf| {
-                Header::write_with(Kind::Request, grant, cookie, buf, |p| head.write(hdr, p))
+                let n = Header::write_with(Kind::Request, grant, cookie, buf, |p| {
+                    head.write(hdr, p)
+                })?;
+                self.stats.add(Counter::TxBytes, n as u64);
+                Ok(n)
             })?;
-            self.stats.regs.fetch_add(mrs.len() as u64, Relaxed);
+            self.stats.add(Counter::Registrations, mrs.len() as u64);
             Ok(())
         });
         match res {
             Ok(()) => {
-                self.stats.requests.fetch_add(1, Relaxed);
+                self.stats.add(Counter::RequestsTx, 1);
+                self.stats.add(Counter::TxMsgs, 1);
                 Ok(())
             }
             Err(e) => {
@@ -569,7 +550,7 @@ impl Channel {
             x.set_rdma(inc.tag, done);
         }
         inc.moved = d.len;
-        self.stats.rdma_bytes.fetch_add(u64::from(d.len), Relaxed);
+        self.stats.add(Counter::RdmaBytes, u64::from(d.len));
         Ok(())
     }
 
@@ -616,7 +597,10 @@ impl Channel {
         let qp = inner.qp.as_ref().ok_or(ENOTCONN)?;
         let grant = inner.credits.take(false).ok_or(EAGAIN)?;
         let fill = |buf: &mut [u8]| {
-            Header::write_with(Kind::Response, grant, r.cookie, buf, |p| r.head.write(&r.hdr, p))
+            let n =
+                Header::write_with(Kind::Response, grant, r.cookie, buf, |p| r.head.write(&r.hdr, p))?;
+            self.stats.add(Counter::TxBytes, n as u64);
+            Ok(n)
         };
         let res = match r.invalidate {
             Some(rkey) => qp.send_with_invalidate(rkey, fill),
@@ -624,7 +608,7 @@ impl Channel {
         };
         match res {
             Ok(_) => {
-                self.stats.tx_msgs.fetch_add(1, Relaxed);
+                self.stats.add(Counter::TxMsgs, 1);
                 Ok(())
             }
             Err(e) => {
@@ -693,8 +677,8 @@ impl Channel {
         };
         let mut inner = self.inner.lock();
         inner.last_rx = Instant::now();
-        self.stats.rx_msgs.fetch_add(1, Relaxed);
-        self.stats.rx_bytes.fetch_add(msg.len() as u64, Relaxed);
+        self.stats.add(Counter::RxMsgs, 1);
+        self.stats.add(Counter::RxBytes, msg.len() as u64);
         match (h.kind, inner.state, hello) {
             (Kind::Hello, ChanState::Connecting | ChanState::Handshake, Some((hello, status))) => {
                 // The peer's depth bounds its grants from here on.
@@ -739,7 +723,7 @@ impl Channel {
             }
             (Kind::Heartbeat, ChanState::Up, _) => {
                 inner.credits.grant(h.credits)?;
-                self.stats.heartbeats_rx.fetch_add(1, Relaxed);
+                self.stats.add(Counter::HeartbeatsRx, 1);
                 // No credit for the ack: the peer's heartbeat times out only if
                 // this goes on, which is what it should measure.
                 let _ = self.send_locked(&mut inner, Kind::HeartbeatAck, h.cookie, &[]);
@@ -748,7 +732,7 @@ impl Channel {
             (Kind::Message, ChanState::Up, _) => {
                 inner.credits.grant(h.credits)?;
                 drop(inner);
-                self.stats.msgs_rx.fetch_add(1, Relaxed);
+                self.stats.add(Counter::DataRx, 1);
                 self.session.deliver(payload);
                 Ok(granted)
             }
@@ -763,7 +747,7 @@ impl Channel {
                     .and_then(Xfer::take_incoming)
                     .ok_or(Reason::ProtocolError)?;
                 drop(inner);
-                self.stats.requests_rx.fetch_add(1, Relaxed);
+                self.stats.add(Counter::RequestsRx, 1);
                 let mut copy = KVec::new();
                 let inc = copy
                     .extend_from_slice(hdr, GFP_KERNEL)
@@ -794,7 +778,7 @@ impl Channel {
             (Kind::Response, ChanState::Up, _) => {
                 inner.credits.grant(h.credits)?;
                 if invalidated.is_some() {
-                    self.stats.inv_remote.fetch_add(1, Relaxed);
+                    self.stats.add(Counter::InvRemote, 1);
                 }
                 let x = inner.xfer.as_mut().ok_or(Reason::ProtocolError)?;
                 match x.response(h.cookie, invalidated, payload)? {
@@ -806,7 +790,7 @@ impl Channel {
                         let qp = inner.qp.as_ref().ok_or(Reason::LocalClose)?;
                         qp.local_invalidate(tag, &keys)
                             .map_err(|_| Reason::TransportError)?;
-                        self.stats.inv_local.fetch_add(keys.len() as u64, Relaxed);
+                        self.stats.add(Counter::InvLocal, keys.len() as u64);
                     }
                 }
                 Ok(granted)
@@ -823,6 +807,9 @@ impl Channel {
                 Ok(granted)
             }
             (Kind::Credits, ChanState::Up, _) => inner.credits.grant(h.credits).map(|()| granted),
+            // Completions still coming in after the channel failed: nothing
+            // to act on, and no fault of the peer's.
+            (_, ChanState::Failed | ChanState::Closed, _) => Ok(false),
             // A message out of place: a hello twice, a reply to a server, data
             // before the handshake.
             _ => Err(Reason::ProtocolError),
@@ -833,9 +820,9 @@ impl Channel {
     /// and fails the channel; flushes are only counted.
     fn wc_failed(&self, wc: &Wc) {
         if wc.flushed() {
-            self.stats.flush_errors.fetch_add(1, Relaxed);
+            self.stats.add(Counter::FlushErrors, 1);
         } else {
-            let first = self.stats.wc_errors.fetch_add(1, Relaxed) == 0;
+            let first = self.stats.add(Counter::WcErrors, 1) == 0;
             if first {
                 pr_warn!(
                     "session {} channel {}: {} (status {}, vendor error {:#x})\n",
@@ -895,7 +882,7 @@ impl Completion for Channel {
         if inner.credits.reposted() && inner.state == ChanState::Up {
             // Nothing else went out to carry the grant: send it alone.
             if this.send_locked(&mut inner, Kind::Credits, 0, &[]).is_ok() {
-                this.stats.credit_updates.fetch_add(1, Relaxed);
+                this.stats.add(Counter::CreditUpdates, 1);
             }
         }
     }

@@ -38,6 +38,7 @@ mod netlink;
 mod service;
 mod session;
 mod state;
+mod stats;
 mod transport;
 mod wire;
 mod xfer;

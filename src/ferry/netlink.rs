@@ -19,6 +19,7 @@ use crate::{
     genl::{Dump, Request, Writer},
     listener::Listener,
     session::{Params, Session},
+    stats::{Counter, Counters, COUNTERS},
     wire::{self, Reason, ServiceName},
 };
 
@@ -181,7 +182,8 @@ pub(crate) fn listener_get_dumpit(dump: &mut Dump<'_>) -> Result {
 
 /// Room a session message needs.
 fn session_size(s: &Session) -> usize {
-    640 + 96 * usize::from(s.params.channels)
+    // The session's attributes, and per channel its own and a stats nest.
+    640 + (96 + 16 * COUNTERS) * usize::from(s.params.channels)
 }
 
 /// Writes a session's attributes.
@@ -232,30 +234,42 @@ fn fill_session(w: &mut Writer<'_>, s: &Session) -> Result {
                 w.put_u32(ch_attr::COMP_VECTOR, v)?;
             }
             w.put_u32(ch_attr::CREDITS, c.credits)?;
-            w.put_u32(ch_attr::RTT_US, c.rtt_us)
+            w.put_u32(ch_attr::RTT_US, c.rtt_us)?;
+            w.nest(ch_attr::STATS, |w| put_counters(w, &c.counters))
         })?;
     }
-    let t = &info.totals;
-    w.nest(s_attr::STATS, |w| {
-        for (ty, v) in [
-            (st_attr::TX_MSGS, t.tx_msgs),
-            (st_attr::RX_MSGS, t.rx_msgs),
-            (st_attr::TX_BYTES, t.tx_bytes),
-            (st_attr::RX_BYTES, t.rx_bytes),
-            (st_attr::HEARTBEATS_TX, t.heartbeats_tx),
-            (st_attr::HEARTBEATS_RX, t.heartbeats_rx),
-            (st_attr::CREDIT_UPDATES, t.credit_updates),
-            (st_attr::CREDIT_STALLS, t.credit_stalls),
-            (st_attr::WC_ERRORS, t.wc_errors),
-            (st_attr::FLUSH_ERRORS, t.flush_errors),
-            (st_attr::DATA_TX, t.data_tx),
-            (st_attr::DATA_RX, t.data_rx),
-            (st_attr::RX_UNCLAIMED, t.rx_unclaimed),
-        ] {
-            w.put_u64(ty, v, st_attr::PAD)?;
-        }
-        Ok(())
-    })
+    w.nest(s_attr::STATS, |w| put_counters(w, &info.totals))
+}
+
+/// Each counter's attribute in the `stats` set, in the spec's order.
+const COUNTER_ATTRS: [(Counter, u32); COUNTERS] = [
+    (Counter::TxMsgs, st_attr::TX_MSGS),
+    (Counter::RxMsgs, st_attr::RX_MSGS),
+    (Counter::TxBytes, st_attr::TX_BYTES),
+    (Counter::RxBytes, st_attr::RX_BYTES),
+    (Counter::HeartbeatsTx, st_attr::HEARTBEATS_TX),
+    (Counter::HeartbeatsRx, st_attr::HEARTBEATS_RX),
+    (Counter::CreditUpdates, st_attr::CREDIT_UPDATES),
+    (Counter::CreditStalls, st_attr::CREDIT_STALLS),
+    (Counter::WcErrors, st_attr::WC_ERRORS),
+    (Counter::FlushErrors, st_attr::FLUSH_ERRORS),
+    (Counter::DataTx, st_attr::DATA_TX),
+    (Counter::DataRx, st_attr::DATA_RX),
+    (Counter::RxUnclaimed, st_attr::RX_UNCLAIMED),
+    (Counter::RequestsTx, st_attr::REQUESTS_TX),
+    (Counter::RequestsRx, st_attr::REQUESTS_RX),
+    (Counter::Registrations, st_attr::REGISTRATIONS),
+    (Counter::InvRemote, st_attr::INV_REMOTE),
+    (Counter::InvLocal, st_attr::INV_LOCAL),
+    (Counter::RdmaBytes, st_attr::RDMA_BYTES),
+];
+
+/// Writes the attributes of the `stats` set.
+fn put_counters(w: &mut Writer<'_>, c: &Counters) -> Result {
+    for (counter, ty) in COUNTER_ATTRS {
+        w.put_u64(ty, c.get(counter), st_attr::PAD)?;
+    }
+    Ok(())
 }
 
 /// An optional `u32` attribute within `range`, or `default`.

@@ -39,6 +39,7 @@ use crate::{
     netns::Net,
     service::{Consumer, Service},
     state::{Role, SessionState},
+    stats::{Counter, Counters},
     rdma::mr::SgList,
     wire::{self, Header, Hello, Reason, ServiceName},
     work,
@@ -203,24 +204,6 @@ pub(crate) struct Session {
     pub(crate) rx_dropped: AtomicU64,
 }
 
-/// Summed counters of a session's channels.
-#[derive(Default)]
-pub(crate) struct Totals {
-    pub(crate) tx_msgs: u64,
-    pub(crate) rx_msgs: u64,
-    pub(crate) tx_bytes: u64,
-    pub(crate) rx_bytes: u64,
-    pub(crate) heartbeats_tx: u64,
-    pub(crate) heartbeats_rx: u64,
-    pub(crate) credit_updates: u64,
-    pub(crate) credit_stalls: u64,
-    pub(crate) wc_errors: u64,
-    pub(crate) flush_errors: u64,
-    pub(crate) data_tx: u64,
-    pub(crate) data_rx: u64,
-    pub(crate) rx_unclaimed: u64,
-}
-
 /// A snapshot for netlink.
 pub(crate) struct SessionInfo {
     pub(crate) state: SessionState,
@@ -230,7 +213,8 @@ pub(crate) struct SessionInfo {
     pub(crate) peer_depth: u32,
     pub(crate) max_msg: u32,
     pub(crate) channels: KVec<ChannelInfo>,
-    pub(crate) totals: Totals,
+    /// The channels' counters added up.
+    pub(crate) totals: Counters,
 }
 
 impl Session {
@@ -760,11 +744,10 @@ impl Session {
             peer_depth: 0,
             max_msg: self.params.max_msg,
             channels: KVec::with_capacity(inner.channels.len(), GFP_KERNEL)?,
-            totals: Totals {
-                rx_unclaimed: self.rx_dropped.load(Relaxed),
-                ..Totals::default()
-            },
+            totals: Counters::default(),
         };
+        info.totals
+            .set(Counter::RxUnclaimed, self.rx_dropped.load(Relaxed));
         for c in inner.channels.iter() {
             let ci = c.info();
             let (depth, max_msg) = c.peer_limits();
@@ -772,20 +755,7 @@ impl Session {
                 info.peer_depth = depth;
                 info.max_msg = max_msg;
             }
-            let t = &mut info.totals;
-            let s = &c.stats;
-            t.tx_msgs += s.tx_msgs.load(Relaxed);
-            t.rx_msgs += s.rx_msgs.load(Relaxed);
-            t.tx_bytes += s.tx_bytes.load(Relaxed);
-            t.rx_bytes += s.rx_bytes.load(Relaxed);
-            t.heartbeats_tx += s.heartbeats_tx.load(Relaxed);
-            t.heartbeats_rx += s.heartbeats_rx.load(Relaxed);
-            t.credit_updates += s.credit_updates.load(Relaxed);
-            t.wc_errors += s.wc_errors.load(Relaxed);
-            t.flush_errors += s.flush_errors.load(Relaxed);
-            t.data_tx += s.msgs_tx.load(Relaxed);
-            t.data_rx += s.msgs_rx.load(Relaxed);
-            t.credit_stalls += ci.stalls;
+            info.totals.add(&ci.counters);
             info.channels.push(ci, GFP_KERNEL)?;
         }
         Ok(info)

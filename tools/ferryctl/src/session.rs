@@ -24,6 +24,8 @@ pub struct Channel {
     pub comp_vector: Option<u32>,
     pub credits: Option<u32>,
     pub rtt_us: Option<u32>,
+    /// The channel's counters, as for a session.
+    pub stats: Option<Vec<(&'static str, u64)>>,
 }
 
 /// A session as ferry reports it (in replies and in notifications).
@@ -54,7 +56,7 @@ pub struct Session {
 }
 
 /// The counters of the `stats` nest and their keys.
-const STATS: [(u32, &str); 13] = [
+const STATS: [(u32, &str); 19] = [
     (FERRY_A_STATS_TX_MSGS, "tx_msgs"),
     (FERRY_A_STATS_RX_MSGS, "rx_msgs"),
     (FERRY_A_STATS_TX_BYTES, "tx_bytes"),
@@ -68,6 +70,12 @@ const STATS: [(u32, &str); 13] = [
     (FERRY_A_STATS_DATA_TX, "data_tx"),
     (FERRY_A_STATS_DATA_RX, "data_rx"),
     (FERRY_A_STATS_RX_UNCLAIMED, "rx_unclaimed"),
+    (FERRY_A_STATS_REQUESTS_TX, "requests_tx"),
+    (FERRY_A_STATS_REQUESTS_RX, "requests_rx"),
+    (FERRY_A_STATS_REGISTRATIONS, "registrations"),
+    (FERRY_A_STATS_INV_REMOTE, "inv_remote"),
+    (FERRY_A_STATS_INV_LOCAL, "inv_local"),
+    (FERRY_A_STATS_RDMA_BYTES, "rdma_bytes"),
 ];
 
 fn bad(what: &str) -> Error {
@@ -178,7 +186,11 @@ impl Session {
         put("rtt_us", self.rtt_us.map(|v| json!(v)));
         put("session_id", self.session_id.map(|v| json!(v)));
         put("listener", self.listener.map(|v| json!(v)));
-        let channels = self.channel_list.iter().map(channel_json).collect();
+        let channels = self
+            .channel_list
+            .iter()
+            .map(|c| channel_json(c, stats))
+            .collect();
         put("channel_list", Some(Value::Array(channels)));
         if stats {
             put("stats", self.stats.as_ref().map(|s| stats_json(s)));
@@ -239,11 +251,7 @@ impl Session {
         let mut s = self.summary();
         s.push('\n');
         if let Some(counters) = self.stats.as_ref().filter(|_| stats) {
-            s += "   ";
-            for (k, v) in counters {
-                s += &format!(" {k} {v}");
-            }
-            s.push('\n');
+            s += &counters_line("    ", counters);
         }
         if details {
             for c in &self.channel_list {
@@ -264,10 +272,24 @@ impl Session {
                     }
                 }
                 s.push('\n');
+                if let Some(counters) = c.stats.as_ref().filter(|_| stats) {
+                    s += &counters_line("        ", counters);
+                }
             }
         }
         s
     }
+}
+
+/// `indent` and the counters as `key value` pairs on one line.
+fn counters_line(indent: &str, counters: &[(&'static str, u64)]) -> String {
+    // Each pair brings its own leading space.
+    let mut s = indent.get(1..).unwrap_or_default().to_string();
+    for (k, v) in counters {
+        s += &format!(" {k} {v}");
+    }
+    s.push('\n');
+    s
 }
 
 fn decode_channel(p: &[u8]) -> Result<Channel, Error> {
@@ -283,6 +305,7 @@ fn decode_channel(p: &[u8]) -> Result<Channel, Error> {
             FERRY_A_CHANNEL_COMP_VECTOR => c.comp_vector = Some(val()?),
             FERRY_A_CHANNEL_CREDITS => c.credits = Some(val()?),
             FERRY_A_CHANNEL_RTT_US => c.rtt_us = Some(val()?),
+            FERRY_A_CHANNEL_STATS => c.stats = Some(decode_stats(v)?),
             _ => {}
         }
     }
@@ -299,7 +322,7 @@ fn decode_stats(p: &[u8]) -> Result<Vec<(&'static str, u64)>, Error> {
     Ok(counters)
 }
 
-fn channel_json(c: &Channel) -> Value {
+fn channel_json(c: &Channel, stats: bool) -> Value {
     let mut o = Map::new();
     o.insert("index".into(), json!(c.index));
     if let Some(v) = c.qp_num {
@@ -316,6 +339,9 @@ fn channel_json(c: &Channel) -> Value {
     }
     if let Some(v) = c.rtt_us {
         o.insert("rtt_us".into(), json!(v));
+    }
+    if let Some(v) = c.stats.as_ref().filter(|_| stats) {
+        o.insert("stats".into(), stats_json(v));
     }
     Value::Object(o)
 }
@@ -543,7 +569,13 @@ pub mod tests {
                 .u32(FERRY_A_CHANNEL_COMP_VECTOR, i)
                 .u32(FERRY_A_CHANNEL_CREDITS, 127)
                 .u32(FERRY_A_CHANNEL_RTT_US, 200 + i);
-            b.extend(nest(FERRY_A_SESSION_CHANNEL, ch.bytes()));
+            let mut ch = ch.bytes().to_vec();
+            if i == 1 {
+                let mut st = u64_attr(FERRY_A_STATS_REGISTRATIONS, 7);
+                st.extend(u64_attr(FERRY_A_STATS_INV_REMOTE, 7));
+                ch.extend(nest(FERRY_A_CHANNEL_STATS, &st));
+            }
+            b.extend(nest(FERRY_A_SESSION_CHANNEL, &ch));
         }
         let mut stats = Vec::new();
         for (i, (attr, _)) in STATS.iter().enumerate() {
@@ -704,13 +736,16 @@ pub mod tests {
                 comp_vector: Some(1),
                 credits: Some(127),
                 rtt_us: Some(201),
+                stats: Some(vec![("registrations", 7), ("inv_remote", 7)]),
             }
         );
+        assert_eq!(s.channel_list[0].stats, None);
         let stats = s.stats.as_ref().unwrap();
-        assert_eq!(stats.len(), 13);
+        assert_eq!(stats.len(), 19);
         assert_eq!(stats[0], ("tx_msgs", 0));
         assert_eq!(stats[9], ("flush_errors", 90));
         assert_eq!(stats[12], ("rx_unclaimed", 120));
+        assert_eq!(stats[18], ("rdma_bytes", 180));
     }
 
     #[test]
@@ -724,12 +759,18 @@ pub mod tests {
         assert_eq!(s.to_text(false, false), line);
         let stats = "    tx_msgs 0 rx_msgs 10 tx_bytes 20 rx_bytes 30 heartbeats_tx 40 \
                      heartbeats_rx 50 credit_updates 60 credit_stalls 70 wc_errors 80 \
-                     flush_errors 90 data_tx 100 data_rx 110 rx_unclaimed 120\n";
+                     flush_errors 90 data_tx 100 data_rx 110 rx_unclaimed 120 requests_tx 130 \
+                     requests_rx 140 registrations 150 inv_remote 160 inv_local 170 \
+                     rdma_bytes 180\n";
         assert_eq!(s.to_text(false, true), format!("{line}{stats}"));
         let channels = "    channel 0 qp 17 dev rxe0 comp_vector 0 credits 127 rtt_us 200\n    \
                         channel 1 qp 18 dev rxe0 comp_vector 1 credits 127 rtt_us 201\n";
         assert_eq!(s.to_text(true, false), format!("{line}{channels}"));
-        assert_eq!(s.to_text(true, true), format!("{line}{stats}{channels}"));
+        let ch_stats = "        registrations 7 inv_remote 7\n";
+        assert_eq!(
+            s.to_text(true, true),
+            format!("{line}{stats}{channels}{ch_stats}")
+        );
 
         // A client without a reason to report, and a small session id.
         let mut b = Builder::new()
@@ -791,7 +832,7 @@ pub mod tests {
         assert_eq!(j["stats"]["tx_bytes"], 20);
         assert_eq!(j["stats"]["flush_errors"], 90);
         assert_eq!(j["stats"]["data_rx"], 110);
-        assert_eq!(j["stats"].as_object().unwrap().len(), 13);
+        assert_eq!(j["stats"].as_object().unwrap().len(), 19);
 
         // A session reported with only its id still has a channel list.
         let s = Session::decode(Builder::new().u32(FERRY_A_SESSION_ID, 9).bytes()).unwrap();

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """Message cases: the samples use ferry's kernel API from Rust and from C."""
 import re
+import time
 
 from harness import case
 
@@ -126,9 +127,53 @@ def requests_zero_copy(t):
     sent, done, wrong, failed, nbytes = (int(x) for x in m.groups())
     t.eq((sent, done, wrong, failed), (n, n, 0, 0), 'requests')
     t.log(f'{n} requests moved {nbytes} bytes')
-    for s in t.ferryctl_json(vm, '-s session show'):
-        t.log(f'{s["role"]} stats: {s.get("stats")}')
+    check_registrations(t, vm, n)
     vm.run('rmmod ferry_cecho')
     t.eq(vm.run('rdma res show mr | wc -l').out.strip(), base, 'MRs back to the baseline')
     vm.run('rmmod ferry')
+
+
+def check_registrations(t, vm, n):
+    """The held client session made one registration per request and every
+    one was invalidated (by the peer or locally); returns its counters."""
+    client = [s for s in t.ferryctl_json(vm, '-s session show') if s['role'] == 'client']
+    t.require(len(client) == 1, f'one client session: {client}')
+    st = client[0]['stats']
+    t.log(f'client: {st["requests_tx"]} requests, {st["registrations"]} registrations, '
+          f'{st["inv_remote"]} invalidated by the peer, {st["inv_local"]} locally')
+    t.eq(st['requests_tx'], n, 'requests sent')
+    t.eq(st['registrations'], n, 'one registration per request')
+    t.eq(st['inv_remote'] + st['inv_local'], st['registrations'],
+         'every registration invalidated')
+    return client[0]
+
+
+@case(timeout=600)
+def requests_10000(t):
+    """10,000 requests of 4 KiB each way, 8 in flight, spread over the
+    session's channels: every byte checked, 10,000 registrations and as many
+    invalidations, every channel used, and no MR left behind."""
+    vm = t.vm
+    t.net_up(vm, 0, 1)
+    t.rxe_add(vm)
+    t.insmod(vm)
+    vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+    base = vm.run('rdma res show mr | wc -l').out.strip()
+    n = 10000
+    start = time.monotonic()
+    vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=cecho '
+           f'count=10 requests={n} rq_window=8 rq_max=4096 hold=1', timeout=500 * t.slow)
+    t.log(f'{n} requests in {time.monotonic() - start:.1f} s (with the connect)')
+    log = vm.run('dmesg | grep "ferry_cecho: client:" | tail -1').out
+    m = RQ_SUMMARY.search(log)
+    t.require(m is not None, f'no request summary: {log!r}')
+    t.eq(tuple(int(x) for x in m.groups()[:4]), (n, n, 0, 0), 'requests')
+    c = check_registrations(t, vm, n)
+    per = [ch['stats']['requests_tx'] for ch in c['channel_list']]
+    t.log(f'requests per channel: {per}')
+    t.check(len(per) >= 2 and all(p > 0 for p in per), f'every channel carried requests: {per}')
+    vm.run('rmmod ferry_cecho')
+    t.eq(vm.run('rdma res show mr | wc -l').out.strip(), base, 'MRs back to the baseline')
+    vm.run('rmmod ferry')
+
 
