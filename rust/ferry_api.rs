@@ -292,9 +292,7 @@ impl<H: Handler> Session<H> {
         let priv_ = Arc::into_raw(handler).cast_mut().cast::<c_void>();
         // SAFETY: `raw` is valid for the call; the ops are static; `priv_`
         // is a reference to the handler that `gone` gives back.
-        let s = from_err_ptr(unsafe {
-            ffi::ferry_session_open(&raw, &Vtable::<H>::OPS, priv_)
-        });
+        let s = from_err_ptr(unsafe { ffi::ferry_session_open(&raw, &Vtable::<H>::OPS, priv_) });
         match s.ok().and_then(NonNull::new) {
             Some(s) => Ok(Self {
                 // INVARIANT: the opener's reference.

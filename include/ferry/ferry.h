@@ -385,10 +385,12 @@ u32 ferry_incoming_data_len(const struct ferry_incoming *in);
  * Uses the kernel's rdma_rw API against the registration the requester made
  * for this request; nothing else of the requester's memory is reachable.
  *
+ * Data in several registrations (more than 512 pages) is moved one
+ * registration after the other, each against its part of @sgl.
+ *
  * Return: 0 if @done will run; -EINVAL for the wrong direction or a length
  * that differs from the request's, -EBUSY if a transfer of @in is in flight,
- * -EOPNOTSUPP for data in several registrations (more than 2 MiB; to come),
- * -ENOTCONN if the connection is gone.
+ * -ENOMEM, or -ENOTCONN if the connection is gone.
  */
 int ferry_rdma_read(struct ferry_incoming *in, struct scatterlist *sgl,
 		    unsigned int nents,

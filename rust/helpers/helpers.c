@@ -234,6 +234,17 @@ struct scatterlist *ferry_helper_sg_next(struct scatterlist *sg)
 	return sg_next(sg);
 }
 
+struct page *ferry_helper_sg_page(struct scatterlist *sg)
+{
+	return sg_page(sg);
+}
+
+void ferry_helper_sg_set_page(struct scatterlist *sg, struct page *page,
+			      unsigned int len, unsigned int offset)
+{
+	sg_set_page(sg, page, len, offset);
+}
+
 u64 ferry_helper_sg_dma_address(struct scatterlist *sg)
 {
 	return sg_dma_address(sg);

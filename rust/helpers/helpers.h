@@ -18,6 +18,7 @@ struct ib_cq;
 struct ib_qp;
 struct ib_mr;
 struct scatterlist;
+struct page;
 struct ib_recv_wr;
 struct ib_send_wr;
 struct workqueue_struct;
@@ -63,6 +64,9 @@ int ferry_helper_ib_dereg_mr(struct ib_mr *mr);
 
 /* linux/scatterlist.h */
 struct scatterlist *ferry_helper_sg_next(struct scatterlist *sg);
+struct page *ferry_helper_sg_page(struct scatterlist *sg);
+void ferry_helper_sg_set_page(struct scatterlist *sg, struct page *page,
+			      unsigned int len, unsigned int offset);
 u64 ferry_helper_sg_dma_address(struct scatterlist *sg);
 unsigned int ferry_helper_sg_dma_len(struct scatterlist *sg);
 

@@ -49,6 +49,8 @@ pub struct SgList {
     sg: NonNull<bindings::scatterlist>,
     nents: u32,
     len: u64,
+    /// A slice's own entries, and the list whose pages they name.
+    _own: Option<(KVec<bindings::scatterlist>, Arc<SgList>)>,
 }
 
 // SAFETY: The scatterlist is lent for the object's life (the contract of
@@ -85,6 +87,68 @@ impl SgList {
             sg: head,
             nents,
             len,
+            _own: None,
+        })
+    }
+
+    /// The `len` bytes from byte `offset` of `parent`, as a list of its own
+    /// that names the same pages (and keeps `parent` alive). `EINVAL` for an
+    /// empty or out-of-range slice.
+    pub fn slice(parent: &Arc<SgList>, offset: u64, len: u32) -> Result<SgList> {
+        let end = offset.checked_add(u64::from(len)).ok_or(EINVAL)?;
+        if len == 0 || end > parent.len {
+            return Err(EINVAL);
+        }
+        // The parent's entries as (entry, its start in bytes).
+        let mut parts = KVec::new();
+        let (mut e, mut at) = (parent.as_raw(), 0u64);
+        for _ in 0..parent.nents {
+            // SAFETY: `e` is one of the parent's valid entries (type invariant).
+            let elen = u64::from(unsafe { (*e).length });
+            if at + elen > offset && at < end {
+                parts.push((e, at), GFP_KERNEL)?;
+            }
+            at += elen;
+            // SAFETY: As above.
+            e = unsafe { bindings::ferry_helper_sg_next(e) };
+        }
+        let n = parts.len();
+        let mut own = KVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            own.push(bindings::scatterlist::default(), GFP_KERNEL)?;
+        }
+        // CAST: at most the parent's entry count, a `u32`.
+        // SAFETY: `own` has room for `n` entries.
+        unsafe { bindings::sg_init_table(own.as_mut_ptr(), n as c_uint) };
+        for (dst, &(src, start)) in own.iter_mut().zip(parts.iter()) {
+            // SAFETY: `src` is a valid entry of the parent.
+            let (page, soff, slen) = unsafe {
+                (
+                    bindings::ferry_helper_sg_page(src),
+                    (*src).offset,
+                    (*src).length,
+                )
+            };
+            // The part of this entry inside [offset, end).
+            let skip = offset.saturating_sub(start);
+            let take = (u64::from(slen) - skip).min(end - start.max(offset));
+            // CAST: both fit the entry's own `u32` length and offset.
+            // SAFETY: `dst` is an initialized entry of `own`; `page` is the
+            // parent's, which `_own` keeps alive.
+            unsafe {
+                bindings::ferry_helper_sg_set_page(dst, page, take as c_uint, soff + skip as c_uint)
+            };
+        }
+        // INVARIANT: `own`'s entries name `len` bytes of the parent's pages,
+        // valid while the parent is, which the slice holds; `own` never moves
+        // (no push after this).
+        let head = NonNull::new(own.as_mut_ptr()).ok_or(EINVAL)?;
+        Ok(Self {
+            sg: head,
+            // CAST: as above.
+            nents: n as u32,
+            len: u64::from(len),
+            _own: Some((own, parent.clone())),
         })
     }
 
@@ -123,7 +187,6 @@ pub struct MappedSg {
     entries: KVec<NonNull<bindings::scatterlist>>,
     len: u64,
 }
-
 
 // SAFETY: The entries point into the lent scatterlist (see `SgList`); mapping
 // and unmapping may happen on any thread.
@@ -256,7 +319,11 @@ impl Mr {
     pub fn new(pd: &Arc<Pd>, max_pages: u32) -> Result<Self> {
         // SAFETY: `pd` is live on a registered device.
         let mr = from_err_ptr(unsafe {
-            bindings::ib_alloc_mr(pd.as_raw(), bindings::ib_mr_type_IB_MR_TYPE_MEM_REG, max_pages)
+            bindings::ib_alloc_mr(
+                pd.as_raw(),
+                bindings::ib_mr_type_IB_MR_TYPE_MEM_REG,
+                max_pages,
+            )
         })?;
         Ok(Self {
             mr: NonNull::new(mr).ok_or(ENOMEM)?,

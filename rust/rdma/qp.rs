@@ -678,7 +678,9 @@ impl<H: Completion> Inner<H> {
     }
 
     fn tag_cqe(&self, tag: u32, op: TagOp) -> *mut bindings::ib_cqe {
-        self.tag_cqes[(tag * TAG_OPS + op as u32) as usize].cqe.get()
+        self.tag_cqes[(tag * TAG_OPS + op as u32) as usize]
+            .cqe
+            .get()
     }
 
     /// Destroys tag `tag`'s rdma_rw context, if it has one, and gives its
@@ -790,11 +792,8 @@ impl<H: Completion> Inner<H> {
                 r.access = access as c_int;
             }
             for i in 0..n {
-                let next: *mut bindings::ib_send_wr = if i + 1 < n {
-                    &mut regs[i + 1].wr
-                } else {
-                    send
-                };
+                let next: *mut bindings::ib_send_wr =
+                    if i + 1 < n { &mut regs[i + 1].wr } else { send };
                 regs[i].wr.next = next;
             }
             if n > 0 {
@@ -891,7 +890,12 @@ unsafe extern "C" fn qp_event(ev: *mut bindings::ib_event, _ctx: *mut c_void) {
     let (kind, qp) = unsafe { ((*ev).event, (*ev).element.qp) };
     // SAFETY: `ib_event_msg` returns a static string for any value; the QP
     // is live during its event.
-    let (msg, num) = unsafe { (CStr::from_char_ptr(bindings::ib_event_msg(kind)), (*qp).qp_num) };
+    let (msg, num) = unsafe {
+        (
+            CStr::from_char_ptr(bindings::ib_event_msg(kind)),
+            (*qp).qp_num,
+        )
+    };
     pr_warn!("QP {}: {}\n", num, msg);
 }
 
@@ -914,6 +918,11 @@ unsafe extern "C" fn done<H: Completion>(_cq: *mut bindings::ib_cq, wc: *mut bin
     let inner = unsafe { &*slot.owner };
     match slot.op {
         None => inner.complete(slot.slot, wc),
-        Some(op) => H::tag_done(inner.handler.as_arc_borrow(), slot.slot, op, &Wc::from_raw(wc)),
+        Some(op) => H::tag_done(
+            inner.handler.as_arc_borrow(),
+            slot.slot,
+            op,
+            &Wc::from_raw(wc),
+        ),
     }
 }

@@ -12,7 +12,7 @@
  * With requests=N, the client then sends N requests that move data with
  * zero-copy RDMA: writes (the service reads the client's pages and checks
  * them) and reads (the service writes a pattern into the client's pages,
- * which the client checks), of 4 KiB to 2 MiB, rq_window at a time.
+ * which the client checks), of 4 KiB to 4 MiB, rq_window at a time.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -56,9 +56,9 @@ MODULE_PARM_DESC(requests, "Requests with data the client sends after its messag
 static uint rq_window = 8;
 module_param(rq_window, uint, 0444);
 MODULE_PARM_DESC(rq_window, "Requests the client keeps in flight (at most 64)");
-static uint rq_max = 2 << 20;
+static uint rq_max = 4 << 20;
 module_param(rq_max, uint, 0444);
-MODULE_PARM_DESC(rq_max, "The largest request data, in bytes (4 KiB to 2 MiB)");
+MODULE_PARM_DESC(rq_max, "The largest request data, in bytes (4 KiB to 4 MiB)");
 static uint rq_dir;
 module_param(rq_dir, uint, 0444);
 MODULE_PARM_DESC(rq_dir, "0: writes and reads by turns, 1: writes only, 2: reads only");
@@ -70,7 +70,7 @@ MODULE_PARM_DESC(refuse, "The service refuses every session (to see the client's
 #define DRAIN_MS	20000	/* how long the client waits for an echo */
 
 static const size_t size_classes[] = { 64, 256, 1024, 4096, 16384, 65536 };
-static const u32 data_classes[] = { 4096, 65536, 1 << 20, 2 << 20 };
+static const u32 data_classes[] = { 4096, 65536, 1 << 20, 4 << 20 };
 
 /* A request's header: what to do with how much data, and the pattern's seed. */
 struct data_hdr {
@@ -455,7 +455,7 @@ static void rq_done(struct ferry_request *rq)
 static int run_requests(struct ferry_session *s, u32 n, u32 window)
 {
 	struct rq_client *rc;
-	u32 i, sent = 0, max = clamp_t(u32, rq_max, 4096, 2 << 20);
+	u32 i, sent = 0, max = clamp_t(u32, rq_max, 4096, 4 << 20);
 	u64 bytes = 0;
 	int ret = 0;
 

@@ -158,7 +158,8 @@ impl Handler for EchoSession {
             }
         }
         let mut copy = KVec::new();
-        if copy.extend_from_slice(data, GFP_KERNEL).is_err() || pending.push(copy, GFP_KERNEL).is_err()
+        if copy.extend_from_slice(data, GFP_KERNEL).is_err()
+            || pending.push(copy, GFP_KERNEL).is_err()
         {
             pr_warn!("session {}: out of memory, an echo is lost\n", s.id());
             return;

@@ -30,7 +30,7 @@ use crate::{
     device::{Ferry, OWNER},
     rdma::{
         device::{Caps, DeviceName},
-        mr::{DmaDir, Remote, SgList},
+        mr::{DmaDir, SgList},
         pd::Pd,
         qp::{Completion, Qp, QpConfig, QpState, TagOp, Wc},
     },
@@ -42,7 +42,7 @@ use crate::{
         request::{Dir, RequestHead, ResponseHead},
         AcceptData, ConnectData, Header, Hello, HelloReply, Kind, Reason, RejectData,
     },
-    xfer::{Incoming, PendingResponse, RdmaDone, Request, Response, Xfer},
+    xfer::{Incoming, PendingResponse, RdmaDone, RdmaOp, Request, Response, Xfer},
 };
 
 /// Most pages one registration maps (2 MiB of 4 KiB pages), or fewer if the
@@ -432,7 +432,8 @@ impl Channel {
         match res {
             Ok(_) => {
                 self.stats.add(Counter::TxMsgs, 1);
-                self.stats.add(Counter::TxBytes, (Header::LEN + payload.len()) as u64);
+                self.stats
+                    .add(Counter::TxBytes, (Header::LEN + payload.len()) as u64);
                 Ok(())
             }
             Err(e) => {
@@ -473,7 +474,8 @@ impl Channel {
         if inner.state != ChanState::Up {
             return Err((ENOTCONN, req, data));
         }
-        let (Some(qp), Some(pd), Some(xfer)) = (inner.qp.as_ref(), inner.pd.as_ref(), inner.xfer.as_mut())
+        let (Some(qp), Some(pd), Some(xfer)) =
+            (inner.qp.as_ref(), inner.pd.as_ref(), inner.xfer.as_mut())
         else {
             return Err((ENOTCONN, req, data));
         };
@@ -489,9 +491,8 @@ impl Channel {
         let limit = inner.peer_depth.min(self.session.params.queue_depth);
         let res = xfer.submit(pd, limit, req, data, |tag, mrs, cookie, head, hdr| {
             qp.send_registered(tag, mrs, write, |buf| {
-                let n = Header::write_with(Kind::Request, grant, cookie, buf, |p| {
-                    head.write(hdr, p)
-                })?;
+                let n =
+                    Header::write_with(Kind::Request, grant, cookie, buf, |p| head.write(hdr, p))?;
                 self.stats.add(Counter::TxBytes, n as u64);
                 Ok(n)
             })?;
@@ -513,44 +514,46 @@ impl Channel {
 
     /// Responder: moves the data of `inc` between its requester and `sg` (an
     /// RDMA READ for a request whose data goes to this side, a WRITE for one
-    /// whose data comes from it); `done` is told when it is over. `sg` must
-    /// hold the request's whole data.
+    /// whose data comes from it), region after region; `done` is told when
+    /// it is over. `sg` must hold the request's whole data.
     pub(crate) fn incoming_rdma(
         &self,
         inc: &mut Incoming,
         sg: SgList,
         done: KBox<dyn RdmaDone>,
-    ) -> Result<(), (Error, SgList)> {
-        let ddir = match inc.head.dir {
+    ) -> Result {
+        let dir = match inc.head.dir {
             // RDMA READ: the device writes the local pages.
             Dir::ToPeer => DmaDir::FromDevice,
             Dir::FromPeer => DmaDir::ToDevice,
-            Dir::None => return Err((EINVAL, sg)),
+            Dir::None => return Err(EINVAL),
         };
-        if inc.head.ndesc != 1 {
-            // Several regions (more than one registration's worth of pages)
-            // are not moved yet.
-            return Err((EOPNOTSUPP, sg));
+        if sg.len() != u64::from(inc.head.data_len) {
+            return Err(EINVAL);
         }
-        let d = inc.head.descs[0];
+        let mut op = RdmaOp {
+            done,
+            list: Arc::new(sg, GFP_KERNEL)?,
+            head: inc.head,
+            dir,
+            next: 0,
+            offset: 0,
+        };
+        let (first, remote) = op.next_region().ok_or(EINVAL)??;
         let mut inner = self.inner.lock();
         if inner.state != ChanState::Up {
-            return Err((ENOTCONN, sg));
+            return Err(ENOTCONN);
         }
         let Some(qp) = inner.qp.as_ref() else {
-            return Err((ENOTCONN, sg));
+            return Err(ENOTCONN);
         };
-        let remote = Remote {
-            addr: d.addr,
-            len: d.len,
-            rkey: d.rkey,
-        };
-        qp.rdma(inc.tag, sg, remote, ddir)?;
+        qp.rdma(inc.tag, first, remote, dir).map_err(|(e, _)| e)?;
         if let Some(x) = inner.xfer.as_mut() {
-            x.set_rdma(inc.tag, done);
+            x.set_rdma(inc.tag, op);
         }
-        inc.moved = d.len;
-        self.stats.add(Counter::RdmaBytes, u64::from(d.len));
+        inc.moved = inc.head.data_len;
+        self.stats
+            .add(Counter::RdmaBytes, u64::from(inc.head.data_len));
         Ok(())
     }
 
@@ -597,8 +600,9 @@ impl Channel {
         let qp = inner.qp.as_ref().ok_or(ENOTCONN)?;
         let grant = inner.credits.take(false).ok_or(EAGAIN)?;
         let fill = |buf: &mut [u8]| {
-            let n =
-                Header::write_with(Kind::Response, grant, r.cookie, buf, |p| r.head.write(&r.hdr, p))?;
+            let n = Header::write_with(Kind::Response, grant, r.cookie, buf, |p| {
+                r.head.write(&r.hdr, p)
+            })?;
             self.stats.add(Counter::TxBytes, n as u64);
             Ok(n)
         };
@@ -623,7 +627,9 @@ impl Channel {
         let mut inner = self.inner.lock();
         loop {
             let Some(r) = inner.xfer.as_mut().and_then(|x| {
-                (!x.pending.is_empty()).then(|| x.pending.remove(0).ok()).flatten()
+                (!x.pending.is_empty())
+                    .then(|| x.pending.remove(0).ok())
+                    .flatten()
             }) else {
                 return;
             };
@@ -850,13 +856,19 @@ impl Completion for Channel {
             TagOp::Reg => this.wc_failed(wc),
             TagOp::Inv if !wc.ok() => this.wc_failed(wc),
             TagOp::Inv => {
-                let f = this.inner.lock().xfer.as_mut().and_then(|x| x.invalidated(tag));
+                let f = this
+                    .inner
+                    .lock()
+                    .xfer
+                    .as_mut()
+                    .and_then(|x| x.invalidated(tag));
                 if let Some(f) = f {
                     f.complete();
                 }
             }
             TagOp::Rdma => {
-                let mut inner = this.inner.lock();
+                let mut guard = this.inner.lock();
+                let inner = &mut *guard;
                 if wc.ok() {
                     inner.last_rx = Instant::now();
                 }
@@ -864,13 +876,29 @@ impl Completion for Channel {
                 // teardown completes the transfer once the QP is gone.
                 let Some(qp) = inner.qp.as_ref() else { return };
                 let _ = qp.rdma_done(tag);
-                let cb = inner.xfer.as_mut().and_then(|x| x.take_rdma(tag));
-                drop(inner);
+                let Some(x) = inner.xfer.as_mut() else { return };
+                let mut status = if wc.ok() { 0 } else { EIO.to_errno() };
+                if wc.ok() {
+                    // The next region, if any.
+                    let next = x.rdma_op(tag).and_then(|op| {
+                        op.next_region()
+                            .map(|r| r.map(|(sg, remote)| (sg, remote, op.dir)))
+                    });
+                    match next {
+                        Some(Ok((sg, remote, dir))) => match qp.rdma(tag, sg, remote, dir) {
+                            Ok(()) => return,
+                            Err((e, _)) => status = e.to_errno(),
+                        },
+                        Some(Err(e)) => status = e.to_errno(),
+                        None => {}
+                    }
+                }
+                let cb = x.take_rdma(tag);
+                drop(guard);
                 if !wc.ok() {
                     this.wc_failed(wc);
                 }
                 if let Some(cb) = cb {
-                    let status = if wc.ok() { 0 } else { EIO.to_errno() };
                     cb.done(status);
                 }
             }

@@ -382,7 +382,8 @@ pub(crate) unsafe extern "C" fn ferry_session_open(
         p.timeout_ms,
         p.give_up_s,
     );
-    let (Some(peer), Some(service), Ok(params)) = (SockAddr::from_storage(storage), service, params)
+    let (Some(peer), Some(service), Ok(params)) =
+        (SockAddr::from_storage(storage), service, params)
     else {
         return EINVAL.to_ptr();
     };
@@ -643,7 +644,7 @@ unsafe fn rdma(
     let chan = i.chan.clone();
     match chan.incoming_rdma(i, sg, cb) {
         Ok(()) => 0,
-        Err((e, _sg)) => e.to_errno(),
+        Err(e) => e.to_errno(),
     }
 }
 

@@ -754,10 +754,7 @@ mod tests {
             queue_depth: 0,
             ..last
         };
-        assert_eq!(
-            ConnectData::decode(&unspecified.encode()),
-            Ok(unspecified)
-        );
+        assert_eq!(ConnectData::decode(&unspecified.encode()), Ok(unspecified));
     }
 
     #[test]

@@ -100,12 +100,45 @@ impl Finished {
     }
 }
 
+/// A responder's RDMA in flight: the requester's regions are moved one after
+/// the other, each against its slice of the consumer's list.
+pub(crate) struct RdmaOp {
+    pub(crate) done: KBox<dyn RdmaDone>,
+    pub(crate) list: Arc<SgList>,
+    pub(crate) head: RequestHead,
+    pub(crate) dir: DmaDir,
+    /// The next region, and where its bytes start in `list`.
+    pub(crate) next: usize,
+    pub(crate) offset: u64,
+}
+
+impl RdmaOp {
+    /// The next region's slice of the list and the region; `None` after the
+    /// last. Advances.
+    pub(crate) fn next_region(&mut self) -> Option<Result<(SgList, Remote)>> {
+        let d = *self.head.descs[..self.head.ndesc].get(self.next)?;
+        let slice = SgList::slice(&self.list, self.offset, d.len);
+        self.next += 1;
+        self.offset += u64::from(d.len);
+        Some(slice.map(|s| {
+            (
+                s,
+                Remote {
+                    addr: d.addr,
+                    len: d.len,
+                    rkey: d.rkey,
+                },
+            )
+        }))
+    }
+}
+
 /// A responder tag in use.
 #[derive(Default)]
 struct InSlot {
     used: bool,
-    /// The consumer's callback for the RDMA in flight.
-    rdma: Option<KBox<dyn RdmaDone>>,
+    /// The RDMA in flight.
+    rdma: Option<RdmaOp>,
 }
 
 /// A response that found no credit, sent when credits return.
@@ -358,11 +391,16 @@ impl Xfer {
         }
     }
 
-    /// Responder: remembers the callback of tag `tag`'s RDMA.
-    pub(crate) fn set_rdma(&mut self, tag: u32, done: KBox<dyn RdmaDone>) {
+    /// Responder: remembers tag `tag`'s RDMA.
+    pub(crate) fn set_rdma(&mut self, tag: u32, op: RdmaOp) {
         if let Some(s) = self.incoming.get_mut(tag as usize) {
-            s.rdma = Some(done);
+            s.rdma = Some(op);
         }
+    }
+
+    /// Responder: tag `tag`'s RDMA in flight.
+    pub(crate) fn rdma_op(&mut self, tag: u32) -> Option<&mut RdmaOp> {
+        self.incoming.get_mut(tag as usize)?.rdma.as_mut()
     }
 
     /// Responder: whether tag `tag` has an RDMA in flight.
@@ -374,16 +412,16 @@ impl Xfer {
 
     /// Responder: the callback of tag `tag`'s RDMA, once it is over.
     pub(crate) fn take_rdma(&mut self, tag: u32) -> Option<KBox<dyn RdmaDone>> {
-        self.incoming.get_mut(tag as usize)?.rdma.take()
+        Some(self.incoming.get_mut(tag as usize)?.rdma.take()?.done)
     }
 
     /// Responder, teardown: every RDMA callback still pending.
     pub(crate) fn take_all_rdma(&mut self) -> KVec<(u32, KBox<dyn RdmaDone>)> {
         let mut v = KVec::new();
         for (i, s) in self.incoming.iter_mut().enumerate() {
-            if let Some(cb) = s.rdma.take() {
+            if let Some(op) = s.rdma.take() {
                 // CAST: below the tag count.
-                if v.push((i as u32, cb), GFP_KERNEL).is_err() {
+                if v.push((i as u32, op.done), GFP_KERNEL).is_err() {
                     break;
                 }
             }

@@ -244,7 +244,9 @@ mod tests {
             assert_eq!(hdr, b"hdr!");
         }
         // Too small a buffer.
-        assert!(head(Dir::ToPeer, &[1]).write(&[0; 64], &mut b[..60]).is_err());
+        assert!(head(Dir::ToPeer, &[1])
+            .write(&[0; 64], &mut b[..60])
+            .is_err());
     }
 
     #[test]
