@@ -178,7 +178,7 @@ def session_two_hosts(t):
     """Two hosts: sessions in both directions over IPv4 and IPv6; rmmod on the
     server side with a live session makes the client reconnect, rmmod on the
     client side closes the server's side."""
-    a, b = t.pair_up()
+    a, b = t.pair_up(echo=True)
     for vm in (a, b):
         ferryctl(t, vm, f'listener add 0.0.0.0 port {PORT}')
         ferryctl(t, vm, f'listener add :: port {PORT}')
@@ -209,7 +209,7 @@ def session_peer_killed(t):
     """The server VM is killed: the client detects it within its timeout
     (heartbeats), reconnects by itself when the server is back, and ferryctl
     shows the reconnect. Then the link goes down and up on the client."""
-    a, b = t.pair_up()
+    a, b = t.pair_up(echo=True)
     ferryctl(t, a, f'listener add 0.0.0.0 port {PORT}')
     s = connect(t, b, '192.0.2.1', extra='channels 2 heartbeat-ms 200 timeout-ms 1000')
     t.eq(s['state'], 'connected', 'connected')

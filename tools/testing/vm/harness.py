@@ -108,15 +108,16 @@ class Test:
     def rxe_add(self, vm, name='rxe0', nic=0):
         vm.run(f'ip link set eth{nic} up && rdma link add {name} type rxe netdev eth{nic}')
 
-    def pair_up(self):
+    def pair_up(self, echo=False):
         """Two VMs on one link: 192.0.2.1 (a) and .2 (b), each with rxe0 and
-        ferry; returns (a, b) once b reaches a."""
+        ferry (and, with `echo`, the echo sample); returns (a, b) once b
+        reaches a."""
         a, b = self.a, self.b
         self.net_up(a, 0, 1)
         self.net_up(b, 0, 2)
         for vm in (a, b):
             self.rxe_add(vm)
-            self.insmod(vm, echo=True)
+            self.insmod(vm, echo=echo)
         b.wait_for('ping -c1 -W1 192.0.2.1', timeout=30)
         return a, b
 
