@@ -28,6 +28,10 @@ def main():
     ap.add_argument('--ferryctl', required=True)
     args = ap.parse_args()
     out = tempfile.mkdtemp(prefix='ferry-demo.')
+
+    def sample(name):
+        return os.path.join(os.path.dirname(args.ferry_ko), f'{name}.ko')
+
     link = Link()
     hosts = [VM('host-a', args.kernel, out, nics=[(link, 0)], mac_base=0x10),
              VM('host-b', args.kernel, out, nics=[(link, 1)], mac_base=0x20)]
@@ -39,6 +43,8 @@ def main():
         for vm in hosts:
             show(vm, 'rdma link add rxe0 type rxe netdev eth0')
             show(vm, f'insmod {args.ferry_ko}')
+            # The Rust sample offers the service "echo" the sessions below ask for.
+            show(vm, f'insmod {sample("ferry_echo")}')
             show(vm, f'{args.ferryctl} device show')
             show(vm, f'{args.ferryctl} -d device show rxe0')
             show(vm, 'rdma res show pd; rdma res show cq')
@@ -54,8 +60,15 @@ def main():
         show(hosts[1], f'sleep 3; {ctl} -d -s session show')
         show(hosts[0], f'{ctl} -d -s session show; {ctl} listener show')
         show(hosts[0], 'rdma res show qp | grep ferry; rdma res show cm_id | grep ferry')
+        # The C sample: messages, then zero-copy requests of 4 KiB to 4 MiB,
+        # from B to A's service, every byte checked.
+        show(hosts[0], f'insmod {sample("ferry_cecho")}; {ctl} service show')
+        show(hosts[1], f'insmod {sample("ferry_cecho")} peer=192.0.2.1 port=7471 '
+                       f'service=cecho count=200 requests=40 hold=1; '
+                       f'dmesg | grep "ferry_cecho: client"')
+        show(hosts[1], f'{ctl} -s session show')
         for vm in hosts:
-            show(vm, 'rmmod ferry')
+            show(vm, 'rmmod ferry_cecho ferry_echo ferry')
         problems = sum((vm.kernel_problems() for vm in hosts), [])
         for p in problems:
             print(p)
