@@ -29,12 +29,18 @@ pub enum DmaDir {
 }
 
 impl DmaDir {
-    fn raw(self) -> c_int {
-        // CAST: the enum's values are small.
-        (match self {
+    /// The `enum dma_data_direction` value.
+    pub(crate) fn as_raw(self) -> bindings::dma_data_direction {
+        match self {
             DmaDir::ToDevice => bindings::dma_data_direction_DMA_TO_DEVICE,
             DmaDir::FromDevice => bindings::dma_data_direction_DMA_FROM_DEVICE,
-        }) as c_int
+        }
+    }
+
+    /// The same, as the `ib_dma_*` shims take it.
+    fn raw(self) -> c_int {
+        // CAST: the enum's values are small.
+        self.as_raw() as c_int
     }
 }
 

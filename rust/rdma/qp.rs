@@ -595,7 +595,7 @@ impl<H: Completion> Qp<H> {
                 0,
                 remote.addr,
                 remote.rkey,
-                dir_raw(dir),
+                dir.as_raw(),
             )
         };
         if ret < 0 {
@@ -626,13 +626,6 @@ impl<H: Completion> Qp<H> {
     /// been handled: unmaps the list and gives it back.
     pub fn rdma_done(&self, tag: u32) -> Option<SgList> {
         self.inner.rw_destroy(tag)
-    }
-}
-
-fn dir_raw(dir: DmaDir) -> bindings::dma_data_direction {
-    match dir {
-        DmaDir::FromDevice => bindings::dma_data_direction_DMA_FROM_DEVICE,
-        DmaDir::ToDevice => bindings::dma_data_direction_DMA_TO_DEVICE,
     }
 }
 
@@ -703,7 +696,7 @@ impl<H: Completion> Inner<H> {
                     self.port,
                     l.as_raw(),
                     l.nents(),
-                    dir_raw((*rw).dir),
+                    (*rw).dir.as_raw(),
                 );
             }
             sg

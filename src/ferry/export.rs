@@ -2,21 +2,20 @@
 
 //! The exported C API, `include/ferry/ferry.h`: the only `unsafe` of `src/`.
 //!
-//! Each `extern "C"` function checks what the caller passed and hands it to
-//! the safe code: [`Service`] and [`Session`]. A `struct ferry_session *` is a
-//! `Session` kept alive by an `Arc` reference the holder owns; a `struct
-//! ferry_service *` likewise. The C caller's `struct ferry_ops` becomes a
-//! [`Consumer`] and [`ServiceOps`] here. `exports.c` exports the symbols in
-//! the `FERRY` namespace.
+//! Each `extern "C"` function turns what the caller passed into the safe
+//! types of `rust/ferry_abi.rs` (under the contract the header states: the
+//! function's one `unsafe` block) and hands them to the safe code: [`Service`]
+//! and [`Session`]. A `struct ferry_session *` is a `Session` kept alive by an
+//! `Arc` reference the holder owns; a `struct ferry_service *` likewise; a
+//! `struct ferry_incoming *` is a boxed [`Incoming`] the consumer owns. The C
+//! caller's `struct ferry_ops` becomes a [`Consumer`] and [`ServiceOps`] here.
+//! `exports.c` exports the symbols in the `FERRY` namespace.
 //!
 //! Each function's type is checked against the header's declaration (which
 //! bindgen turns into Rust) by [`checked`], so the two cannot drift apart.
 
 use kernel::ffi::{c_char, c_int, c_uint, c_void};
-use kernel::{
-    prelude::*,
-    sync::{Arc, ArcBorrow},
-};
+use kernel::{prelude::*, sync::Arc};
 
 use crate::{
     bindings::{
@@ -25,6 +24,7 @@ use crate::{
     },
     cm::SockAddr,
     device::Ferry,
+    ferry_abi::{self, dir, CRequest, Handle, Ops, Owned, RdmaCallback},
     netns::Net,
     rdma::mr::SgList,
     service::{Consumer, Service, ServiceOps},
@@ -91,208 +91,99 @@ fn reason_errno(reason: Reason) -> c_int {
     }
 }
 
-fn handle(s: &Arc<Session>) -> *mut ferry_session {
-    Arc::as_ptr(s).cast_mut().cast()
-}
-
-/// A C consumer: its ops and its private pointer.
-///
-/// # Invariants
-///
-/// `ops` is valid until the session is closed (the API's contract), and has
-/// a `message` callback.
-struct COps {
-    ops: *const ferry_ops,
-    priv_: *mut c_void,
-}
-
-// SAFETY: The API requires the callbacks to be callable from any thread; the
-// private pointer is the consumer's to synchronize.
-unsafe impl Send for COps {}
-// SAFETY: As for `Send`.
-unsafe impl Sync for COps {}
-
-impl COps {
-    fn ops(&self) -> &ferry_ops {
-        // SAFETY: Valid while the session is open (type invariant); ferry calls
-        // no callback after `gone`.
-        unsafe { &*self.ops }
-    }
-}
+/// A C consumer.
+struct COps(Ops);
 
 impl Consumer for COps {
     fn up(&self, s: &Arc<Session>) {
-        if let Some(f) = self.ops().up {
-            // SAFETY: A callback of the consumer, called as the header says.
-            unsafe { f(handle(s), self.priv_) };
-        }
+        self.0.up(s);
     }
 
     fn down(&self, s: &Arc<Session>, reason: Reason) {
-        if let Some(f) = self.ops().down {
-            // SAFETY: As in `up`.
-            unsafe { f(handle(s), self.priv_, reason.errno().to_errno()) };
-        }
+        self.0.down(s, reason.errno().to_errno());
     }
 
     fn message(&self, s: &Arc<Session>, data: &[u8]) {
-        if let Some(f) = self.ops().message {
-            // SAFETY: As in `up`; `data` is valid for the call.
-            unsafe { f(handle(s), self.priv_, data.as_ptr().cast(), data.len()) };
-        }
+        self.0.message(s, data);
     }
 
     fn writable(&self, s: &Arc<Session>) {
-        if let Some(f) = self.ops().writable {
-            // SAFETY: As in `up`.
-            unsafe { f(handle(s), self.priv_) };
-        }
+        self.0.writable(s);
     }
 
     fn gone(&self, s: &Arc<Session>, reason: Reason) {
-        if let Some(f) = self.ops().gone {
-            // SAFETY: As in `up`.
-            unsafe { f(handle(s), self.priv_, reason_errno(reason)) };
-        }
+        self.0.gone(s, reason_errno(reason));
     }
 
     fn request(&self, s: &Arc<Session>, inc: KBox<Incoming>) {
-        match self.ops().request {
-            // SAFETY: As in `up`; the consumer owns `inc` until it responds.
-            Some(f) => unsafe { f(handle(s), self.priv_, KBox::into_raw(inc).cast()) },
-            None => {
-                let _ = inc.respond(EOPNOTSUPP.to_errno(), &[]);
-            }
+        if let Err(inc) = self.0.request(s, inc) {
+            let _ = inc.respond(EOPNOTSUPP.to_errno(), &[]);
         }
     }
 }
 
-/// A C request: the caller's `struct ferry_request`.
-///
-/// # Invariants
-///
-/// `rq` is valid until `complete` (the API's contract).
-struct CRequest(*mut ferry_request);
+/// A C service: its ops and the private pointer it registered with.
+struct CService(Ops);
 
-// SAFETY: The request may be completed from any thread (the API's contract).
-unsafe impl Send for CRequest {}
-
-impl CRequest {
-    fn rq(&self) -> &ferry_request {
-        // SAFETY: Valid until `complete` (type invariant).
-        unsafe { &*self.0 }
+impl ServiceOps for CService {
+    fn accept(&self, s: &Arc<Session>) -> Result<Arc<dyn Consumer>, Reason> {
+        let priv_ = self.0.accept(s).map_err(|_| Reason::Refused)?;
+        let ops = self.0.with_priv(priv_);
+        Ok(Arc::new(COps(ops), GFP_KERNEL).map_err(|_| Reason::NoResources)?)
     }
 }
 
 impl Request for CRequest {
     fn header(&self) -> &[u8] {
-        let rq = self.rq();
-        if rq.hdr.is_null() || rq.hdr_len == 0 {
-            return &[];
-        }
-        // SAFETY: `hdr` holds `hdr_len` bytes until `ferry_submit` returns
-        // (the contract); ferry copies the header before that.
-        unsafe { core::slice::from_raw_parts(rq.hdr.cast::<u8>(), rq.hdr_len as usize) }
+        CRequest::header(self).unwrap_or(&[])
     }
 
     fn dir(&self) -> Dir {
-        match self.rq().dir {
-            crate::bindings::ferry_dir_FERRY_TO_PEER => Dir::ToPeer,
-            crate::bindings::ferry_dir_FERRY_FROM_PEER => Dir::FromPeer,
-            _ => Dir::None,
-        }
+        dir_of(CRequest::dir(self))
     }
 
     fn set_response(&mut self, status: i32, moved: u32, hdr: &[u8]) {
-        // SAFETY: Valid until `complete` (type invariant); nothing else
-        // touches the request while it is ferry's.
-        let rq = unsafe { &mut *self.0 };
-        let n = hdr.len().min(rq.resp_size as usize);
-        if !rq.resp.is_null() && n > 0 {
-            // SAFETY: `resp` has room for `resp_size` bytes (the contract).
-            unsafe { core::ptr::copy_nonoverlapping(hdr.as_ptr(), rq.resp.cast::<u8>(), n) };
-        }
-        rq.status = status;
-        // CAST: at most `resp_size`, a `u32`.
-        rq.resp_len = n as u32;
-        rq.moved = moved;
+        CRequest::set_response(self, status, moved, hdr);
     }
 
     fn complete(self: KBox<Self>, status: i32) {
-        let rq = self.0;
-        // SAFETY: As in `set_response`.
-        unsafe {
-            if status != 0 {
-                (*rq).status = status;
-                (*rq).resp_len = 0;
-                (*rq).moved = 0;
-            }
-            if let Some(done) = (*rq).done {
-                done(rq);
-            }
-        }
+        KBox::into_inner(self).complete(status);
     }
 }
 
-/// A C consumer's `done` for an RDMA READ or WRITE.
-struct CRdmaDone {
-    done: unsafe extern "C" fn(*mut ferry_incoming, *mut c_void, c_int),
-    inc: *mut ferry_incoming,
-    ctx: *mut c_void,
+fn dir_of(raw: c_uint) -> Dir {
+    match raw {
+        dir::TO_PEER => Dir::ToPeer,
+        dir::FROM_PEER => Dir::FromPeer,
+        _ => Dir::None,
+    }
 }
 
-// SAFETY: The callback may run on any thread (the API's contract).
-unsafe impl Send for CRdmaDone {}
-
-impl RdmaDone for CRdmaDone {
+impl RdmaDone for RdmaCallback {
     fn done(self: KBox<Self>, status: i32) {
-        // SAFETY: The consumer's callback, with what it passed.
-        unsafe { (self.done)(self.inc, self.ctx, status) };
+        KBox::into_inner(self).call(status);
     }
 }
 
-/// A C service: its ops and the private pointer it registered with.
-struct CService(COps);
-
-impl ServiceOps for CService {
-    fn accept(&self, s: &Arc<Session>) -> Result<Arc<dyn Consumer>, Reason> {
-        let mut priv_ = self.0.priv_;
-        if let Some(f) = self.0.ops().accept {
-            // SAFETY: As in `COps::up`; `priv_` is a valid place for the answer.
-            if unsafe { f(handle(s), self.0.priv_, &mut priv_) } != 0 {
-                return Err(Reason::Refused);
-            }
-        }
-        let consumer = COps {
-            ops: self.0.ops,
-            priv_,
-        };
-        Ok(Arc::new(consumer, GFP_KERNEL).map_err(|_| Reason::NoResources)?)
-    }
-}
-
-/// Checks `ops`: not null, with a `message` callback.
-///
-/// # Safety
-///
-/// `ops` is null or valid for reads.
-unsafe fn valid_ops(ops: *const ferry_ops) -> bool {
-    // SAFETY: Null or valid (the function's contract).
-    !ops.is_null() && unsafe { (*ops).message.is_some() }
-}
-
-/// Reads a service name from a C string.
-///
-/// # Safety
-///
-/// `name` is null or a NUL-terminated string.
-unsafe fn service_name(name: *const c_char) -> Option<ServiceName> {
-    if name.is_null() {
-        return None;
-    }
-    // SAFETY: A NUL-terminated string (the function's contract).
-    let name = unsafe { CStr::from_char_ptr(name) };
-    ServiceName::new(name.to_bytes())
+/// A client's session parameters, from the caller's structure.
+fn session_params(
+    ferry: &Ferry,
+    net: &Net,
+    p: &ferry_session_params,
+) -> Option<(SockAddr, Params)> {
+    let default_channels = ferry.default_channels(net).unwrap_or(1);
+    let params = Params::checked(
+        p.channels,
+        // CAST: `default_channels` is at most `MAX_CHANNELS`.
+        default_channels as u16,
+        p.queue_depth,
+        p.max_msg,
+        p.heartbeat_ms,
+        p.timeout_ms,
+        p.give_up_s,
+    )
+    .ok()?;
+    Some((SockAddr::from_storage(ferry_abi::peer_bytes(p))?, params))
 }
 
 /// See `ferry_service_register()` in `include/ferry/ferry.h`.
@@ -307,16 +198,15 @@ pub(crate) unsafe extern "C" fn ferry_service_register(
     priv_: *mut c_void,
 ) -> *mut ferry_service {
     // SAFETY: The caller passes a string and valid ops (the contract).
-    let (name, valid) = unsafe { (service_name(name), valid_ops(ops)) };
-    let Some(name) = name.filter(|_| valid) else {
+    let (name, ops) = unsafe { (ferry_abi::c_str(name), Ops::new(ops, priv_)) };
+    let (Some(name), Some(ops)) = (name.and_then(ServiceName::new), ops) else {
         return EINVAL.to_ptr();
     };
-    // INVARIANT: `ops` is valid until unregistering and has `message`.
-    let svc = KBox::new(CService(COps { ops, priv_ }), GFP_KERNEL)
+    let svc = KBox::new(CService(ops), GFP_KERNEL)
         .map_err(Error::from)
         .and_then(|b| Service::register(name, b));
     match svc {
-        Ok(svc) => Arc::into_raw(svc).cast_mut().cast(),
+        Ok(svc) => Handle::into_raw(svc),
         Err(e) => e.to_ptr(),
     }
 }
@@ -328,10 +218,9 @@ pub(crate) unsafe extern "C" fn ferry_service_register(
 /// `svc` came from `ferry_service_register` and is not used afterwards.
 #[no_mangle]
 pub(crate) unsafe extern "C" fn ferry_service_unregister(svc: *mut ferry_service) {
-    // SAFETY: `svc` holds the reference `ferry_service_register` returned,
-    // given back here (the contract).
-    let svc = unsafe { Arc::<Service>::from_raw(svc.cast_const().cast()) };
-    svc.unregister();
+    // SAFETY: The reference `ferry_service_register` returned, given back
+    // (the contract).
+    unsafe { Handle::<Service>::from_raw(svc) }.unregister();
 }
 
 /// See `ferry_session_open()` in `include/ferry/ferry.h`.
@@ -346,67 +235,39 @@ pub(crate) unsafe extern "C" fn ferry_session_open(
     ops: *const ferry_ops,
     priv_: *mut c_void,
 ) -> *mut ferry_session {
-    // SAFETY: The caller passes valid ops (the contract).
-    if p.is_null() || !unsafe { valid_ops(ops) } {
+    if p.is_null() {
         return EINVAL.to_ptr();
     }
-    // SAFETY: `p` is valid for reads (the contract).
-    let p = unsafe { &*p };
+    // SAFETY: `p` is valid for reads, its `service` a string and its `net`
+    // null or held by the caller across the call (the session takes its own
+    // reference); `ops` is valid until the session closes (the contract).
+    let (p, ops, service, net) = unsafe {
+        let p = &*p;
+        let net = if p.net.is_null() {
+            Net::init()
+        } else {
+            Net::from_raw(p.net)
+        };
+        (p, Ops::new(ops, priv_), ferry_abi::c_str(p.service), net)
+    };
     let Some(ferry) = Ferry::get() else {
         return ESHUTDOWN.to_ptr();
     };
-    let net = if p.net.is_null() {
-        Net::init()
-    } else {
-        // SAFETY: The caller holds the namespace across the call (the contract);
-        // the session takes its own reference.
-        unsafe { Net::from_raw(p.net) }
-    };
-    // SAFETY: `peer` is a plain struct of bytes.
-    let storage = unsafe {
-        core::slice::from_raw_parts(
-            core::ptr::from_ref(&p.peer).cast::<u8>(),
-            core::mem::size_of_val(&p.peer),
-        )
-    };
-    // SAFETY: `service` is a string (the contract).
-    let service = unsafe { service_name(p.service) };
-    let default_channels = ferry.default_channels(net).unwrap_or(1);
-    let params = Params::checked(
-        p.channels,
-        // CAST: `default_channels` is at most `MAX_CHANNELS`.
-        default_channels as u16,
-        p.queue_depth,
-        p.max_msg,
-        p.heartbeat_ms,
-        p.timeout_ms,
-        p.give_up_s,
-    );
-    let (Some(peer), Some(service), Ok(params)) =
-        (SockAddr::from_storage(storage), service, params)
-    else {
+    let (Some(ops), Some(service), Some((peer, params))) = (
+        ops,
+        service.and_then(ServiceName::new),
+        session_params(&ferry, net, p),
+    ) else {
         return EINVAL.to_ptr();
     };
-    // INVARIANT: `ops` is valid until the session closes and has `message`.
-    let consumer: Arc<dyn Consumer> = match Arc::new(COps { ops, priv_ }, GFP_KERNEL) {
+    let consumer: Arc<dyn Consumer> = match Arc::new(COps(ops), GFP_KERNEL) {
         Ok(c) => c,
         Err(_) => return ENOMEM.to_ptr(),
     };
     match Session::connect(&ferry, net, peer, service, params, Some(consumer)) {
-        Ok(s) => Arc::into_raw(s).cast_mut().cast(),
+        Ok(s) => Handle::into_raw(s),
         Err(reason) => reason.errno().to_ptr(),
     }
-}
-
-/// Borrows the session behind a handle.
-///
-/// # Safety
-///
-/// `s` is a handle whose reference the caller holds for `'a`.
-unsafe fn borrow<'a>(s: *const ferry_session) -> ArcBorrow<'a, Session> {
-    // SAFETY: A handle is `Arc::into_raw` of a session, and the caller's
-    // reference keeps it alive for `'a` (the function's contract).
-    unsafe { ArcBorrow::from_raw(s.cast()) }
 }
 
 /// See `ferry_session_close()` in `include/ferry/ferry.h`.
@@ -417,8 +278,7 @@ unsafe fn borrow<'a>(s: *const ferry_session) -> ArcBorrow<'a, Session> {
 #[no_mangle]
 pub(crate) unsafe extern "C" fn ferry_session_close(s: *mut ferry_session) {
     // SAFETY: The opener's reference, given back (the contract).
-    let s = unsafe { Arc::<Session>::from_raw(s.cast_const().cast()) };
-    s.close(Reason::LocalClose);
+    unsafe { Handle::<Session>::from_raw(s) }.close(Reason::LocalClose);
 }
 
 /// See `ferry_session_get()` in `include/ferry/ferry.h`.
@@ -429,9 +289,9 @@ pub(crate) unsafe extern "C" fn ferry_session_close(s: *mut ferry_session) {
 #[no_mangle]
 pub(crate) unsafe extern "C" fn ferry_session_get(s: *mut ferry_session) {
     // SAFETY: The caller holds a reference (the contract).
-    let s: Arc<Session> = unsafe { borrow(s) }.into();
+    let s: Arc<Session> = unsafe { Handle::<Session>::borrow(s) }.into();
     // The new reference now belongs to the caller.
-    let _ = Arc::into_raw(s);
+    let _: *mut ferry_session = Handle::into_raw(s);
 }
 
 /// See `ferry_session_put()` in `include/ferry/ferry.h`.
@@ -442,7 +302,7 @@ pub(crate) unsafe extern "C" fn ferry_session_get(s: *mut ferry_session) {
 #[no_mangle]
 pub(crate) unsafe extern "C" fn ferry_session_put(s: *mut ferry_session) {
     // SAFETY: The reference `ferry_session_get` took (the contract).
-    drop(unsafe { Arc::<Session>::from_raw(s.cast_const().cast()) });
+    drop(unsafe { Handle::<Session>::from_raw(s) });
 }
 
 /// See `ferry_session_id()` in `include/ferry/ferry.h`.
@@ -453,7 +313,7 @@ pub(crate) unsafe extern "C" fn ferry_session_put(s: *mut ferry_session) {
 #[no_mangle]
 pub(crate) unsafe extern "C" fn ferry_session_id(s: *const ferry_session) -> u32 {
     // SAFETY: The caller holds a reference (the contract).
-    unsafe { borrow(s) }.id
+    unsafe { Handle::<Session>::borrow(s) }.id
 }
 
 /// See `ferry_session_limits()` in `include/ferry/ferry.h`.
@@ -467,16 +327,15 @@ pub(crate) unsafe extern "C" fn ferry_session_limits(
     out: *mut ferry_limits,
 ) -> c_int {
     // SAFETY: The caller holds a reference (the contract).
-    match unsafe { borrow(s) }.limits() {
+    match unsafe { Handle::<Session>::borrow(s) }.limits() {
         Ok((channels, queue_depth, max_payload)) => {
-            // SAFETY: `out` is valid for writes (the contract).
-            unsafe {
-                out.write(ferry_limits {
-                    channels,
-                    queue_depth,
-                    max_payload,
-                })
+            let l = ferry_limits {
+                channels,
+                queue_depth,
+                max_payload,
             };
+            // SAFETY: `out` is valid for writes (the contract).
+            unsafe { out.write(l) };
             0
         }
         Err(e) => e.to_errno(),
@@ -498,13 +357,13 @@ pub(crate) unsafe extern "C" fn ferry_send(
     if flags & !NOWAIT != 0 {
         return EINVAL.to_errno();
     }
-    if data.is_null() || len == 0 {
+    // SAFETY: `data` holds `len` bytes; the caller holds a reference to `s`
+    // (the contract).
+    let (data, s) = unsafe { (ferry_abi::bytes(data, len), Handle::<Session>::borrow(s)) };
+    if data.is_empty() {
         return EMSGSIZE.to_errno();
     }
-    // SAFETY: `data` is valid for `len` bytes (the contract).
-    let data = unsafe { core::slice::from_raw_parts(data.cast::<u8>(), len) };
-    // SAFETY: The caller holds a reference (the contract).
-    match unsafe { borrow(s) }.send(data, flags & NOWAIT != 0) {
+    match s.send(data, flags & NOWAIT != 0) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }
@@ -522,20 +381,22 @@ pub(crate) unsafe extern "C" fn ferry_submit(
     rq: *mut ferry_request,
     flags: c_uint,
 ) -> c_int {
-    if rq.is_null() || flags & !NOWAIT != 0 {
+    if flags & !NOWAIT != 0 {
         return EINVAL.to_errno();
     }
-    // SAFETY: `rq` is valid (the contract).
-    let r = unsafe { &*rq };
-    if r.done.is_none() || (r.hdr.is_null() && r.hdr_len != 0) {
+    // SAFETY: `rq` is valid and ferry's until its `done` (the contract).
+    let Some(req) = (unsafe { CRequest::new(rq) }) else {
+        return EINVAL.to_errno();
+    };
+    let (sgl, nents) = req.data();
+    if CRequest::header(&req).is_none() {
         return EINVAL.to_errno();
     }
-    let req = CRequest(rq);
-    let data = match (req.dir(), r.sgl.is_null()) {
+    let data = match (dir_of(CRequest::dir(&req)), sgl.is_null()) {
         (Dir::None, true) => None,
         (Dir::None, false) | (_, true) => return EINVAL.to_errno(),
         // SAFETY: The pages are ferry's until `done` (the contract).
-        (_, false) => match unsafe { SgList::from_raw(r.sgl, r.nents) } {
+        (_, false) => match unsafe { SgList::from_raw(sgl, nents) } {
             Ok(l) => Some(l),
             Err(e) => return e.to_errno(),
         },
@@ -545,38 +406,28 @@ pub(crate) unsafe extern "C" fn ferry_submit(
         Err(_) => return ENOMEM.to_errno(),
     };
     // SAFETY: The caller holds a reference (the contract).
-    match unsafe { borrow(s) }.request(req, data, flags & NOWAIT != 0) {
+    match unsafe { Handle::<Session>::borrow(s) }.request(req, data, flags & NOWAIT != 0) {
         Ok(()) => 0,
         // The request comes back unused: `done` is not called.
         Err((e, _req, _data)) => e.to_errno(),
     }
 }
 
-/// Borrows an incoming request.
-///
-/// # Safety
-///
-/// `inc` came from a `request` callback and was not given back.
-unsafe fn incoming<'a>(inc: *const ferry_incoming) -> &'a mut Incoming {
-    // SAFETY: It is a boxed `Incoming` the consumer owns (the contract).
-    unsafe { &mut *inc.cast_mut().cast::<Incoming>() }
-}
-
 /// See `ferry_incoming_header()` in `include/ferry/ferry.h`.
 ///
 /// # Safety
 ///
-/// `inc` is the consumer's; `len` is valid for writes.
+/// `inc` is the consumer's; `len` is null or valid for writes.
 #[no_mangle]
 pub(crate) unsafe extern "C" fn ferry_incoming_header(
     inc: *const ferry_incoming,
     len: *mut u32,
 ) -> *const c_void {
-    // SAFETY: The contract.
-    let hdr = unsafe { incoming(inc) }.header();
+    // SAFETY: The consumer owns `inc` (the contract).
+    let hdr = unsafe { Owned::<Incoming>::borrow(inc) }.header();
     if !len.is_null() {
         // CAST: a header fits a message, far below 4 GiB.
-        // SAFETY: The contract.
+        // SAFETY: Valid for writes (the contract).
         unsafe { len.write(hdr.len() as u32) };
     }
     hdr.as_ptr().cast()
@@ -589,11 +440,11 @@ pub(crate) unsafe extern "C" fn ferry_incoming_header(
 /// `inc` is the consumer's.
 #[no_mangle]
 pub(crate) unsafe extern "C" fn ferry_incoming_dir(inc: *const ferry_incoming) -> c_uint {
-    // SAFETY: The contract.
-    match unsafe { incoming(inc) }.dir() {
-        Dir::None => crate::bindings::ferry_dir_FERRY_DIR_NONE,
-        Dir::ToPeer => crate::bindings::ferry_dir_FERRY_TO_PEER,
-        Dir::FromPeer => crate::bindings::ferry_dir_FERRY_FROM_PEER,
+    // SAFETY: The consumer owns `inc` (the contract).
+    match unsafe { Owned::<Incoming>::borrow(inc) }.dir() {
+        Dir::None => dir::NONE,
+        Dir::ToPeer => dir::TO_PEER,
+        Dir::FromPeer => dir::FROM_PEER,
     }
 }
 
@@ -604,45 +455,21 @@ pub(crate) unsafe extern "C" fn ferry_incoming_dir(inc: *const ferry_incoming) -
 /// `inc` is the consumer's.
 #[no_mangle]
 pub(crate) unsafe extern "C" fn ferry_incoming_data_len(inc: *const ferry_incoming) -> u32 {
-    // SAFETY: The contract.
-    unsafe { incoming(inc) }.data_len()
+    // SAFETY: The consumer owns `inc` (the contract).
+    unsafe { Owned::<Incoming>::borrow(inc) }.data_len()
 }
 
-/// Starts the RDMA of `inc` in direction `want`.
-///
-/// # Safety
-///
-/// As for `ferry_rdma_read()`.
-unsafe fn rdma(
-    inc: *mut ferry_incoming,
-    sgl: *mut scatterlist,
-    nents: c_uint,
-    done: RdmaDoneFn,
-    ctx: *mut c_void,
-    want: Dir,
-) -> c_int {
-    let Some(done) = done else {
-        return EINVAL.to_errno();
-    };
-    // SAFETY: The contract.
-    let i = unsafe { incoming(inc) };
-    if i.dir() != want {
+/// Starts the RDMA of `inc` (whose data must go `want`) with `sg`.
+fn rdma(inc: &mut Incoming, sg: SgList, done: RdmaCallback, want: Dir) -> c_int {
+    if inc.dir() != want || sg.len() != u64::from(inc.data_len()) {
         return EINVAL.to_errno();
     }
-    // SAFETY: The pages are ferry's until `done` (the contract).
-    let sg = match unsafe { SgList::from_raw(sgl, nents) } {
-        Ok(l) => l,
-        Err(e) => return e.to_errno(),
-    };
-    if sg.len() != u64::from(i.data_len()) {
-        return EINVAL.to_errno();
-    }
-    let cb: KBox<dyn RdmaDone> = match KBox::new(CRdmaDone { done, inc, ctx }, GFP_KERNEL) {
+    let cb: KBox<dyn RdmaDone> = match KBox::new(done, GFP_KERNEL) {
         Ok(b) => b,
         Err(_) => return ENOMEM.to_errno(),
     };
-    let chan = i.chan.clone();
-    match chan.incoming_rdma(i, sg, cb) {
+    let chan = inc.chan.clone();
+    match chan.incoming_rdma(inc, sg, cb) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }
@@ -661,8 +488,19 @@ pub(crate) unsafe extern "C" fn ferry_rdma_read(
     done: RdmaDoneFn,
     ctx: *mut c_void,
 ) -> c_int {
-    // SAFETY: The contract.
-    unsafe { rdma(inc, sgl, nents, done, ctx, Dir::ToPeer) }
+    let Some(done) = done else {
+        return EINVAL.to_errno();
+    };
+    // SAFETY: The consumer owns `inc`, lends `sgl` and may be called back
+    // once with `inc` and `ctx` (the contract).
+    let (i, sg, cb) = unsafe {
+        (
+            Owned::<Incoming>::borrow(inc),
+            SgList::from_raw(sgl, nents),
+            RdmaCallback::new(done, inc, ctx),
+        )
+    };
+    sg.map_or_else(|e| e.to_errno(), |sg| rdma(i, sg, cb, Dir::ToPeer))
 }
 
 /// See `ferry_rdma_write()` in `include/ferry/ferry.h`.
@@ -678,8 +516,18 @@ pub(crate) unsafe extern "C" fn ferry_rdma_write(
     done: RdmaDoneFn,
     ctx: *mut c_void,
 ) -> c_int {
-    // SAFETY: The contract.
-    unsafe { rdma(inc, sgl, nents, done, ctx, Dir::FromPeer) }
+    let Some(done) = done else {
+        return EINVAL.to_errno();
+    };
+    // SAFETY: As in `ferry_rdma_read`.
+    let (i, sg, cb) = unsafe {
+        (
+            Owned::<Incoming>::borrow(inc),
+            SgList::from_raw(sgl, nents),
+            RdmaCallback::new(done, inc, ctx),
+        )
+    };
+    sg.map_or_else(|e| e.to_errno(), |sg| rdma(i, sg, cb, Dir::FromPeer))
 }
 
 /// See `ferry_respond()` in `include/ferry/ferry.h`.
@@ -694,20 +542,20 @@ pub(crate) unsafe extern "C" fn ferry_respond(
     hdr: *const c_void,
     len: u32,
 ) -> c_int {
-    let hdr = if hdr.is_null() || len == 0 {
-        &[][..]
-    } else {
-        // SAFETY: `hdr` holds `len` bytes (the contract).
-        unsafe { core::slice::from_raw_parts(hdr.cast::<u8>(), len as usize) }
+    // SAFETY: `hdr` holds `len` bytes; the consumer owns `inc` (the contract).
+    let (hdr, i) = unsafe {
+        (
+            ferry_abi::bytes(hdr, len as usize),
+            Owned::<Incoming>::borrow(inc),
+        )
     };
-    // SAFETY: The contract.
-    let i = unsafe { incoming(inc) };
     let chan = i.chan.clone();
     match chan.respond(i, status, hdr) {
+        // A transfer is in flight: the request stays the consumer's.
         Err(e) if e == EBUSY => e.to_errno(),
         res => {
-            // SAFETY: The box the `request` callback handed out, given back.
-            drop(unsafe { KBox::from_raw(inc.cast::<Incoming>()) });
+            // SAFETY: The consumer gives the request back (the contract).
+            drop(unsafe { Owned::<Incoming>::from_raw(inc) });
             res.map_or_else(|e| e.to_errno(), |()| 0)
         }
     }
