@@ -10,7 +10,7 @@ PKGS=(
 	# kernel build: LLVM toolchain and Rust with its library sources
 	clang-19 lld-19 llvm-19 libclang-19-dev
 	rustc-web rust-web-src rust-web-clippy rustfmt-web
-	flex bison bc libelf-dev libssl-dev cpio xz-utils kmod make
+	flex bison bc libelf-dev libssl-dev cpio xz-utils kmod make patch
 	# guest: emulator and the userspace the tests run inside it
 	qemu-system-x86 iproute2 iputils-ping rdma-core ibverbs-providers ibverbs-utils
 	perftest fio python3-venv

@@ -5,6 +5,10 @@
 # $FERRY_CACHE/kbuild/<version>-<key>, where <key> hashes the config fragment and
 # the rustc, bindgen and clang versions. Prints the build directory on stdout.
 #
+# The patches in tools/testing/kernel-patches (fixes to the kernel's own code
+# that the tests run into) are applied to a hard-linked copy of the source, so
+# the unpacked source stays pristine; they are part of the cache key.
+#
 # FERRY_DEBUG=1 adds tools/testing/config/debug.config (KASAN, lockdep, kmemleak).
 # Set KDIR to use another Rust-enabled 7.3 tree instead (nothing is built then).
 set -euo pipefail
@@ -67,12 +71,38 @@ fetch_source() {
 	rm -rf "$tmp" "$deb"
 }
 
+# A copy of the source with the test patches applied, named by their hash.
+patch_source() {
+	local patches=("$FERRY_ROOT"/tools/testing/kernel-patches/*.patch) hash dir tmp p
+	[ -e "${patches[0]}" ] || return 0
+	hash=$(cat "${patches[@]}" | sha256sum | cut -c1-12)
+	dir=$SRCDIR+p$hash
+	if [ ! -f "$dir/.ferry-patched" ]; then
+		step "applying ${#patches[@]} test patch(es) to the kernel source"
+		tmp=$(mktemp -d "$FERRY_CACHE/src/.patch.XXXX")
+		cp -al "$SRCDIR/." "$tmp/"
+		for p in "${patches[@]}"; do
+			# patch(1) writes a new file, so the hard links to the
+			# pristine source are broken, never written through.
+			patch -s -p1 -d "$tmp" --no-backup-if-mismatch <"$p" ||
+				die "test patch ${p##*/} does not apply to $SRCVER" \
+					"refresh it against the new source"
+		done
+		touch "$tmp/.ferry-patched"
+		rm -rf "$dir"
+		mv "$tmp" "$dir"
+	fi
+	SRCDIR=$dir
+}
+
 mkdir -p "$FERRY_CACHE/src"
 fetch_source
+patch_source
 
 # --- 2. cache key ----------------------------------------------------------
 key=$({
 	cat "${FRAGMENTS[@]}"
+	cat "$FERRY_ROOT"/tools/testing/kernel-patches/*.patch 2>/dev/null || true
 	"$FERRY_RUSTC" --version
 	"$FERRY_BINDGEN" --version
 	"clang$FERRY_LLVM" --version | head -1
