@@ -16,14 +16,22 @@
 //!   the [`Session`] closes it.
 //! - In callbacks a session is a [`SessionRef`]; [`SessionRef::to_owned`]
 //!   keeps it beyond the callback.
+//! - [`SessionRef::submit`] sends a [`Request`], whose data lives in [`Data`]
+//!   pages the peer reads or writes by RDMA; [`Done::done`] gets it back.
+//!   The peer's handler gets an [`Incoming`] in [`Handler::request`], moves
+//!   the data with [`Incoming::read`] or [`Incoming::write`] and answers with
+//!   [`Incoming::respond`].
 //!
 //! A handler lives in an `Arc` that ferry holds from `accept` (or open) until
 //! [`Handler::gone`], which is always the last callback.
 
-use core::{marker::PhantomData, ptr::NonNull};
+use core::{marker::PhantomData, mem::ManuallyDrop, ptr::NonNull};
 use kernel::{
+    alloc::{AllocError, Flags},
+    bindings,
     error::{from_err_ptr, to_result},
-    ffi::{c_int, c_void},
+    ffi::{c_int, c_uint, c_void},
+    page::{Page, PAGE_SIZE},
     prelude::*,
     sync::{Arc, ArcBorrow},
 };
@@ -148,6 +156,436 @@ pub enum Wait {
     No,
 }
 
+impl Wait {
+    fn flags(self) -> c_uint {
+        match self {
+            Wait::Yes => 0,
+            Wait::No => ffi::FERRY_NOWAIT,
+        }
+    }
+}
+
+/// Which way a request's data goes (`enum ferry_dir`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    /// The request has no data.
+    None,
+    /// The requester's pages go to the peer, which reads them.
+    ToPeer,
+    /// The peer writes into the requester's pages.
+    FromPeer,
+}
+
+impl Dir {
+    fn to_raw(self) -> ffi::ferry_dir {
+        match self {
+            Dir::None => ffi::ferry_dir_FERRY_DIR_NONE,
+            Dir::ToPeer => ffi::ferry_dir_FERRY_TO_PEER,
+            Dir::FromPeer => ffi::ferry_dir_FERRY_FROM_PEER,
+        }
+    }
+
+    fn from_raw(d: ffi::ferry_dir) -> Self {
+        match d {
+            ffi::ferry_dir_FERRY_TO_PEER => Dir::ToPeer,
+            ffi::ferry_dir_FERRY_FROM_PEER => Dir::FromPeer,
+            _ => Dir::None,
+        }
+    }
+}
+
+/// Pages of data for a request or a transfer: `len` bytes in whole pages,
+/// with the scatterlist that lends them to ferry.
+///
+/// # Invariants
+///
+/// `table` was filled by `sg_alloc_table_from_pages_segment` over `pages`,
+/// one entry per page, `len` bytes in all, and is freed on drop.
+pub struct Data {
+    pages: KVec<Page>,
+    table: bindings::sg_table,
+    len: usize,
+}
+
+// SAFETY: The table only points at the pages the object owns.
+unsafe impl Send for Data {}
+// SAFETY: Shared references only read.
+unsafe impl Sync for Data {}
+
+impl Data {
+    /// `len` bytes (at least one) of zeroed pages. May sleep.
+    pub fn new(len: usize) -> Result<Self> {
+        let flags = GFP_KERNEL;
+        let n = len.div_ceil(PAGE_SIZE);
+        if n == 0 || u32::try_from(len).is_err() {
+            return Err(EINVAL);
+        }
+        let mut pages = KVec::with_capacity(n, flags)?;
+        let mut raw = KVec::with_capacity(n, flags)?;
+        for _ in 0..n {
+            let page = Page::alloc_page(flags | kernel::alloc::flags::__GFP_ZERO)?;
+            raw.push(page.as_ptr(), flags)?;
+            pages.push(page, flags)?;
+        }
+        let mut table = bindings::sg_table::default();
+        // SAFETY: `raw` holds `n` valid pages; `table` is valid for writes.
+        // CAST: `n` and `len` fit (checked above); a page fits a segment.
+        to_result(unsafe {
+            bindings::sg_alloc_table_from_pages_segment(
+                &mut table,
+                raw.as_mut_ptr(),
+                n as c_uint,
+                0,
+                len,
+                PAGE_SIZE as c_uint,
+                bindings::GFP_KERNEL,
+            )
+        })?;
+        // INVARIANT: the table was just filled over `pages`.
+        Ok(Self { pages, table, len })
+    }
+
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty (never: at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Visits the byte range `off..off + n` page by page: `f(page, offset in
+    /// the page, offset in the range, length)`.
+    fn chunks(
+        &self,
+        off: usize,
+        n: usize,
+        mut f: impl FnMut(&Page, usize, usize, usize) -> Result,
+    ) -> Result {
+        if off.checked_add(n).is_none_or(|end| end > self.len) {
+            return Err(EINVAL);
+        }
+        let mut done = 0;
+        while done < n {
+            let at = off + done;
+            let in_page = at % PAGE_SIZE;
+            let take = (PAGE_SIZE - in_page).min(n - done);
+            let page = self.pages.get(at / PAGE_SIZE).ok_or(EINVAL)?;
+            f(page, in_page, done, take)?;
+            done += take;
+        }
+        Ok(())
+    }
+
+    /// Copies `src` into the data at `off`.
+    pub fn write(&mut self, off: usize, src: &[u8]) -> Result {
+        self.chunks(off, src.len(), |page, in_page, at, n| {
+            // SAFETY: `src[at..at + n]` is in bounds (the range is).
+            unsafe { page.write_raw(src.as_ptr().add(at), in_page, n) }
+        })
+    }
+
+    /// Copies the data at `off` into `dst`.
+    pub fn read(&self, off: usize, dst: &mut [u8]) -> Result {
+        self.chunks(off, dst.len(), |page, in_page, at, n| {
+            // SAFETY: `dst[at..at + n]` is in bounds (the range is).
+            unsafe { page.read_raw(dst.as_mut_ptr().add(at), in_page, n) }
+        })
+    }
+
+    fn sgl(&self) -> (*mut ffi::scatterlist, c_uint) {
+        (self.table.sgl.cast(), self.table.nents)
+    }
+}
+
+impl Drop for Data {
+    fn drop(&mut self) {
+        // SAFETY: Filled by `sg_alloc_table_from_pages_segment` (type
+        // invariant); the pages go after it.
+        unsafe { bindings::sg_free_table(&mut self.table) };
+    }
+}
+
+/// What a request's submitter is told when it is over.
+pub trait Done: Send + Sized + 'static {
+    /// `req` is over: see [`Request::status`]. Its pages are the caller's
+    /// again. Runs where `struct ferry_request`'s `done` runs: do not wait
+    /// here, nor drop a [`Session`].
+    fn done(req: KBox<Request<Self>>);
+}
+
+/// A request: a header, optionally [`Data`] and its direction, room for the
+/// response, and the caller's `ctx`. Reusable once [`Done::done`] has it.
+#[repr(C)]
+pub struct Request<T: Done> {
+    /// First: `request_done` finds the request from it.
+    raw: ffi::ferry_request,
+    header: KVec<u8>,
+    response: KVec<u8>,
+    data: Option<(Dir, Data)>,
+    /// The caller's.
+    pub ctx: T,
+}
+
+// SAFETY: `raw` only points into the request's own buffers.
+unsafe impl<T: Done> Send for Request<T> {}
+
+impl<T: Done> Request<T> {
+    /// A request with `header` and no data; up to `response_room` bytes of
+    /// the peer's response header are kept.
+    pub fn new(header: &[u8], response_room: usize, ctx: T, flags: Flags) -> Result<KBox<Self>> {
+        let mut h = KVec::new();
+        h.extend_from_slice(header, flags)?;
+        let response = KVec::from_elem(0u8, response_room, flags)?;
+        let raw = ffi::ferry_request {
+            hdr: core::ptr::null(),
+            hdr_len: 0,
+            dir: ffi::ferry_dir_FERRY_DIR_NONE,
+            sgl: core::ptr::null_mut(),
+            nents: 0,
+            resp: core::ptr::null_mut(),
+            resp_size: 0,
+            done: None,
+            priv_: core::ptr::null_mut(),
+            status: 0,
+            resp_len: 0,
+            moved: 0,
+        };
+        Ok(KBox::new(
+            Self {
+                raw,
+                header: h,
+                response,
+                data: None,
+                ctx,
+            },
+            flags,
+        )?)
+    }
+
+    /// Replaces the header.
+    pub fn set_header(&mut self, header: &[u8], flags: Flags) -> Result {
+        self.header.clear();
+        Ok(self.header.extend_from_slice(header, flags)?)
+    }
+
+    /// Gives the request `data`, which goes `dir` ([`Dir::ToPeer`] or
+    /// [`Dir::FromPeer`]); returns what it had.
+    pub fn set_data(&mut self, dir: Dir, data: Data) -> Option<Data> {
+        self.data.replace((dir, data)).map(|(_, d)| d)
+    }
+
+    /// Takes the request's data back.
+    pub fn take_data(&mut self) -> Option<Data> {
+        self.data.take().map(|(_, d)| d)
+    }
+
+    /// The request's data.
+    pub fn data(&self) -> Option<&Data> {
+        self.data.as_ref().map(|(_, d)| d)
+    }
+
+    /// The outcome, once done: the peer's status, or `ECONNABORTED` if the
+    /// connection failed before the response (the peer may have acted on it).
+    pub fn status(&self) -> Result {
+        to_result(self.raw.status)
+    }
+
+    /// The peer's response header, once done.
+    pub fn response(&self) -> &[u8] {
+        let n = (self.raw.resp_len as usize).min(self.response.len());
+        self.response.get(..n).unwrap_or(&[])
+    }
+
+    /// Bytes of data the peer says it moved, once done.
+    pub fn moved(&self) -> u32 {
+        self.raw.moved
+    }
+
+    /// Fills in `raw` for `ferry_submit`.
+    ///
+    /// Every pointer it sets points into heap buffers the request owns, which
+    /// stay put while ferry has the request, as the request itself does
+    /// (boxed).
+    fn prepare(&mut self) -> *mut ffi::ferry_request {
+        let (dir, (sgl, nents)) = match &self.data {
+            Some((dir, d)) => (*dir, d.sgl()),
+            None => (Dir::None, (core::ptr::null_mut(), 0)),
+        };
+        self.raw = ffi::ferry_request {
+            hdr: self.header.as_ptr().cast(),
+            hdr_len: u32::try_from(self.header.len()).unwrap_or(u32::MAX),
+            dir: dir.to_raw(),
+            sgl,
+            nents,
+            resp: self.response.as_mut_ptr().cast(),
+            resp_size: u32::try_from(self.response.len()).unwrap_or(u32::MAX),
+            done: Some(Self::done_raw),
+            priv_: core::ptr::null_mut(),
+            status: 0,
+            resp_len: 0,
+            moved: 0,
+        };
+        &mut self.raw
+    }
+
+    /// # Safety
+    ///
+    /// Called by ferry only, once, with the `raw` of a request that
+    /// [`SessionRef::submit`] gave it.
+    unsafe extern "C" fn done_raw(rq: *mut ffi::ferry_request) {
+        // SAFETY: `raw` is the first field of the `#[repr(C)]` request, which
+        // `submit` leaked from a box: ferry gives it back now.
+        let req = unsafe { KBox::from_raw(rq.cast::<Self>()) };
+        T::done(req);
+    }
+}
+
+/// A request from the peer, the handler's until it answers (dropping it
+/// answers `EIO`). Its functions may be called from any context that may
+/// sleep.
+///
+/// # Invariants
+///
+/// Wraps a `struct ferry_incoming` that ferry handed over and that has not
+/// been answered, with no transfer in flight.
+pub struct Incoming(NonNull<ffi::ferry_incoming>);
+
+// SAFETY: ferry's request functions may be called from any thread.
+unsafe impl Send for Incoming {}
+// SAFETY: The accessors taking `&self` only read.
+unsafe impl Sync for Incoming {}
+
+/// What a data transfer's initiator is told when it is over.
+pub trait Transferred: Send + Sized + 'static {
+    /// The data moved (`status` is `Ok`) or could not: `req` is back, to be
+    /// answered, and `data`'s pages are the caller's again.
+    fn transferred(self, req: Incoming, data: Data, status: Result);
+}
+
+/// A transfer in flight: what [`Incoming::transfer`] lends ferry.
+struct Transfer<T> {
+    data: Data,
+    ctx: T,
+}
+
+impl Incoming {
+    fn as_raw(&self) -> *mut ffi::ferry_incoming {
+        self.0.as_ptr()
+    }
+
+    /// The request's header.
+    pub fn header(&self) -> &[u8] {
+        let mut len = 0u32;
+        // SAFETY: A live request (type invariant).
+        let p = unsafe { ffi::ferry_incoming_header(self.as_raw(), &mut len) };
+        if p.is_null() || len == 0 {
+            return &[];
+        }
+        // SAFETY: ferry keeps `len` bytes at `p` until the answer, which
+        // takes `self`.
+        unsafe { core::slice::from_raw_parts(p.cast::<u8>(), len as usize) }
+    }
+
+    /// Which way the request's data goes.
+    pub fn dir(&self) -> Dir {
+        // SAFETY: A live request (type invariant).
+        Dir::from_raw(unsafe { ffi::ferry_incoming_dir(self.as_raw()) })
+    }
+
+    /// How many bytes of data the request has.
+    pub fn data_len(&self) -> u32 {
+        // SAFETY: A live request (type invariant).
+        unsafe { ffi::ferry_incoming_data_len(self.as_raw()) }
+    }
+
+    /// Answers the request with `status` and a response header; see
+    /// `ferry_respond()`.
+    pub fn respond(self, status: Result, header: &[u8]) -> Result {
+        let this = ManuallyDrop::new(self);
+        let len = u32::try_from(header.len()).map_err(|_| EMSGSIZE)?;
+        let status = status.err().map_or(0, Error::to_errno);
+        // SAFETY: A live request with no transfer in flight (type invariant),
+        // so ferry takes it back whatever the result: `this` is not used again.
+        to_result(unsafe { ffi::ferry_respond(this.as_raw(), status, header.as_ptr().cast(), len) })
+    }
+
+    /// Reads a [`Dir::ToPeer`] request's data into `data` (exactly
+    /// [`Incoming::data_len`] bytes); `ctx` is told when it is there. Also
+    /// when it cannot start: [`Transferred::transferred`] is called exactly
+    /// once.
+    pub fn read<T: Transferred>(self, data: Data, ctx: T) {
+        self.transfer(data, ctx, Dir::ToPeer)
+    }
+
+    /// Writes `data` (exactly [`Incoming::data_len`] bytes) into a
+    /// [`Dir::FromPeer`] request's pages; as for [`Incoming::read`].
+    pub fn write<T: Transferred>(self, data: Data, ctx: T) {
+        self.transfer(data, ctx, Dir::FromPeer)
+    }
+
+    fn transfer<T: Transferred>(self, data: Data, ctx: T, dir: Dir) {
+        let (sgl, nents) = data.sgl();
+        let b = match KBox::<Transfer<T>>::new_uninit(GFP_KERNEL) {
+            Ok(b) => b,
+            Err(AllocError) => return ctx.transferred(self, data, Err(ENOMEM)),
+        };
+        let ptr = KBox::into_raw(KBox::write(b, Transfer { data, ctx }));
+        let this = ManuallyDrop::new(self);
+        let start = match dir {
+            Dir::ToPeer => ffi::ferry_rdma_read,
+            _ => ffi::ferry_rdma_write,
+        };
+        // SAFETY: A live request with no transfer in flight (type invariant);
+        // `sgl` heads the scatterlist of `(*ptr).data`, which stays valid
+        // and untouched until `transfer_done` gives it back.
+        let ret = unsafe {
+            start(
+                this.as_raw(),
+                sgl,
+                nents,
+                Some(Self::transfer_done::<T>),
+                ptr.cast(),
+            )
+        };
+        if ret != 0 {
+            // SAFETY: ferry did not take it: `done` will not run.
+            let t = unsafe { KBox::from_raw(ptr) };
+            let Transfer { data, ctx } = KBox::into_inner(t);
+            // INVARIANT: no transfer started; the request is still ours.
+            ctx.transferred(Incoming(this.0), data, Err(Error::from_errno(ret)));
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called by ferry only, once per started transfer, with its request
+    /// and the context `transfer` gave.
+    unsafe extern "C" fn transfer_done<T: Transferred>(
+        in_: *mut ffi::ferry_incoming,
+        ctx: *mut c_void,
+        status: c_int,
+    ) {
+        // SAFETY: `ctx` is the box `transfer` leaked; ferry gives it back.
+        let t = unsafe { KBox::from_raw(ctx.cast::<Transfer<T>>()) };
+        let Transfer { data, ctx } = KBox::into_inner(t);
+        let Some(raw) = NonNull::new(in_) else {
+            return;
+        };
+        // INVARIANT: the transfer is over; the request is the caller's again.
+        ctx.transferred(Incoming(raw), data, to_result(status));
+    }
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        // SAFETY: A live request with no transfer in flight (type invariant);
+        // ferry takes it back.
+        let _ = unsafe { ffi::ferry_respond(self.as_raw(), EIO.to_errno(), core::ptr::null(), 0) };
+    }
+}
+
 /// The callbacks of a session; see `struct ferry_ops` for their contexts.
 pub trait Handler: Send + Sync + Sized + 'static {
     /// The session is connected (again).
@@ -160,6 +598,14 @@ pub trait Handler: Send + Sync + Sized + 'static {
     fn writable(&self, _s: &SessionRef) {}
     /// The session is closed (`None`: closed on this side); the last call.
     fn gone(&self, _s: &SessionRef, _err: Option<Error>) {}
+    /// The peer sent a request. Move its data with [`Incoming::read`] or
+    /// [`Incoming::write`], then answer with [`Incoming::respond`], now or
+    /// later. By default the answer is `EOPNOTSUPP`.
+    fn request(&self, _s: &SessionRef, req: Incoming) {
+        // Nothing to do if it fails: the connection is gone, and with it
+        // the request.
+        let _ = req.respond(Err(EOPNOTSUPP), &[]);
+    }
 }
 
 /// A service: decides on each session a client opens.
@@ -212,14 +658,38 @@ impl SessionRef {
 
     /// Sends `data` as one message; see `ferry_send()`.
     pub fn send(&self, data: &[u8], wait: Wait) -> Result {
-        let flags = match wait {
-            Wait::Yes => 0,
-            Wait::No => ffi::FERRY_NOWAIT,
-        };
         // SAFETY: A live handle (type invariant); `data` is valid for the call.
         to_result(unsafe {
-            ffi::ferry_send(self.as_raw(), data.as_ptr().cast(), data.len(), flags)
+            ffi::ferry_send(
+                self.as_raw(),
+                data.as_ptr().cast(),
+                data.len(),
+                wait.flags(),
+            )
         })
+    }
+
+    /// Sends a request; see `ferry_submit()`. On success
+    /// [`Done::done`] gets `req` back exactly once, when the peer has
+    /// answered or the connection has failed; on failure it comes back here.
+    pub fn submit<T: Done>(
+        &self,
+        req: KBox<Request<T>>,
+        wait: Wait,
+    ) -> core::result::Result<(), (Error, KBox<Request<T>>)> {
+        let req = KBox::into_raw(req);
+        // SAFETY: `req` is valid (from `into_raw`), and ours until ferry
+        // takes it below.
+        let raw = unsafe { (*req).prepare() };
+        // SAFETY: A live handle (type invariant); `raw` points into `*req`,
+        // which stays put and valid until `request_done` gives it back, and
+        // its buffers and pages with it (see `Request::prepare`).
+        let ret = unsafe { ffi::ferry_submit(self.as_raw(), raw, wait.flags()) };
+        if ret == 0 {
+            return Ok(());
+        }
+        // SAFETY: ferry did not take it: `done` will not run.
+        Err((Error::from_errno(ret), unsafe { KBox::from_raw(req) }))
     }
 
     /// A reference of the caller's own to the session.
@@ -385,7 +855,7 @@ impl<H: Handler> Vtable<H> {
         message: Some(Self::message),
         writable: Some(Self::writable),
         gone: Some(Self::gone),
-        request: None,
+        request: Some(Self::request),
     };
 
     /// # Safety
@@ -453,6 +923,27 @@ impl<H: Handler> Vtable<H> {
             unsafe { SessionRef::from_raw(s) },
             (err < 0).then(|| Error::from_errno(err)),
         );
+    }
+}
+
+impl<H: Handler> Vtable<H> {
+    /// # Safety
+    ///
+    /// Called by ferry only, as `struct ferry_ops` says: `s` is a live handle,
+    /// `priv_` the session's handler reference, and `in_` a request handed
+    /// over to the handler.
+    unsafe extern "C" fn request(
+        s: *mut ffi::ferry_session,
+        priv_: *mut c_void,
+        in_: *mut ffi::ferry_incoming,
+    ) {
+        let Some(raw) = NonNull::new(in_) else {
+            return;
+        };
+        // INVARIANT: ferry hands the request over, unanswered.
+        let req = Incoming(raw);
+        // SAFETY: As in `up`.
+        unsafe { Self::handler(priv_).request(SessionRef::from_raw(s), req) };
     }
 }
 

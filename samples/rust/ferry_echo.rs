@@ -12,12 +12,20 @@
 //! Messages carry their own check (see samples/README.md): a sequence number,
 //! the length, and an FNV-1a hash of the payload, which the service verifies
 //! before echoing.
+//!
+//! Requests follow the C sample's protocol: the header names the operation,
+//! the length and a seed; the service reads the requester's pages and checks
+//! their pattern (a write), or writes the pattern into them (a read). With
+//! `requests=N` the client sends N of them, by turns, after its messages.
 
 #[path = "../../rust/ferry_api.rs"]
 pub mod ferry_api;
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use ferry_api::{Handler, Params, Peer, Registration, Service, Session, SessionRef, Wait};
+use ferry_api::{
+    Data, Dir, Done, Handler, Incoming, Params, Peer, Registration, Request, Service, Session,
+    SessionRef, Transferred, Wait,
+};
 use kernel::{
     new_condvar, new_mutex,
     prelude::*,
@@ -52,6 +60,10 @@ module! {
         max_msg: u32 {
             default: 0,
             description: "The client session's largest message (0: ferry's default)",
+        },
+        requests: u32 {
+            default: 0,
+            description: "Requests with data the client sends after its messages",
         },
     },
 }
@@ -100,6 +112,100 @@ fn verify(msg: &[u8]) -> Option<u32> {
     let len = u32::from_le_bytes(msg[4..8].try_into().ok()?);
     let hash = u64::from_le_bytes(msg[8..16].try_into().ok()?);
     (len as usize == msg.len() && hash == fnv1a(&msg[CHECK_LEN..])).then_some(seq)
+}
+
+/// A request's header: what to do with how much data, and the pattern's
+/// seed (`struct data_hdr` of the C sample), little-endian.
+struct DataHdr {
+    op: u32,
+    len: u32,
+    seed: u64,
+}
+
+/// The service reads the requester's pages and checks them.
+const DATA_WRITE: u32 = 1;
+/// The service writes the pattern into the requester's pages.
+const DATA_READ: u32 = 2;
+/// Request data sizes the client cycles through.
+const DATA_CLASSES: [u32; 4] = [4096, 65536, 1 << 20, 4 << 20];
+/// Requests the client keeps in flight.
+const RQ_WINDOW: u32 = 8;
+
+impl DataHdr {
+    const LEN: usize = 16;
+
+    fn parse(h: &[u8]) -> Option<Self> {
+        if h.len() != Self::LEN {
+            return None;
+        }
+        Some(Self {
+            op: u32::from_le_bytes(h.get(0..4)?.try_into().ok()?),
+            len: u32::from_le_bytes(h.get(4..8)?.try_into().ok()?),
+            seed: u64::from_le_bytes(h.get(8..16)?.try_into().ok()?),
+        })
+    }
+
+    fn bytes(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..4].copy_from_slice(&self.op.to_le_bytes());
+        b[4..8].copy_from_slice(&self.len.to_le_bytes());
+        b[8..16].copy_from_slice(&self.seed.to_le_bytes());
+        b
+    }
+}
+
+/// Writes the pattern of `seed` into `data`, or (with `check`) says whether
+/// `data` holds it: 64-bit xorshift words in native byte order, as the C
+/// sample writes them.
+fn pattern(data: &mut Data, seed: u64, check: bool) -> Result<bool> {
+    const CHUNK: usize = 4096;
+    let mut want = KVec::from_elem(0u8, CHUNK, GFP_KERNEL)?;
+    let mut got = KVec::from_elem(0u8, if check { CHUNK } else { 0 }, GFP_KERNEL)?;
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut off = 0;
+    while off < data.len() {
+        let n = CHUNK.min(data.len() - off);
+        let want = want.get_mut(..n).ok_or(EINVAL)?;
+        for w in want.chunks_exact_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            w.copy_from_slice(&x.to_ne_bytes());
+        }
+        if check {
+            let got = got.get_mut(..n).ok_or(EINVAL)?;
+            data.read(off, got)?;
+            // (Whole words only, as the C sample checks.)
+            let words = n / 8 * 8;
+            if got.get(..words) != want.get(..words) {
+                return Ok(false);
+            }
+        } else {
+            data.write(off, want)?;
+        }
+        off += n;
+    }
+    Ok(true)
+}
+
+/// A request the service is serving: what to check once the data is in.
+struct Serving {
+    op: u32,
+    seed: u64,
+}
+
+impl Transferred for Serving {
+    fn transferred(self, req: Incoming, mut data: Data, status: Result) {
+        let status = status.and_then(|()| {
+            if self.op == DATA_WRITE && !pattern(&mut data, self.seed, true)? {
+                pr_warn!("a write's data failed its check\n");
+                return Err(EIO);
+            }
+            Ok(())
+        });
+        // Nothing to do if it fails: the requester sees the connection's end.
+        let _ = req.respond(status, &[]);
+    }
 }
 
 /// One session of the echo service.
@@ -171,6 +277,39 @@ impl Handler for EchoSession {
         self.flush(s);
     }
 
+    fn request(&self, _s: &SessionRef, req: Incoming) {
+        let hdr = match DataHdr::parse(req.header()) {
+            Some(h) if h.len == req.data_len() => h,
+            _ => {
+                let _ = req.respond(Err(EINVAL), &[]);
+                return;
+            }
+        };
+        let mut data = match Data::new(hdr.len as usize) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = req.respond(Err(e), &[]);
+                return;
+            }
+        };
+        let serving = Serving {
+            op: hdr.op,
+            seed: hdr.seed,
+        };
+        match (hdr.op, req.dir()) {
+            (DATA_WRITE, Dir::ToPeer) => req.read(data, serving),
+            (DATA_READ, Dir::FromPeer) => match pattern(&mut data, hdr.seed, false) {
+                Ok(_) => req.write(data, serving),
+                Err(e) => {
+                    let _ = req.respond(Err(e), &[]);
+                }
+            },
+            _ => {
+                let _ = req.respond(Err(EINVAL), &[]);
+            }
+        }
+    }
+
     fn gone(&self, s: &SessionRef, err: Option<Error>) {
         pr_info!(
             "session {} gone ({:?}): {} echoed, {} failed their check, {} waited for credits\n",
@@ -208,12 +347,19 @@ fn timed_out(r: kernel::sync::CondVarTimeoutResult) -> bool {
     matches!(r, kernel::sync::CondVarTimeoutResult::Timeout)
 }
 
-/// The client's count of echoes.
+/// The client's count of echoes and requests.
+#[derive(Default)]
 struct Tally {
     /// Echoes back so far.
     received: u32,
     /// Echoes that were not what was sent.
     wrong: u32,
+    /// Requests done so far.
+    rq_done: u32,
+    /// Requests whose data was not what was sent.
+    rq_wrong: u32,
+    /// Requests that failed.
+    rq_failed: u32,
 }
 
 /// The client's side of its session.
@@ -257,13 +403,112 @@ impl Handler for Client {
     }
 }
 
-/// Runs the client: `count` messages through the peer's echo service.
-fn run_client(peer: Peer, service: &CStr, count: u32, max_msg: u32) -> Result {
+/// One of the client's requests: what to check when it is done.
+struct Sent {
+    client: Arc<Client>,
+    op: u32,
+    seed: u64,
+}
+
+impl Done for Sent {
+    fn done(mut req: KBox<Request<Self>>) {
+        let failed = req.status().is_err();
+        if let Err(e) = req.status() {
+            pr_warn!("client: request failed: {:?}\n", e);
+        }
+        let (op, seed) = (req.ctx.op, req.ctx.seed);
+        let mut ok = true;
+        if !failed && op == DATA_READ {
+            let moved = req.moved() as usize;
+            ok = req.take_data().is_some_and(|mut d| {
+                moved == d.len() && pattern(&mut d, seed, true).unwrap_or(false)
+            });
+        }
+        let client = req.ctx.client.clone();
+        // The pages go back before the request counts as done.
+        drop(req);
+        let mut t = client.tally.lock();
+        t.rq_done += 1;
+        t.rq_failed += u32::from(failed);
+        t.rq_wrong += u32::from(!ok);
+        client.changed.notify_all();
+    }
+}
+
+/// Sends `n` requests with data, `RQ_WINDOW` at a time, writes and reads by
+/// turns, and checks every byte.
+fn run_requests(s: &SessionRef, client: &Arc<Client>, n: u32) -> Result {
+    let mut bytes = 0u64;
+    for i in 0..n {
+        let mut t = client.tally.lock();
+        while i - t.rq_done >= RQ_WINDOW {
+            if timed_out(
+                client
+                    .changed
+                    .wait_interruptible_timeout(&mut t, msecs_to_jiffies(DRAIN_MS)),
+            ) {
+                pr_err!("client: no request done for {} ms\n", DRAIN_MS);
+                return Err(ETIMEDOUT);
+            }
+        }
+        drop(t);
+        let hdr = DataHdr {
+            op: if i % 2 == 0 { DATA_WRITE } else { DATA_READ },
+            len: DATA_CLASSES[(i / 2) as usize % DATA_CLASSES.len()],
+            seed: 0x5eed_0000 + u64::from(i),
+        };
+        let mut data = Data::new(hdr.len as usize)?;
+        let dir = if hdr.op == DATA_WRITE {
+            pattern(&mut data, hdr.seed, false)?;
+            Dir::ToPeer
+        } else {
+            Dir::FromPeer
+        };
+        let ctx = Sent {
+            client: client.clone(),
+            op: hdr.op,
+            seed: hdr.seed,
+        };
+        let mut req = Request::new(&hdr.bytes(), 0, ctx, GFP_KERNEL)?;
+        req.set_data(dir, data);
+        s.submit(req, Wait::Yes).map_err(|(e, _)| {
+            pr_err!("client: submit {} failed: {:?}\n", i, e);
+            e
+        })?;
+        bytes += u64::from(hdr.len);
+    }
+    let mut t = client.tally.lock();
+    while t.rq_done < n {
+        if timed_out(
+            client
+                .changed
+                .wait_interruptible_timeout(&mut t, msecs_to_jiffies(DRAIN_MS)),
+        ) {
+            break;
+        }
+    }
+    pr_info!(
+        "client: {} requests, {} done, {} wrong, {} failed, {} bytes\n",
+        n,
+        t.rq_done,
+        t.rq_wrong,
+        t.rq_failed,
+        bytes
+    );
+    if t.rq_done != n || t.rq_wrong != 0 || t.rq_failed != 0 {
+        return Err(EIO);
+    }
+    Ok(())
+}
+
+/// Runs the client: `count` messages through the peer's echo service, then
+/// `requests` requests with data.
+fn run_client(peer: Peer, service: &CStr, count: u32, max_msg: u32, requests: u32) -> Result {
     let mut p = Params::new(peer, service);
     p.max_msg = max_msg;
     let client = Arc::pin_init(
         pin_init!(Client {
-            tally <- new_mutex!(Tally { received: 0, wrong: 0 }),
+            tally <- new_mutex!(Tally::default()),
             changed <- new_condvar!(),
             // No echo comes before the first send.
             max: AtomicUsize::new(CHECK_LEN),
@@ -317,6 +562,9 @@ fn run_client(peer: Peer, service: &CStr, count: u32, max_msg: u32) -> Result {
     if received != count || wrong != 0 {
         return Err(EIO);
     }
+    if requests > 0 {
+        run_requests(&s, &client, requests)?;
+    }
     Ok(())
 }
 
@@ -339,6 +587,7 @@ impl kernel::Module for EchoModule {
                 target,
                 module_parameters::count.value(),
                 module_parameters::max_msg.value(),
+                module_parameters::requests.value(),
             )?;
         }
         Ok(Self { _service: service })

@@ -134,6 +134,43 @@ def requests_zero_copy(t):
     vm.run('rmmod ferry')
 
 
+@case(timeout=600)
+def requests_rust(t):
+    """One VM, rxe in loopback: requests between the languages. The Rust
+    client (over rust/ferry_api.rs: Request, Data, Done) sends writes and
+    reads of 4 KiB to 4 MiB to the C service, and the C client sends them to
+    the Rust service (Incoming, Transferred); both sides check every byte.
+    The MRs return to their baseline."""
+    vm = t.vm
+    t.net_up(vm, 0, 1)
+    t.rxe_add(vm)
+    t.insmod(vm)
+    vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+    base = vm.run('rdma res show mr | wc -l').out.strip()
+    n = 40
+    vm.run(f'insmod {t.sample("ferry_cecho")}')
+    vm.run(f'insmod {t.sample("ferry_echo")} peer_ip4=0xc0000201 port={PORT} c_peer=1 '
+           f'count=10 requests={n}', timeout=300 * t.slow)
+    for module, who in (('ferry_echo', 'Rust client, C service'),
+                        ('ferry_cecho', 'C client, Rust service')):
+        if module == 'ferry_cecho':
+            vm.run('rmmod ferry_cecho')
+            vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} '
+                   f'service=echo count=10 requests={n}', timeout=300 * t.slow)
+        log = vm.run(f'dmesg | grep "{module}: client:" | tail -1').out
+        m = RQ_SUMMARY.search(log)
+        t.require(m is not None, f'{who}: no request summary: {log!r}')
+        sent, done, wrong, failed, nbytes = (int(x) for x in m.groups())
+        t.eq((sent, done, wrong, failed), (n, n, 0, 0), f'{who}: requests')
+        t.eq(nbytes, sum(DATA_CLASSES[(i // 2) % 4] for i in range(n)), f'{who}: bytes')
+        t.log(f'{who}: {n} requests moved {nbytes} bytes')
+    bad = vm.run('dmesg | grep -c "failed its check"', check=False).out.strip()
+    t.eq(bad, '0', 'data that failed the services\' check')
+    vm.run('rmmod ferry_echo ferry_cecho')
+    t.eq(vm.run('rdma res show mr | wc -l').out.strip(), base, 'MRs back to the baseline')
+    vm.run('rmmod ferry')
+
+
 # The C client's data sizes (samples/README.md), and a registration's reach.
 DATA_CLASSES = [4096, 65536, 1 << 20, 4 << 20]
 REG_BYTES = 512 * 4096
