@@ -19,7 +19,7 @@
 //! spent their last one on a message that grants none, neither could ever send
 //! again.
 
-use crate::wire::Reason;
+use crate::wire::Refusal;
 
 /// Credit state of one channel. Not synchronized: the channel's lock guards it.
 #[derive(Debug)]
@@ -57,10 +57,10 @@ impl Credits {
     /// Adds `n` credits granted by the peer. Fails if that would exceed the
     /// peer's queue depth: a peer that grants buffers it does not have breaks
     /// the protocol.
-    pub(crate) fn grant(&mut self, n: u16) -> Result<(), Reason> {
+    pub(crate) fn grant(&mut self, n: u16) -> Result<(), Refusal> {
         let total = self.available + u32::from(n);
         if total > self.peer_depth {
-            return Err(Reason::ProtocolError);
+            return Err(Refusal::breach("credits beyond the buffers it has"));
         }
         self.available = total;
         Ok(())
@@ -225,11 +225,11 @@ mod tests {
     fn hostile_grants_are_refused() {
         let mut c = Credits::new(8);
         // Before the peer's depth is known it may grant nothing beyond the first.
-        assert_eq!(c.grant(1), Err(Reason::ProtocolError));
+        assert!(c.grant(1).is_err());
         c.set_peer_depth(8);
         assert_eq!(c.grant(7), Ok(()));
-        assert_eq!(c.grant(1), Err(Reason::ProtocolError));
-        assert_eq!(c.grant(u16::MAX), Err(Reason::ProtocolError));
+        assert!(c.grant(1).is_err());
+        assert!(c.grant(u16::MAX).is_err());
         assert_eq!(c.available(), 8);
     }
 

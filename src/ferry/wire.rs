@@ -447,9 +447,9 @@ impl Header {
 
     /// Parses a received message into its header and payload. The payload
     /// length must match what arrived exactly; the kind must be known.
-    pub(crate) fn parse(msg: &[u8]) -> Result<(Self, &[u8]), Reason> {
+    pub(crate) fn parse(msg: &[u8]) -> Result<(Self, &[u8]), Refusal> {
         if msg.len() < Self::LEN {
-            return Err(Reason::ProtocolError);
+            return Err(Refusal::breach("a message shorter than its header"));
         }
         let kind = match msg[0] {
             1 => Kind::Hello,
@@ -460,12 +460,12 @@ impl Header {
             6 => Kind::Message,
             7 => Kind::Request,
             8 => Kind::Response,
-            _ => return Err(Reason::ProtocolError),
+            _ => return Err(Refusal::breach("a message of unknown kind")),
         };
         let len = le32(msg, 4);
         let payload = &msg[Self::LEN..];
         if payload.len() != len as usize {
-            return Err(Reason::ProtocolError);
+            return Err(Refusal::breach("a header whose length is not what arrived"));
         }
         let h = Self {
             kind,
@@ -474,6 +474,34 @@ impl Header {
             cookie: le64(msg, 8),
         };
         Ok((h, payload))
+    }
+}
+
+/// Why a message from the peer is refused: the reason the channel fails
+/// with and, when the peer broke the protocol, what it got wrong (for the
+/// log; empty otherwise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// What the channel fails with.
+    pub(crate) reason: Reason,
+    /// What the peer did wrong, or "".
+    pub(crate) what: &'static str,
+}
+
+impl Refusal {
+    /// A breach of the protocol: fails the channel with
+    /// [`Reason::ProtocolError`].
+    pub(crate) const fn breach(what: &'static str) -> Self {
+        Self {
+            reason: Reason::ProtocolError,
+            what,
+        }
+    }
+}
+
+impl From<Reason> for Refusal {
+    fn from(reason: Reason) -> Self {
+        Self { reason, what: "" }
     }
 }
 

@@ -36,7 +36,7 @@ use crate::{
         qp::MAX_REGS,
     },
     wire::request::{Desc, Dir, RequestHead, ResponseHead, MAX_DESCS},
-    wire::Reason,
+    wire::{Reason, Refusal},
 };
 
 /// A request as a consumer submitted it.
@@ -297,22 +297,26 @@ impl Xfer {
         cookie: u64,
         invalidated: Option<u32>,
         payload: &[u8],
-    ) -> Result<Response, Reason> {
+    ) -> Result<Response, Refusal> {
         // CAST: the low 16 bits are the index, the next 16 the generation.
         let (index, gen) = ((cookie & 0xffff) as usize, (cookie >> 16) as u16);
+        let stray = Refusal::breach("a response to no request in flight");
         if cookie >> 32 != 0 || self.gens.get(index) != Some(&gen) {
-            return Err(Reason::ProtocolError);
+            return Err(stray);
         }
         let o = self
             .out
             .get_mut(index)
             .and_then(Option::as_mut)
             .filter(|o| o.status.is_none())
-            .ok_or(Reason::ProtocolError)?;
-        let (head, hdr) = ResponseHead::parse(payload, o.data_len)?;
+            .ok_or(stray)?;
+        let (head, hdr) = ResponseHead::parse(payload, o.data_len)
+            .map_err(|_| Refusal::breach("a malformed response"))?;
         if let Some(k) = invalidated {
             if !o.mrs.iter().any(|m| m.rkey() == k) {
-                return Err(Reason::ProtocolError);
+                return Err(Refusal::breach(
+                    "a response that invalidates a key not its own",
+                ));
             }
         }
         o.req.set_response(head.status, head.moved, hdr);
@@ -323,10 +327,7 @@ impl Xfer {
                 .map_err(|_| Reason::NoResources)?;
         }
         if keys.is_empty() {
-            return self
-                .finish(index)
-                .map(Response::Finished)
-                .ok_or(Reason::ProtocolError);
+            return self.finish(index).map(Response::Finished).ok_or(stray);
         }
         // CAST: below the tag count, a `u32`.
         Ok(Response::Invalidate(index as u32, keys))
