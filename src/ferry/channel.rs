@@ -28,6 +28,7 @@ use crate::{
     cm::{self, CmId, ConnParams, ConnectRequest, Event, EventKind, Handler, Locked},
     credits::Credits,
     device::{Ferry, OWNER},
+    hostile::Hostile,
     rdma::{
         device::{Caps, DeviceName},
         mr::{DmaDir, SgList},
@@ -40,7 +41,7 @@ use crate::{
     wire::{
         self,
         request::{Dir, RequestHead, ResponseHead},
-        AcceptData, ConnectData, Header, Hello, HelloReply, Kind, Reason, RejectData,
+        AcceptData, ConnectData, Header, Hello, HelloReply, Kind, Reason, Refusal, RejectData,
     },
     xfer::{Incoming, PendingResponse, RdmaDone, RdmaOp, Request, Response, Xfer},
 };
@@ -132,6 +133,8 @@ pub(crate) struct Channel {
     /// The task handling a completion of the channel (0 when none), so that a
     /// consumer's callback cannot wait for a credit only this task can return.
     cb_task: AtomicUsize,
+    /// Test builds: a breach of the protocol to commit.
+    pub(crate) hostile: Hostile,
 }
 
 /// A snapshot for netlink.
@@ -179,6 +182,7 @@ impl Channel {
                 }),
                 stats: Stats::default(),
                 cb_task: AtomicUsize::new(0),
+                hostile: Hostile::default(),
             }),
             GFP_KERNEL,
         )
@@ -428,7 +432,13 @@ impl Channel {
     fn send_locked(&self, inner: &mut Inner, kind: Kind, cookie: u64, payload: &[u8]) -> Result {
         let qp = inner.qp.as_ref().ok_or(ENOTCONN)?;
         let grant = inner.credits.take(kind == Kind::Credits).ok_or(EAGAIN)?;
-        let res = qp.send(|buf| Header::write(kind, grant, cookie, payload, buf));
+        let res = qp.send(|buf| {
+            let n = Header::write(kind, grant, cookie, payload, buf)?;
+            if kind == Kind::Message {
+                self.hostile.message(buf);
+            }
+            Ok(n)
+        });
         match res {
             Ok(_) => {
                 self.stats.add(Counter::TxMsgs, 1);
@@ -493,6 +503,7 @@ impl Channel {
             qp.send_registered(tag, mrs, write, |buf| {
                 let n =
                     Header::write_with(Kind::Request, grant, cookie, buf, |p| head.write(hdr, p))?;
+                self.hostile.request(buf);
                 self.stats.add(Counter::TxBytes, n as u64);
                 Ok(n)
             })?;
@@ -539,7 +550,8 @@ impl Channel {
             next: 0,
             offset: 0,
         };
-        let (first, remote) = op.next_region().ok_or(EINVAL)??;
+        let (first, mut remote) = op.next_region().ok_or(EINVAL)??;
+        remote.rkey = self.hostile.remote_key(remote.rkey);
         let mut inner = self.inner.lock();
         if inner.state != ChanState::Up {
             return Err(ENOTCONN);
@@ -642,6 +654,17 @@ impl Channel {
         }
     }
 
+    /// Test builds: sends a response to a request the peer never made.
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    pub(crate) fn send_stray_response(&self) -> Result {
+        let mut inner = self.inner.lock();
+        if inner.state != ChanState::Up {
+            return Err(ENOTCONN);
+        }
+        // Tag 0xfff0 of generation 0xffff: beyond any tag count.
+        self.send_locked(&mut inner, Kind::Response, 0xffff_fff0, &[0u8; 16])
+    }
+
     /// An [`Incoming`] is gone: its responder tag is free.
     pub(crate) fn incoming_dropped(&self, tag: u32) {
         if let Some(x) = self.inner.lock().xfer.as_mut() {
@@ -669,14 +692,17 @@ impl Channel {
     /// Handles one received message (`invalidated`: the key a
     /// send-with-invalidate ended); `Err` fails the channel. Returns whether
     /// the message granted credits.
-    fn receive(self: &Arc<Self>, msg: &[u8], invalidated: Option<u32>) -> Result<bool, Reason> {
+    fn receive(self: &Arc<Self>, msg: &[u8], invalidated: Option<u32>) -> Result<bool, Refusal> {
         let (h, payload) = Header::parse(msg)?;
         let granted = h.credits != 0;
         let role = self.session.role;
         // The session's lock comes before the channel's: ask it first.
         let hello = match (h.kind, role) {
             (Kind::Hello, Role::Server) => {
-                let hello = Hello::decode(payload)?;
+                let hello = Hello::decode(payload).map_err(|reason| Refusal {
+                    reason,
+                    what: "a malformed hello",
+                })?;
                 Some((hello, self.session.check_hello(&hello)))
             }
             _ => None,
@@ -713,9 +739,12 @@ impl Channel {
                 Ok(false)
             }
             (Kind::HelloReply, ChanState::Handshake, None) if role == Role::Client => {
-                let reply = HelloReply::decode(payload)?;
+                let reply = HelloReply::decode(payload).map_err(|reason| Refusal {
+                    reason,
+                    what: "a malformed hello reply",
+                })?;
                 if reply.status != Reason::None {
-                    return Err(reply.status);
+                    return Err(reply.status.into());
                 }
                 inner.credits.set_peer_depth(reply.queue_depth);
                 inner.credits.grant(h.credits)?;
@@ -744,14 +773,15 @@ impl Channel {
             }
             (Kind::Request, ChanState::Up, _) => {
                 inner.credits.grant(h.credits)?;
-                let (head, hdr) = RequestHead::parse(payload)?;
+                let (head, hdr) = RequestHead::parse(payload)
+                    .map_err(|_| Refusal::breach("a malformed request"))?;
                 // The requester may have its queue depth in flight: this
                 // side's depth, which is also the tag count.
                 let tag = inner
                     .xfer
                     .as_mut()
                     .and_then(Xfer::take_incoming)
-                    .ok_or(Reason::ProtocolError)?;
+                    .ok_or(Refusal::breach("more requests than its queue depth"))?;
                 drop(inner);
                 self.stats.add(Counter::RequestsRx, 1);
                 let mut copy = KVec::new();
@@ -776,7 +806,7 @@ impl Channel {
                     Ok(inc) => self.session.deliver_request(inc),
                     Err(_) => {
                         self.incoming_dropped(tag);
-                        return Err(Reason::NoResources);
+                        return Err(Reason::NoResources.into());
                     }
                 }
                 Ok(granted)
@@ -786,7 +816,10 @@ impl Channel {
                 if invalidated.is_some() {
                     self.stats.add(Counter::InvRemote, 1);
                 }
-                let x = inner.xfer.as_mut().ok_or(Reason::ProtocolError)?;
+                let x = inner
+                    .xfer
+                    .as_mut()
+                    .ok_or(Refusal::breach("a response on a channel without requests"))?;
                 match x.response(h.cookie, invalidated, payload)? {
                     Response::Finished(f) => {
                         drop(inner);
@@ -812,13 +845,16 @@ impl Channel {
                 }
                 Ok(granted)
             }
-            (Kind::Credits, ChanState::Up, _) => inner.credits.grant(h.credits).map(|()| granted),
+            (Kind::Credits, ChanState::Up, _) => {
+                inner.credits.grant(h.credits)?;
+                Ok(granted)
+            }
             // Completions still coming in after the channel failed: nothing
             // to act on, and no fault of the peer's.
             (_, ChanState::Failed | ChanState::Closed, _) => Ok(false),
             // A message out of place: a hello twice, a reply to a server, data
             // before the handshake.
-            _ => Err(Reason::ProtocolError),
+            _ => Err(Refusal::breach("a message out of place")),
         }
     }
 
@@ -947,16 +983,17 @@ impl Channel {
         self.cb_task.store(0, Release);
         match res {
             Ok(_) => true,
-            Err(reason) => {
-                if reason == Reason::ProtocolError || reason == Reason::Malformed {
+            Err(r) => {
+                if !r.what.is_empty() {
                     pr_warn!(
-                        "session {} channel {}: bad message from the peer ({} bytes)\n",
+                        "session {} channel {}: the peer broke the protocol ({}, {} bytes): closing the connection\n",
                         self.session.id,
                         self.index,
+                        r.what,
                         data.len()
                     );
                 }
-                self.fail(reason);
+                self.fail(r.reason);
                 false
             }
         }

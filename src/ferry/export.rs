@@ -305,6 +305,26 @@ pub(crate) unsafe extern "C" fn ferry_session_put(s: *mut ferry_session) {
     drop(unsafe { Handle::<Session>::from_raw(s) });
 }
 
+/// Test builds only: makes session `s` commit protocol breach `fault` (see
+/// `src/ferry/hostile.rs`). 0, `-EINVAL` for an unknown fault, or
+/// `-ENOTCONN`.
+///
+/// # Safety
+///
+/// The caller holds a reference to `s`.
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_test_misbehave(s: *mut ferry_session, fault: u32) -> c_int {
+    let Some(f) = crate::hostile::Fault::from_u32(fault) else {
+        return EINVAL.to_errno();
+    };
+    // SAFETY: The caller holds a reference (the contract).
+    match unsafe { Handle::<Session>::borrow(s) }.misbehave(f) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
 /// See `ferry_session_id()` in `include/ferry/ferry.h`.
 ///
 /// # Safety

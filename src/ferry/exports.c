@@ -22,3 +22,10 @@ EXPORT_SYMBOL_NS_GPL(ferry_incoming_data_len, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_rdma_read, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_rdma_write, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_respond, "FERRY");
+
+#ifdef CONFIG_FERRY_KUNIT_TEST
+/* Test builds only: see include/ferry/ferry_test.h. */
+#include <ferry/ferry_test.h>
+
+EXPORT_SYMBOL_NS_GPL(ferry_test_misbehave, "FERRY");
+#endif

@@ -35,6 +35,7 @@ mod channel;
 mod credits;
 mod device;
 mod export;
+mod hostile;
 mod listener;
 mod netlink;
 mod service;

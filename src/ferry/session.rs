@@ -938,6 +938,24 @@ impl Session {
         }
     }
 
+    /// Test builds: arms fault `f` (see [`crate::hostile`]) on every
+    /// channel; a stray response leaves at once, on the first channel up.
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    pub(crate) fn misbehave(&self, f: crate::hostile::Fault) -> Result {
+        let inner = self.inner.lock();
+        if f == crate::hostile::Fault::StrayResponse {
+            return inner
+                .channels
+                .iter()
+                .find_map(|c| c.send_stray_response().ok())
+                .ok_or(ENOTCONN);
+        }
+        for c in inner.channels.iter() {
+            c.hostile.arm(f);
+        }
+        Ok(())
+    }
+
     /// The negotiated limits: (channels, the peer's queue depth, largest
     /// payload). `ENOTCONN` unless connected.
     pub(crate) fn limits(&self) -> Result<(u16, u32, u32)> {

@@ -20,6 +20,7 @@ import foundation  # noqa: E402,F401  (registers cases)
 import selftest  # noqa: E402,F401
 import sessions  # noqa: E402,F401
 import messages  # noqa: E402,F401
+import hostile  # noqa: E402,F401
 
 
 def main():

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A channel that breaks the protocol on purpose, in test builds only, so the
+//! tests can watch its peer cope (`ferry_test_misbehave()`, used by
+//! tools/testing/hostile/ferry_hostile.c).
+//!
+//! Each channel carries a [`Hostile`]: in a production build it is empty and
+//! its hooks do nothing. In a test build a [`Fault`] armed on it is committed
+//! once, on the next occasion that fits it, and then disarmed.
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+/// A breach of the protocol to commit once.
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum Fault {
+    /// The next message is of a kind that does not exist.
+    UnknownKind = 1,
+    /// The next message's header claims 64 bytes more than follow it.
+    LyingLength = 2,
+    /// The next message grants more credits than the receiver has buffers.
+    OverGrant = 3,
+    /// Right away: a response to a request the peer never sent.
+    StrayResponse = 4,
+    /// The next request's head claims 4 KiB more data than its regions hold.
+    LyingRequest = 5,
+    /// The next RDMA transfer uses a key the peer never gave.
+    ForgedKey = 6,
+    /// The next RDMA transfer uses the key of the transfer before it, which
+    /// the peer has invalidated since.
+    StaleKey = 7,
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+impl Fault {
+    /// The fault numbered `n` (as above).
+    pub(crate) fn from_u32(n: u32) -> Option<Self> {
+        Some(match n {
+            1 => Self::UnknownKind,
+            2 => Self::LyingLength,
+            3 => Self::OverGrant,
+            4 => Self::StrayResponse,
+            5 => Self::LyingRequest,
+            6 => Self::ForgedKey,
+            7 => Self::StaleKey,
+            _ => return None,
+        })
+    }
+}
+
+/// A channel's armed fault (test builds), or nothing.
+#[derive(Default)]
+pub(crate) struct Hostile {
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    armed: AtomicU32,
+    /// The remote key of the last transfer, for [`Fault::StaleKey`].
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    last_rkey: AtomicU32,
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+impl Hostile {
+    /// Arms `f` for the next occasion.
+    pub(crate) fn arm(&self, f: Fault) {
+        self.armed.store(f as u32, Relaxed);
+    }
+
+    /// Disarms and returns `f` if it is the armed fault.
+    fn take(&self, f: Fault) -> bool {
+        self.armed
+            .compare_exchange(f as u32, 0, Relaxed, Relaxed)
+            .is_ok()
+    }
+
+    /// A consumer's message about to be sent, as `buf` (header first).
+    pub(crate) fn message(&self, buf: &mut [u8]) {
+        if buf.len() < 8 {
+            return;
+        }
+        if self.take(Fault::UnknownKind) {
+            buf[0] = 0x7f;
+        } else if self.take(Fault::LyingLength) {
+            let len = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) + 64;
+            buf[4..8].copy_from_slice(&len.to_le_bytes());
+        } else if self.take(Fault::OverGrant) {
+            buf[2..4].copy_from_slice(&u16::MAX.to_le_bytes());
+        }
+    }
+
+    /// A request about to be sent, as `buf` (header first, then its head).
+    pub(crate) fn request(&self, buf: &mut [u8]) {
+        // The head's data length: bytes 4..8 after the 16-byte header.
+        if buf.len() >= 24 && self.take(Fault::LyingRequest) {
+            let len = u32::from_le_bytes([buf[20], buf[21], buf[22], buf[23]]) + 4096;
+            buf[20..24].copy_from_slice(&len.to_le_bytes());
+        }
+    }
+
+    /// The key an RDMA transfer uses instead of the peer's `rkey`.
+    pub(crate) fn remote_key(&self, rkey: u32) -> u32 {
+        let last = self.last_rkey.swap(rkey, Relaxed);
+        if self.take(Fault::ForgedKey) {
+            // Another region's index, same key byte.
+            rkey ^ 0x0005_a500
+        } else if last != 0 && self.take(Fault::StaleKey) {
+            last
+        } else {
+            rkey
+        }
+    }
+}
+
+#[cfg(not(CONFIG_FERRY_KUNIT_TEST))]
+impl Hostile {
+    /// Production build: sends the message as it is.
+    #[inline(always)]
+    pub(crate) fn message(&self, _buf: &mut [u8]) {}
+
+    /// Production build: sends the request as it is.
+    #[inline(always)]
+    pub(crate) fn request(&self, _buf: &mut [u8]) {}
+
+    /// Production build: the peer's key.
+    #[inline(always)]
+    pub(crate) fn remote_key(&self, rkey: u32) -> u32 {
+        rkey
+    }
+}

@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The hostile peer: tools/testing/hostile/ferry_hostile.c breaks the protocol
+on purpose (test builds of ferry only), and its victim must cope."""
+import re
+
+from harness import case
+
+PORT = 7473
+
+# Fault number (include/ferry/ferry_test.h) and what the victim must log.
+MESSAGE_FAULTS = {
+    1: 'a message of unknown kind',
+    2: 'a header whose length is not what arrived',
+    3: 'credits beyond the buffers it has',
+    4: 'a response to no request in flight',
+    5: 'a malformed request',
+}
+RQ_SUMMARY = re.compile(r'client: (\d+) requests, (\d+) done, (\d+) wrong, (\d+) failed')
+
+
+def echo_sessions(t, vm):
+    return [s for s in t.ferryctl_json(vm, 'service show') if s['name'] == 'echo'][0]['sessions']
+
+
+@case(timeout=900)
+def hostile_peer(t):
+    """One VM, rxe in loopback. While a well-behaved client holds a session
+    to the Rust echo service, a hostile client opens sessions to it and
+    sends a message of unknown kind, a header whose length lies, a credit
+    grant beyond its buffers, a response to a request never made, and a
+    request whose data length lies. Each time the service side logs what the
+    peer did wrong and closes that session alone: the good session never
+    goes down and the service goes on serving. Then a hostile service RDMAs
+    into a requester's pages with a forged key, and with the key of a
+    request already over: the requester's adapter refuses, its requests
+    fail with an error, its registrations are gone, and it reconnects."""
+    vm = t.vm
+    t.net_up(vm, 0, 1)
+    t.rxe_add(vm)
+    t.insmod(vm, echo=True)
+    vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+    mr_base = vm.run('rdma res show mr | wc -l').out.strip()
+    cecho, hostile = t.sample('ferry_cecho'), t.sample('ferry_hostile')
+    vm.run(f'insmod {cecho} peer=192.0.2.1 port={PORT} service=echo count=100 hold=1',
+           timeout=120 * t.slow)
+    good = [s for s in t.ferryctl_json(vm, 'session show') if s['role'] == 'client']
+    t.require(len(good) == 1, f'one good client session: {good}')
+    good_id = good[0]['id']
+    t.eq(echo_sessions(t, vm), 1, 'echo sessions before the attacks')
+
+    for n, what in MESSAGE_FAULTS.items():
+        r = vm.run(f'insmod {hostile} peer=192.0.2.1 port={PORT} service=echo fault={n}',
+                   timeout=60 * t.slow, check=False)
+        line = vm.run('dmesg | grep "ferry_hostile: fault" | tail -1').out.strip()
+        t.check(r.rc == 0, f'fault {n}: the victim did not close the connection: {line}')
+        if r.rc == 0:
+            vm.run('rmmod ferry_hostile')
+            t.log(line.split('] ', 1)[-1])
+        logged = vm.run(f'dmesg | grep -c "the peer broke the protocol ({what}"',
+                        check=False).out.strip()
+        t.check(logged != '0', f'fault {n}: the victim did not log "{what}"')
+        # The attacker's session is closed on the service's side too.
+        vm.wait_for(f'[ "$({t.ferryctl} -j service show | python3 -c '
+                    f'"import json,sys; print([s[\'sessions\'] for s in json.load(sys.stdin) '
+                    f'if s[\'name\'] == \'echo\'][0])")" = 1 ]', timeout=30 * t.slow)
+
+    # The good session never noticed, and the service still serves.
+    s = [s for s in t.ferryctl_json(vm, 'session show') if s['id'] == good_id]
+    t.require(len(s) == 1, f'the good session is gone: {s}')
+    t.eq((s[0]['state'], s[0]['reconnects']), ('connected', 0), 'the good session')
+    vm.run('rmmod ferry_cecho')
+    vm.run(f'insmod {cecho} peer=192.0.2.1 port={PORT} service=echo count=300',
+           timeout=120 * t.slow)
+    vm.run('rmmod ferry_cecho')
+
+    # A hostile service: forged keys, then stale ones.
+    for fault, label, extra in ((6, 'forged key', ''), (7, 'stale key', 'rq_window=1')):
+        vm.run(f'insmod {hostile} serve=1 fault={fault}')
+        r = vm.run(f'insmod {cecho} peer=192.0.2.1 port={PORT} service=hostile count=0 '
+                   f'requests=2 rq_max=4096 rq_dir=2 {extra}', timeout=120 * t.slow,
+                   check=False)
+        t.check(r.rc != 0, f'{label}: the requests succeeded')
+        m = RQ_SUMMARY.search(vm.run('dmesg | grep "ferry_cecho: client:" | tail -1').out)
+        t.require(m is not None, f'{label}: no request summary')
+        # (The hostile service writes zeros, not the pattern: a request it
+        # completes counts as wrong.)
+        sent, done, wrong, failed = (int(x) for x in m.groups())
+        t.check(done == sent == 2 and failed >= 1,
+                f'{label}: {sent} sent, {done} done, {failed} failed, {wrong} wrong')
+        t.log(f'{label}: {sent} requests, {failed} failed with an error, all completed')
+        vm.run('rmmod ferry_hostile')
+        t.eq(vm.run('rdma res show mr | wc -l').out.strip(), mr_base,
+             f'{label}: MRs back to the baseline')
+    vm.run('rmmod ferry_echo ferry')
