@@ -20,7 +20,7 @@ ferry_kdir = $(if $(KDIR),$(KDIR),$$(bash $(SETUP)/kernel.sh))
 ferry_kvars = $$(. $(SETUP)/common.sh && kmake_vars) \
 	$(if $(CLIPPY),CLIPPY=1 CLIPPY_DRIVER=$$(. $(SETUP)/common.sh && echo $$FERRY_CLIPPY_DRIVER))
 
-.PHONY: all modules modules-test setup kernel ferryctl test test-debug test-self demo \
+.PHONY: all modules modules-test setup kernel ferryctl test test-debug test-self demo bench \
 	clippy fmt nl-gen nl-check clean help
 
 all: modules ferryctl
@@ -68,6 +68,10 @@ test-debug:
 
 demo:
 	@bash $(TESTING)/demo.sh
+
+# Not a test: ferry beside perftest on one rxe device, ratios to tools/bench/out/.
+bench:
+	@bash $(ROOT)/tools/bench/bench.sh
 
 # Regenerate / check the netlink code generated from Documentation/netlink/specs.
 nl-gen nl-check: setup

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""`make bench`: ferry's messages and transfers side by side with perftest.
+
+Boots one VM (rxe in loopback: two VMs on two cores starve each other) and,
+for each round, runs every pair: the perftest tool on rxe0, then ferry_bench
+over ferry on the same device, or the other way round in odd rounds. Reports
+the median of each figure over the rounds and ferry's ratio to perftest, on
+stdout and in a results file (Markdown, plus the raw figures as JSON).
+
+Latency is one way: ib_send_lat's t_typical (the median of half the round
+trip), and half of ferry_bench's median round trip. Throughput is bytes per
+second, of the data alone.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'testing', 'vm'))
+from ferryvm import VM, VMError  # noqa: E402
+
+ADDR = '192.0.2.1'
+FERRY_PORT = 7471
+PERF_PORT = 18515
+PARAMS = '/sys/module/ferry_bench/parameters'
+
+# name, ferry_bench mode, perftest tool, size, iterations, goal (ratio)
+PAIRS = [
+    ('latency 64 B', 'lat', 'ib_send_lat', 64, 2000, ('<=', 1.3)),
+    ('latency 4 KiB', 'lat', 'ib_send_lat', 4096, 1000, None),
+    ('send 64 B', 'send', 'ib_send_bw', 64, 5000, None),
+    ('send 4 KiB', 'send', 'ib_send_bw', 4096, 2000, None),
+    ('send 32 KiB', 'send', 'ib_send_bw', 32768, 500, None),
+    ('write 64 KiB', 'write', 'ib_write_bw', 65536, 500, None),
+    ('write 1 MiB', 'write', 'ib_write_bw', 1 << 20, 100, ('>=', 0.8)),
+]
+
+
+def perftest(vm, tool, size, iters):
+    """Runs `tool` as server and client on rxe0; latency in ns or bytes/s."""
+    common = f'-d rxe0 -F -s {size} -n {iters} -p {PERF_PORT}'
+    # perftest's server accepts one client; the client retries until it listens.
+    out = vm.run(f'{tool} {common} >/tmp/perf-server.log 2>&1 & srv=$!; sleep 1; '
+                 f'for i in 1 2 3 4 5; do {tool} {common} {ADDR} && break; sleep 1; done; '
+                 f'wait $srv', timeout=600).out
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith('#bytes') and i + 1 < len(lines):
+            cols = line.split()
+            vals = lines[i + 1].split()
+            if tool.endswith('_lat'):
+                # t_typical: the median of half the round trip, in usec.
+                return float(vals[cols.index('t_typical[usec]')]) * 1000
+            # '#bytes #iterations BW peak[MB/sec] BW average[MB/sec] ...': the
+            # fourth figure, in perftest's MB of 2^20 bytes.
+            return float(vals[3]) * (1 << 20)
+    raise VMError(f'{tool}: no result in its output:\n{out}')
+
+
+def ferry(vm, mode, size, iters):
+    """Runs one ferry_bench mode; latency in ns or bytes/s."""
+    vm.run(f'echo {size} >{PARAMS}/size && echo {iters} >{PARAMS}/iters')
+    r = vm.run(f'echo {mode} >{PARAMS}/run', timeout=600, check=False)
+    got = vm.run(f'cat {PARAMS}/run').out
+    fields = dict(f.split('=', 1) for f in got.split())
+    if r.rc != 0 or 'error' in fields:
+        raise VMError(f'ferry_bench {mode} {size}: {got.strip() or r.err.strip()}')
+    return float(fields['lat_ns']) if mode == 'lat' else float(fields['bytes_per_s'])
+
+
+def fmt(kind, v):
+    if kind == 'lat':
+        return f'{v / 1000:.1f} us'
+    return f'{v / (1 << 20):.2f} MiB/s'
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--kernel', required=True)
+    ap.add_argument('--ferry-ko', required=True)
+    ap.add_argument('--ferryctl', required=True)
+    ap.add_argument('--rounds', type=int, default=5)
+    ap.add_argument('--results', required=True, help='the Markdown results file to write')
+    ap.add_argument('--only', nargs='*', default=[], help='run only these pairs (by mode)')
+    args = ap.parse_args()
+    out = tempfile.mkdtemp(prefix='ferry-bench.')
+    bench_ko = os.path.join(os.path.dirname(args.ferry_ko), 'ferry_bench.ko')
+    pairs = [p for p in PAIRS if not args.only or p[1] in args.only]
+
+    # The clock must not change under a run: keep the TSC, unwatched.
+    vm = VM('bench', args.kernel, out, memory='2G', append=['tsc=reliable'])
+    figures = {p[0]: {'perftest': [], 'ferry': []} for p in pairs}
+    try:
+        print('booting the benchmark VM (QEMU/TCG, 2 vCPUs, 2 GiB)...', flush=True)
+        vm.start()
+        vm.run(f'ip link set eth0 up && ip addr add {ADDR}/24 dev eth0 && '
+               'rdma link add rxe0 type rxe netdev eth0')
+        vm.run(f'insmod {args.ferry_ko} && insmod {bench_ko} peer={ADDR} port={FERRY_PORT} && '
+               f'{args.ferryctl} listener add {ADDR} port {FERRY_PORT}')
+        clock = vm.run('cat /sys/devices/system/clocksource/clocksource0/current_clocksource').out
+        for rnd in range(args.rounds):
+            for name, mode, tool, size, iters, _ in pairs:
+                runs = [('perftest', lambda: perftest(vm, tool, size, iters)),
+                        ('ferry', lambda: ferry(vm, mode, size, iters))]
+                for who, fn in runs if rnd % 2 == 0 else runs[::-1]:
+                    v = fn()
+                    figures[name][who].append(v)
+                    print(f'round {rnd + 1}/{args.rounds}: {name:14} {who:8} '
+                          f'{fmt(mode, v)}', flush=True)
+        clock_after = vm.run('cat /sys/devices/system/clocksource/clocksource0/'
+                             'current_clocksource').out
+        problems = vm.kernel_problems()
+        vm.run('rmmod ferry_bench ferry')
+    except VMError as e:
+        print(f'ERROR: {e}\nconsole: {vm.console_path}', file=sys.stderr)
+        vm.kill()
+        return 1
+    vm.stop()
+
+    rows = []
+    for name, mode, tool, size, iters, goal in pairs:
+        p = statistics.median(figures[name]['perftest'])
+        f = statistics.median(figures[name]['ferry'])
+        ratio = f / p
+        if goal:
+            op, want = goal
+            met = ratio <= want if op == '<=' else ratio >= want
+            goal_s = f'{op} {want} ({"met" if met else "NOT met"})'
+        else:
+            goal_s = ''
+        rows.append((name, tool, fmt(mode, p), fmt(mode, f), f'{ratio:.2f}', goal_s))
+    head = ('what', 'perftest tool', 'perftest', 'ferry', 'ferry / perftest', 'goal')
+    table = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    table += ['| ' + ' | '.join(r) + ' |' for r in rows]
+    when = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
+    text = '\n'.join([
+        f'# ferry benchmark, {when}', '',
+        f'One VM (QEMU/TCG, 2 vCPUs), soft-RoCE rxe0 in loopback, kernel '
+        f'{vm.info.get("kernel", "?")}, clocksource {clock.strip()} (after: {clock_after.strip()}).',
+        f'Medians of {args.rounds} interleaved rounds. Latency: one way (half the round trip). '
+        'Throughput: data bytes per second; 1 MiB = 2^20 bytes.',
+        'ferry: one channel; `send` streams messages, `write` has 16 requests in flight, '
+        'each RDMA-WRITTEN by the peer into the requester\'s registered pages.', '',
+        *table, ''])
+    if problems:
+        text += '\nkernel problems during the run:\n' + '\n'.join(problems) + '\n'
+    print('\n' + text)
+    with open(args.results, 'w') as f:
+        f.write(text)
+    with open(os.path.splitext(args.results)[0] + '.json', 'w') as f:
+        json.dump({'when': when, 'rounds': args.rounds, 'figures': figures}, f, indent=1)
+    print(f'results: {args.results}')
+    return 1 if problems else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

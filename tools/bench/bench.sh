@@ -1,0 +1,22 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# `make bench`: sets up what is missing, builds ferry.ko and the samples
+# (production build) and ferryctl, then runs tools/bench/bench.py in one VM.
+# The results go to tools/bench/out/results.md (and .json); BENCH_ROUNDS sets
+# the number of interleaved rounds (default 5).
+set -euo pipefail
+. "$(dirname "$0")/../testing/setup/common.sh"
+cd "$FERRY_ROOT"
+
+bash tools/testing/setup/deps.sh
+KBUILD=$(bash tools/testing/setup/kernel.sh)
+mapfile -t KV < <(kmake_vars)
+step "building ferry.ko and the samples"
+make -s -C "$KBUILD" M="$FERRY_ROOT" "${KV[@]}" CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m modules >/dev/null
+step "building ferryctl"
+(cd tools/ferryctl && cargo build --release --quiet)
+mkdir -p tools/bench/out
+exec python3 tools/bench/bench.py --kernel "$KBUILD/arch/x86/boot/bzImage" \
+	--ferry-ko "$FERRY_ROOT/ferry.ko" \
+	--ferryctl "$FERRY_ROOT/tools/ferryctl/target/release/ferryctl" \
+	--rounds "${BENCH_ROUNDS:-5}" --results "$FERRY_ROOT/tools/bench/out/results.md" "$@"
