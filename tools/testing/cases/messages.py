@@ -171,6 +171,47 @@ def requests_rust(t):
     vm.run('rmmod ferry')
 
 
+@case(topology='pair', timeout=600)
+def requests_peer_dies(t):
+    """Two VMs: B's C client keeps 8 requests of 1 MiB in flight, reads and
+    writes, to A's service; A is killed mid-transfer. Every request ferry
+    took completes exactly once: those in flight with an error
+    (-ECONNABORTED: ferry never resends a request, the peer may have acted
+    on it), and the submit that waits for the session to come back fails
+    after the session's timeout (5 s here). B's registrations are all gone."""
+    a, b = t.pair_up()
+    t.insmod(a, t.sample('ferry_cecho'))
+    a.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+    base = b.run('rdma res show mr | wc -l').out.strip()
+    b.run(f'setsid sh -c "insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} '
+          f'service=cecho count=0 requests=100000 rq_max=1048576 rq_window=8; '
+          f'echo \\$? >/tmp/cecho.rc" </dev/null >/dev/null 2>&1 &')
+    # Mid-transfer: some requests done, 8 in flight.
+    b.wait_for(f'{t.ferryctl} -j -s session show | python3 -c "import json,sys; '
+               f'sys.exit(not any(s[\'stats\'][\'requests_tx\'] >= 24 '
+               f'for s in json.load(sys.stdin)))"', timeout=120 * t.slow)
+    a.kill()
+    killed = time.monotonic()
+    b.wait_for('test -s /tmp/cecho.rc', timeout=120 * t.slow)
+    ended = time.monotonic() - killed
+    rc = b.run('cat /tmp/cecho.rc').out.strip()
+    t.check(rc != '0', 'the client succeeded with its peer dead')
+    log = b.run('dmesg | grep "ferry_cecho: client" | tail -20').out
+    m = RQ_SUMMARY.search(log)
+    t.require(m is not None, f'no request summary: {log!r}')
+    sent, done, wrong, failed, _ = (int(x) for x in m.groups())
+    t.log(f'{sent} requests sent, {done} completed ({failed} with an error, {wrong} wrong); '
+          f'the client ended {ended:.1f} s after the kill')
+    t.eq(done, sent, 'every request completed (none lost)')
+    t.check(1 <= failed <= 8, f'failed: {failed} (at most the 8 in flight)')
+    t.eq(wrong, 0, 'wrong data')
+    aborted = b.run('dmesg | grep -c "client: request failed: -103"', check=False).out.strip()
+    t.eq(int(aborted), failed, 'failed requests that say -ECONNABORTED')
+    t.check('submit' in log and '-110' in log, f'the waiting submit timed out: {log!r}')
+    t.eq(b.run('rdma res show mr | wc -l').out.strip(), base, 'MRs back to the baseline')
+    b.run('rmmod ferry')
+
+
 # The C client's data sizes (samples/README.md), and a registration's reach.
 DATA_CLASSES = [4096, 65536, 1 << 20, 4 << 20]
 REG_BYTES = 512 * 4096
