@@ -209,6 +209,20 @@ pub mod stats {
     pub const INV_LOCAL: u32 = bindings::FERRY_A_STATS_INV_LOCAL;
     /// Bytes moved by RDMA.
     pub const RDMA_BYTES: u32 = bindings::FERRY_A_STATS_RDMA_BYTES;
+    /// Failed work completions of one status (a `wc-status` nest).
+    pub const WC_STATUS: u32 = bindings::FERRY_A_STATS_WC_STATUS;
+}
+
+/// Attribute numbers of the `wc-status` set.
+pub mod wc_status {
+    use crate::bindings;
+
+    /// The status (`enum ib_wc_status`).
+    pub const STATUS: u32 = bindings::FERRY_A_WC_STATUS_STATUS;
+    /// How many work completions failed with it.
+    pub const COUNT: u32 = bindings::FERRY_A_WC_STATUS_COUNT;
+    /// Padding for 64-bit attributes.
+    pub const PAD: u32 = bindings::FERRY_A_WC_STATUS_PAD;
 }
 
 /// Attribute numbers of the `service` set.

@@ -861,6 +861,7 @@ impl Channel {
     /// A failed work completion: the first one that is not a flush is logged
     /// and fails the channel; flushes are only counted.
     fn wc_failed(&self, wc: &Wc) {
+        self.stats.add_wc(wc.status());
         if wc.flushed() {
             self.stats.add(Counter::FlushErrors, 1);
         } else {

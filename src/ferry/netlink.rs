@@ -14,7 +14,7 @@ use crate::{
     device::Ferry,
     ferry_nl::{
         self, channel as ch_attr, device as attr, device_event as dev_ev, listener as l_attr,
-        service as sv_attr, session as s_attr, stats as st_attr,
+        service as sv_attr, session as s_attr, stats as st_attr, wc_status as wc_attr,
     },
     genl::{Dump, Request, Writer},
     listener::Listener,
@@ -268,6 +268,12 @@ const COUNTER_ATTRS: [(Counter, u32); COUNTERS] = [
 fn put_counters(w: &mut Writer<'_>, c: &Counters) -> Result {
     for (counter, ty) in COUNTER_ATTRS {
         w.put_u64(ty, c.get(counter), st_attr::PAD)?;
+    }
+    for (status, n) in (0u32..).zip(c.wc.iter()).filter(|(_, n)| **n != 0) {
+        w.nest(st_attr::WC_STATUS, |w| {
+            w.put_u32(wc_attr::STATUS, status)?;
+            w.put_u64(wc_attr::COUNT, *n, wc_attr::PAD)
+        })?;
     }
     Ok(())
 }

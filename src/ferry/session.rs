@@ -40,7 +40,7 @@ use crate::{
     rdma::mr::SgList,
     service::{Consumer, Service},
     state::{Role, SessionState},
-    stats::{Counter, Counters},
+    stats::{Counter, Counters, Stats},
     wire::{self, Header, Hello, Reason, ServiceName},
     work,
     xfer::{Incoming, Request},
@@ -202,6 +202,8 @@ pub(crate) struct Session {
     want_writable: AtomicBool,
     /// Received messages nobody consumed (a session without a consumer).
     pub(crate) rx_dropped: AtomicU64,
+    /// What the session's channels counted before they were replaced.
+    retired: Stats,
 }
 
 /// A snapshot for netlink.
@@ -268,6 +270,7 @@ impl Session {
                 waiters: AtomicU32::new(0),
                 want_writable: AtomicBool::new(false),
                 rx_dropped: AtomicU64::new(0),
+                retired: Stats::default(),
             }),
             GFP_KERNEL,
         )
@@ -599,6 +602,10 @@ impl Session {
         inner.next_delay_ms = delay;
         drop(inner);
         shutdown_all(&channels);
+        // Drained: their counts are final, and stay the session's.
+        for c in channels.iter() {
+            self.retired.absorb(&c.stats.snapshot());
+        }
         self.notify();
     }
 
@@ -744,7 +751,7 @@ impl Session {
             peer_depth: 0,
             max_msg: self.params.max_msg,
             channels: KVec::with_capacity(inner.channels.len(), GFP_KERNEL)?,
-            totals: Counters::default(),
+            totals: self.retired.snapshot(),
         };
         info.totals
             .set(Counter::RxUnclaimed, self.rx_dropped.load(Relaxed));

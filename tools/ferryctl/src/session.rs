@@ -78,6 +78,33 @@ const STATS: [(u32, &str); 19] = [
     (FERRY_A_STATS_RDMA_BYTES, "rdma_bytes"),
 ];
 
+/// Keys of failed work completions by status (`enum ib_wc_status`, whose
+/// names they follow): `wc_` and the status, e.g. `wc_rem_access_err`.
+const WC_STATUS: [&str; 22] = [
+    "wc_success",
+    "wc_loc_len_err",
+    "wc_loc_qp_op_err",
+    "wc_loc_eec_op_err",
+    "wc_loc_prot_err",
+    "wc_wr_flush_err",
+    "wc_mw_bind_err",
+    "wc_bad_resp_err",
+    "wc_loc_access_err",
+    "wc_rem_inv_req_err",
+    "wc_rem_access_err",
+    "wc_rem_op_err",
+    "wc_retry_exc_err",
+    "wc_rnr_retry_exc_err",
+    "wc_loc_rdd_viol_err",
+    "wc_rem_inv_rd_req_err",
+    "wc_rem_abort_err",
+    "wc_inv_eecn_err",
+    "wc_inv_eec_state_err",
+    "wc_fatal_err",
+    "wc_resp_timeout_err",
+    "wc_general_err",
+];
+
 fn bad(what: &str) -> Error {
     Error::Protocol(format!("malformed session {what} attribute"))
 }
@@ -317,9 +344,27 @@ fn decode_stats(p: &[u8]) -> Result<Vec<(&'static str, u64)>, Error> {
     for (ty, v) in Attrs::new(p) {
         if let Some((_, key)) = STATS.iter().find(|(a, _)| *a == u32::from(ty)) {
             counters.push((*key, attr::u64(v).ok_or_else(|| bad("stats"))?));
+        } else if u32::from(ty) == FERRY_A_STATS_WC_STATUS {
+            counters.push(decode_wc_status(v)?);
         }
     }
     Ok(counters)
+}
+
+/// One `wc-status` nest: the status's key and its count.
+fn decode_wc_status(p: &[u8]) -> Result<(&'static str, u64), Error> {
+    let (mut status, mut count) = (None, None);
+    for (ty, v) in Attrs::new(p) {
+        match u32::from(ty) {
+            FERRY_A_WC_STATUS_STATUS => status = attr::u32(v),
+            FERRY_A_WC_STATUS_COUNT => count = attr::u64(v),
+            _ => {}
+        }
+    }
+    let key = status
+        .and_then(|s| WC_STATUS.get(s as usize))
+        .ok_or_else(|| bad("wc-status"))?;
+    Ok((key, count.ok_or_else(|| bad("wc-status"))?))
 }
 
 fn channel_json(c: &Channel, stats: bool) -> Value {
@@ -746,6 +791,36 @@ pub mod tests {
         assert_eq!(stats[9], ("flush_errors", 90));
         assert_eq!(stats[12], ("rx_unclaimed", 120));
         assert_eq!(stats[18], ("rdma_bytes", 180));
+    }
+
+    #[test]
+    fn decodes_wc_status() {
+        let wc = |status: u32, count: u64| {
+            let mut n = Builder::new()
+                .u32(FERRY_A_WC_STATUS_STATUS, status)
+                .bytes()
+                .to_vec();
+            n.extend(u64_attr(FERRY_A_WC_STATUS_COUNT, count));
+            nest(FERRY_A_STATS_WC_STATUS, &n)
+        };
+        let mut st = u64_attr(FERRY_A_STATS_WC_ERRORS, 1);
+        st.extend(wc(5, 3));
+        st.extend(wc(10, 1));
+        assert_eq!(
+            decode_stats(&st).unwrap(),
+            vec![
+                ("wc_errors", 1),
+                ("wc_wr_flush_err", 3),
+                ("wc_rem_access_err", 1)
+            ]
+        );
+        // A status this ferryctl cannot name, or a nest without its count.
+        assert!(decode_stats(&wc(22, 1)).is_err());
+        let no_count = Builder::new()
+            .u32(FERRY_A_WC_STATUS_STATUS, 5)
+            .bytes()
+            .to_vec();
+        assert!(decode_stats(&nest(FERRY_A_STATS_WC_STATUS, &no_count)).is_err());
     }
 
     #[test]

@@ -231,6 +231,12 @@ def session_peer_killed(t):
     t.log(f'reconnected {time.monotonic() - back:.1f} s after the server was back, '
           f'{time.monotonic() - killed:.1f} s after the kill')
     t.eq(st['reconnects'], 1, 'reconnects')
+    # The failed channels' counts stay the session's, by work completion status.
+    stats = [x for x in t.ferryctl_json(b, '-s session show') if x['id'] == s['id']][0]['stats']
+    t.log('failed work completions by status: ' + ', '.join(
+        f'{k} {v}' for k, v in stats.items() if k.startswith('wc_') and k != 'wc_errors'))
+    t.check(stats['flush_errors'] > 0, f'no flush counted: {stats}')
+    t.eq(stats.get('wc_wr_flush_err'), stats['flush_errors'], 'flushes by status')
     # The client's own link goes down: heartbeats stop, the session recovers.
     b.run('ip link set eth0 down')
     down = time.monotonic()
