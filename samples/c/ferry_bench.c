@@ -9,6 +9,7 @@
  *
  *   lat    ping-pong of size-byte messages, one in flight: the median and the
  *          99th percentile of half the round trip, as ib_send_lat reports.
+ *          Like ib_send_lat, it polls for the answer instead of sleeping.
  *   send   a stream of size-byte messages (each ferry_send() waits for a
  *          credit), then one the service answers: bytes per second.
  *   write  requests whose size bytes the service RDMA-WRITEs into the
@@ -157,6 +158,24 @@ static int wait_answers(struct client *c, int n)
 	return 0;
 }
 
+/*
+ * Spins until @n answers are in, as ib_send_lat polls its completion queue:
+ * the round trip then includes no wakeup of this thread. It yields whenever
+ * the scheduler asks, so the completion work it waits for can run here too.
+ */
+static int spin_answers(struct client *c, int n)
+{
+	unsigned long end = jiffies + msecs_to_jiffies(WAIT_MS);
+
+	while (atomic_read(&c->answers) < n) {
+		if (time_after(jiffies, end))
+			return -ETIMEDOUT;
+		cond_resched();
+		cpu_relax();
+	}
+	return 0;
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
 	u64 x = *(const u64 *)a, y = *(const u64 *)b;
@@ -180,7 +199,7 @@ static int bench_lat(struct ferry_session *s, struct client *c, u8 *buf, u32 war
 		t0 = ktime_get_ns();
 		ret = ferry_send(s, buf, size, 0);
 		if (!ret)
-			ret = wait_answers(c, i + 1);
+			ret = spin_answers(c, i + 1);
 		if (ret)
 			break;
 		if (i >= warm)

@@ -29,7 +29,7 @@ use ferry_api::{
 use kernel::{
     new_condvar, new_mutex,
     prelude::*,
-    sync::{Arc, CondVar, Mutex},
+    sync::{Arc, CondVar, Mutex, MutexGuard},
     time::msecs_to_jiffies,
 };
 
@@ -374,6 +374,21 @@ struct Client {
 }
 
 impl Client {
+    /// Waits until `done` holds for the tally, at most `DRAIN_MS` between two
+    /// changes; returns the tally, or `None` on a timeout.
+    fn wait_until(&self, done: impl Fn(&Tally) -> bool) -> Option<MutexGuard<'_, Tally>> {
+        let mut t = self.tally.lock();
+        while !done(&t) {
+            if timed_out(
+                self.changed
+                    .wait_interruptible_timeout(&mut t, msecs_to_jiffies(DRAIN_MS)),
+            ) {
+                return None;
+            }
+        }
+        Some(t)
+    }
+
     /// The size of message `seq`.
     fn size_of(&self, seq: u32) -> usize {
         SIZE_CLASSES[seq as usize % SIZE_CLASSES.len()].min(self.max.load(Relaxed))
@@ -440,18 +455,10 @@ impl Done for Sent {
 fn run_requests(s: &SessionRef, client: &Arc<Client>, n: u32) -> Result {
     let mut bytes = 0u64;
     for i in 0..n {
-        let mut t = client.tally.lock();
-        while i - t.rq_done >= RQ_WINDOW {
-            if timed_out(
-                client
-                    .changed
-                    .wait_interruptible_timeout(&mut t, msecs_to_jiffies(DRAIN_MS)),
-            ) {
-                pr_err!("client: no request done for {} ms\n", DRAIN_MS);
-                return Err(ETIMEDOUT);
-            }
+        if client.wait_until(|t| i - t.rq_done < RQ_WINDOW).is_none() {
+            pr_err!("client: no request done for {} ms\n", DRAIN_MS);
+            return Err(ETIMEDOUT);
         }
-        drop(t);
         let hdr = DataHdr {
             op: if i % 2 == 0 { DATA_WRITE } else { DATA_READ },
             len: DATA_CLASSES[(i / 2) as usize % DATA_CLASSES.len()],
@@ -477,16 +484,10 @@ fn run_requests(s: &SessionRef, client: &Arc<Client>, n: u32) -> Result {
         })?;
         bytes += u64::from(hdr.len);
     }
-    let mut t = client.tally.lock();
-    while t.rq_done < n {
-        if timed_out(
-            client
-                .changed
-                .wait_interruptible_timeout(&mut t, msecs_to_jiffies(DRAIN_MS)),
-        ) {
-            break;
-        }
-    }
+    // On a timeout, the summary says what is missing.
+    let t = client
+        .wait_until(|t| t.rq_done >= n)
+        .unwrap_or_else(|| client.tally.lock());
     pr_info!(
         "client: {} requests, {} done, {} wrong, {} failed, {} bytes\n",
         n,
@@ -522,33 +523,18 @@ fn run_client(peer: Peer, service: &CStr, count: u32, max_msg: u32, requests: u3
     let mut buf = KVec::from_elem(0u8, max, GFP_KERNEL)?;
     for seq in 0..count {
         // Keep `WINDOW` in flight.
-        let mut t = client.tally.lock();
-        while seq - t.received >= WINDOW {
-            if timed_out(
-                client
-                    .changed
-                    .wait_interruptible_timeout(&mut t, msecs_to_jiffies(DRAIN_MS)),
-            ) {
-                pr_err!("client: no echo for {} ms\n", DRAIN_MS);
-                return Err(ETIMEDOUT);
-            }
+        if client.wait_until(|t| seq - t.received < WINDOW).is_none() {
+            pr_err!("client: no echo for {} ms\n", DRAIN_MS);
+            return Err(ETIMEDOUT);
         }
-        drop(t);
         // (`get_mut`, not indexing: no panic path in module init.)
         let msg = buf.get_mut(..client.size_of(seq)).ok_or(EINVAL)?;
         fill(msg, seq);
         s.send(msg, Wait::Yes)?;
     }
-    let mut t = client.tally.lock();
-    while t.received < count {
-        if timed_out(
-            client
-                .changed
-                .wait_interruptible_timeout(&mut t, msecs_to_jiffies(DRAIN_MS)),
-        ) {
-            break;
-        }
-    }
+    let t = client
+        .wait_until(|t| t.received >= count)
+        .unwrap_or_else(|| client.tally.lock());
     let (received, wrong) = (t.received, t.wrong);
     drop(t);
     pr_info!(

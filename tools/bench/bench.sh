@@ -8,13 +8,7 @@ set -euo pipefail
 . "$(dirname "$0")/../testing/setup/common.sh"
 cd "$FERRY_ROOT"
 
-bash tools/testing/setup/deps.sh
-KBUILD=$(bash tools/testing/setup/kernel.sh)
-mapfile -t KV < <(kmake_vars)
-step "building ferry.ko and the samples"
-make -s -C "$KBUILD" M="$FERRY_ROOT" "${KV[@]}" CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m modules >/dev/null
-step "building ferryctl"
-(cd tools/ferryctl && cargo build --release --quiet)
+KBUILD=$(build_production)
 mkdir -p tools/bench/out
 exec python3 tools/bench/bench.py --kernel "$KBUILD/arch/x86/boot/bzImage" \
 	--ferry-ko "$FERRY_ROOT/ferry.ko" \

@@ -22,3 +22,20 @@ die() {
 kmake_vars() {
 	printf '%s\n' "LLVM=$FERRY_LLVM" "RUSTC=$FERRY_RUSTC" "BINDGEN=$FERRY_BINDGEN"
 }
+
+# Builds ferry.ko and the samples (production build) against the test kernel,
+# and ferryctl; prints the kernel build directory. For `make demo` and
+# `make bench`, as `KBUILD=$(build_production)` (each step checked: errexit
+# does not reach into a command substitution).
+build_production() {
+	local kbuild kv
+	bash "$FERRY_ROOT/tools/testing/setup/deps.sh" >&2 || return 1
+	kbuild=$(bash "$FERRY_ROOT/tools/testing/setup/kernel.sh") || return 1
+	mapfile -t kv < <(kmake_vars)
+	step "building ferry.ko and the samples"
+	make -s -C "$kbuild" M="$FERRY_ROOT" "${kv[@]}" CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m \
+		modules >&2 || return 1
+	step "building ferryctl"
+	(cd "$FERRY_ROOT/tools/ferryctl" && cargo build --release --quiet) >&2 || return 1
+	echo "$kbuild"
+}
