@@ -551,7 +551,7 @@ impl Channel {
             offset: 0,
         };
         let (first, mut remote) = op.next_region().ok_or(EINVAL)??;
-        remote.rkey = self.hostile.remote_key(remote.rkey);
+        self.hostile.remote(&mut remote);
         let mut inner = self.inner.lock();
         if inner.state != ChanState::Up {
             return Err(ENOTCONN);

@@ -11,6 +11,8 @@
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
+use crate::rdma::mr::Remote;
+
 /// A breach of the protocol to commit once.
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +33,9 @@ pub(crate) enum Fault {
     /// The next RDMA transfer uses the key of the transfer before it, which
     /// the peer has invalidated since.
     StaleKey = 7,
+    /// The next RDMA transfer uses the right key on the bytes right after
+    /// the region it was given.
+    BeyondRegion = 8,
 }
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
@@ -45,6 +50,7 @@ impl Fault {
             5 => Self::LyingRequest,
             6 => Self::ForgedKey,
             7 => Self::StaleKey,
+            8 => Self::BeyondRegion,
             _ => return None,
         })
     }
@@ -98,16 +104,16 @@ impl Hostile {
         }
     }
 
-    /// The key an RDMA transfer uses instead of the peer's `rkey`.
-    pub(crate) fn remote_key(&self, rkey: u32) -> u32 {
-        let last = self.last_rkey.swap(rkey, Relaxed);
+    /// Where an RDMA transfer goes instead of the peer's region `r`.
+    pub(crate) fn remote(&self, r: &mut Remote) {
+        let last = self.last_rkey.swap(r.rkey, Relaxed);
         if self.take(Fault::ForgedKey) {
             // Another region's index, same key byte.
-            rkey ^ 0x0005_a500
+            r.rkey ^= 0x0005_a500;
         } else if last != 0 && self.take(Fault::StaleKey) {
-            last
-        } else {
-            rkey
+            r.rkey = last;
+        } else if self.take(Fault::BeyondRegion) {
+            r.addr += u64::from(r.len);
         }
     }
 }
@@ -122,9 +128,7 @@ impl Hostile {
     #[inline(always)]
     pub(crate) fn request(&self, _buf: &mut [u8]) {}
 
-    /// Production build: the peer's key.
+    /// Production build: the peer's region.
     #[inline(always)]
-    pub(crate) fn remote_key(&self, rkey: u32) -> u32 {
-        rkey
-    }
+    pub(crate) fn remote(&self, _r: &mut Remote) {}
 }

@@ -31,9 +31,10 @@ def hostile_peer(t):
     request whose data length lies. Each time the service side logs what the
     peer did wrong and closes that session alone: the good session never
     goes down and the service goes on serving. Then a hostile service RDMAs
-    into a requester's pages with a forged key, and with the key of a
-    request already over: the requester's adapter refuses, its requests
-    fail with an error, its registrations are gone, and it reconnects."""
+    into a requester's pages with a forged key, with the key of a request
+    already over, and with the right key just past the region: the
+    requester's adapter refuses, its requests fail with an error, and its
+    registrations are gone."""
     vm = t.vm
     t.net_up(vm, 0, 1)
     t.rxe_add(vm)
@@ -74,7 +75,8 @@ def hostile_peer(t):
     vm.run('rmmod ferry_cecho')
 
     # A hostile service: forged keys, then stale ones.
-    for fault, label, extra in ((6, 'forged key', ''), (7, 'stale key', 'rq_window=1')):
+    for fault, label, extra in ((6, 'forged key', ''), (7, 'stale key', 'rq_window=1'),
+                                (8, 'beyond the region', '')):
         vm.run(f'insmod {hostile} serve=1 fault={fault}')
         r = vm.run(f'insmod {cecho} peer=192.0.2.1 port={PORT} service=hostile count=0 '
                    f'requests=2 rq_max=4096 rq_dir=2 {extra}', timeout=120 * t.slow,

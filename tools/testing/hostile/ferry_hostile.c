@@ -8,9 +8,10 @@
  * and waits for the peer to close the connection; the load fails if it does
  * not within 10 s. It logs "hostile: fault N: closed by the peer after M ms".
  *
- * As a service (serve=1 fault=6 or 7) it offers "hostile" and serves
- * requests with data, but RDMAs with a forged key (6) on the first one, or
- * with the previous request's key (7) on the second one.
+ * As a service (serve=1 fault=6, 7 or 8) it offers "hostile" and serves
+ * requests with data, but RDMAs with a forged key (6) or beyond the region
+ * it was given (8) on the first one, or with the previous request's key (7)
+ * on the second one.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -188,8 +189,8 @@ static void hostile_request(struct ferry_session *s, void *priv,
 		}
 		sg_set_page(sg, pg, min_t(u32, PAGE_SIZE, len - i * PAGE_SIZE), 0);
 	}
-	if ((fault == FERRY_FAULT_FORGED_KEY && nth == 1) ||
-	    (fault == FERRY_FAULT_STALE_KEY && nth == 2)) {
+	if ((fault == FERRY_FAULT_STALE_KEY && nth == 2) ||
+	    (fault != FERRY_FAULT_STALE_KEY && nth == 1)) {
 		pr_info("request %d: committing fault %u\n", nth, fault);
 		ferry_test_misbehave(s, fault);
 	}
