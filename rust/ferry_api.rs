@@ -281,7 +281,9 @@ impl Data {
     /// Copies `src` into the data at `off`.
     pub fn write(&mut self, off: usize, src: &[u8]) -> Result {
         self.chunks(off, src.len(), |page, in_page, at, n| {
-            // SAFETY: `src[at..at + n]` is in bounds (the range is).
+            // SAFETY: `src[at..at + n]` is in bounds (the range is), and
+            // nothing else touches the page meanwhile: `&mut self`, and
+            // ferry only ever holds `Data` moved into it.
             unsafe { page.write_raw(src.as_ptr().add(at), in_page, n) }
         })
     }
@@ -289,7 +291,9 @@ impl Data {
     /// Copies the data at `off` into `dst`.
     pub fn read(&self, off: usize, dst: &mut [u8]) -> Result {
         self.chunks(off, dst.len(), |page, in_page, at, n| {
-            // SAFETY: `dst[at..at + n]` is in bounds (the range is).
+            // SAFETY: `dst[at..at + n]` is in bounds (the range is); no one
+            // writes the page meanwhile: writing takes `&mut self`, and ferry
+            // only ever holds `Data` moved into it.
             unsafe { page.read_raw(dst.as_mut_ptr().add(at), in_page, n) }
         })
     }
@@ -319,7 +323,7 @@ pub trait Done: Send + Sized + 'static {
 /// response, and the caller's `ctx`. Reusable once [`Done::done`] has it.
 #[repr(C)]
 pub struct Request<T: Done> {
-    /// First: `request_done` finds the request from it.
+    /// First: `done_raw` finds the request from it.
     raw: ffi::ferry_request,
     header: KVec<u8>,
     response: KVec<u8>,
@@ -408,7 +412,7 @@ impl<T: Done> Request<T> {
     /// Every pointer it sets points into heap buffers the request owns, which
     /// stay put while ferry has the request, as the request itself does
     /// (boxed).
-    fn prepare(&mut self) -> *mut ffi::ferry_request {
+    fn prepare(&mut self) {
         let (dir, (sgl, nents)) = match &self.data {
             Some((dir, d)) => (*dir, d.sgl()),
             None => (Dir::None, (core::ptr::null_mut(), 0)),
@@ -427,13 +431,12 @@ impl<T: Done> Request<T> {
             resp_len: 0,
             moved: 0,
         };
-        &mut self.raw
     }
 
     /// # Safety
     ///
-    /// Called by ferry only, once, with the `raw` of a request that
-    /// [`SessionRef::submit`] gave it.
+    /// Called by ferry only, once, with the pointer to the `raw` of a request
+    /// that [`SessionRef::submit`] gave it (derived from the whole box).
     unsafe extern "C" fn done_raw(rq: *mut ffi::ferry_request) {
         // SAFETY: `raw` is the first field of the `#[repr(C)]` request, which
         // `submit` leaked from a box: ferry gives it back now.
@@ -454,8 +457,6 @@ pub struct Incoming(NonNull<ffi::ferry_incoming>);
 
 // SAFETY: ferry's request functions may be called from any thread.
 unsafe impl Send for Incoming {}
-// SAFETY: The accessors taking `&self` only read.
-unsafe impl Sync for Incoming {}
 
 /// What a data transfer's initiator is told when it is over.
 pub trait Transferred: Send + Sized + 'static {
@@ -503,8 +504,10 @@ impl Incoming {
     /// Answers the request with `status` and a response header; see
     /// `ferry_respond()`.
     pub fn respond(self, status: Result, header: &[u8]) -> Result {
+        // (A header too long fails below, and the request goes back all the
+        // same.)
+        let len = u32::try_from(header.len()).unwrap_or(u32::MAX);
         let this = ManuallyDrop::new(self);
-        let len = u32::try_from(header.len()).map_err(|_| EMSGSIZE)?;
         let status = status.err().map_or(0, Error::to_errno);
         // SAFETY: A live request with no transfer in flight (type invariant),
         // so ferry takes it back whatever the result: `this` is not used again.
@@ -680,11 +683,13 @@ impl SessionRef {
         let req = KBox::into_raw(req);
         // SAFETY: `req` is valid (from `into_raw`), and ours until ferry
         // takes it below.
-        let raw = unsafe { (*req).prepare() };
-        // SAFETY: A live handle (type invariant); `raw` points into `*req`,
-        // which stays put and valid until `request_done` gives it back, and
-        // its buffers and pages with it (see `Request::prepare`).
-        let ret = unsafe { ffi::ferry_submit(self.as_raw(), raw, wait.flags()) };
+        unsafe { (*req).prepare() };
+        // SAFETY: A live handle (type invariant). `raw` is the first field of
+        // `*req`, whose pointer (derived from the box, so valid for all of
+        // it) `Request::done_raw` turns back into the box; `*req` stays put
+        // and valid until then, and its buffers and pages with it (see
+        // `Request::prepare`).
+        let ret = unsafe { ffi::ferry_submit(self.as_raw(), &raw mut (*req).raw, wait.flags()) };
         if ret == 0 {
             return Ok(());
         }

@@ -16,8 +16,8 @@
  *          requester's registered pages (FERRY_FROM_PEER), window at a time.
  *   read   the same, but the service RDMA-READs them (FERRY_TO_PEER).
  *
- * The first tenth of the iterations (at least one) warms up and is not
- * counted. The data is not checked: ferry_cecho does that.
+ * A warm-up of a tenth of the iterations (at least one) runs first and is
+ * not counted. The data is not checked: ferry_cecho does that.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -292,7 +292,8 @@ static struct slot *alloc_slots(u32 n, struct client *c, enum ferry_dir dir)
 		if (sg_alloc_table(&slots[k].data, pages, GFP_KERNEL))
 			goto fail;
 		for_each_sg(slots[k].data.sgl, sg, pages, i) {
-			struct page *pg = alloc_page(GFP_KERNEL);
+			/* Zeroed: the peer reads them. */
+			struct page *pg = alloc_page(GFP_KERNEL | __GFP_ZERO);
 
 			if (!pg)
 				goto fail;
@@ -312,9 +313,13 @@ fail:
 	return NULL;
 }
 
-/* Requests with data, @window in flight: bytes per second. */
+/*
+ * Requests with data, @window in flight: bytes per second. The slots are
+ * left in *@slotsp: the caller frees them once the session is closed, when
+ * every request ferry took has completed.
+ */
 static int bench_rdma(struct ferry_session *s, struct client *c, enum ferry_dir dir,
-		      u32 warm, char *out, size_t room)
+		      u32 warm, struct slot **slotsp, char *out, size_t room)
 {
 	u32 w = clamp_t(u32, window, 1, 64), i, k, sent = 0;
 	struct slot *slots;
@@ -326,10 +331,15 @@ static int bench_rdma(struct ferry_session *s, struct client *c, enum ferry_dir 
 	slots = alloc_slots(w, c, dir);
 	if (!slots)
 		return -ENOMEM;
+	*slotsp = slots;
 	for (i = 0; i < warm + iters; i++) {
 		if (i == warm) {
 			/* Measure from a drained pipe. */
-			wait_event(c->wq, atomic_read(&c->done) == sent);
+			if (!wait_event_timeout(c->wq, atomic_read(&c->done) == sent,
+						msecs_to_jiffies(WAIT_MS))) {
+				ret = -ETIMEDOUT;
+				break;
+			}
 			t0 = ktime_get_ns();
 		}
 		if (!wait_event_timeout(c->wq, sent - atomic_read(&c->done) < w,
@@ -352,8 +362,10 @@ static int bench_rdma(struct ferry_session *s, struct client *c, enum ferry_dir 
 		}
 		sent++;
 	}
-	/* Every request ferry took completes, error or not. */
-	wait_event(c->wq, atomic_read(&c->done) == sent);
+	/* Every request ferry took completes, error or not (closing ends them). */
+	if (!ret && !wait_event_timeout(c->wq, atomic_read(&c->done) == sent,
+					msecs_to_jiffies(WAIT_MS)))
+		ret = -ETIMEDOUT;
 	ns = ktime_get_ns() - t0;
 	if (!ret && atomic_read(&c->failed))
 		ret = -EIO;
@@ -361,7 +373,6 @@ static int bench_rdma(struct ferry_session *s, struct client *c, enum ferry_dir 
 		scnprintf(out, room, "mode=%s size=%u iters=%u window=%u ns=%llu bytes_per_s=%llu\n",
 			  dir == FERRY_FROM_PEER ? "write" : "read", size, iters, w, ns,
 			  div64_u64((u64)size * iters * NSEC_PER_SEC, ns));
-	free_slots(slots, w);
 	return ret;
 }
 
@@ -375,6 +386,7 @@ static int bench_run(const char *mode)
 		.queue_depth = depth,
 	};
 	u32 warm = max(iters / 10, 1U);
+	struct slot *slots = NULL;
 	struct ferry_limits limits;
 	struct ferry_session *s;
 	char port_str[8];
@@ -405,7 +417,7 @@ static int bench_run(const char *mode)
 		goto close;
 	if (sysfs_streq(mode, "write") || sysfs_streq(mode, "read")) {
 		ret = bench_rdma(s, c, sysfs_streq(mode, "write") ? FERRY_FROM_PEER : FERRY_TO_PEER,
-				 warm, result, sizeof(result));
+				 warm, &slots, result, sizeof(result));
 		goto close;
 	}
 	if (size > limits.max_payload) {
@@ -424,8 +436,10 @@ static int bench_run(const char *mode)
 	else
 		ret = -EINVAL;
 close:
-	/* No callback runs once this returns: @c may go. */
+	/* Every request is over and no callback runs once this returns. */
 	ferry_session_close(s);
+	if (slots)
+		free_slots(slots, clamp_t(u32, window, 1, 64));
 	kfree(buf);
 	kfree(c);
 	return ret;
@@ -438,6 +452,9 @@ static int run_set(const char *val, const struct kernel_param *kp)
 
 	if (!val)
 		return -EINVAL;
+	/* Not at load (the service is not up yet): write it afterwards. */
+	if (!bench_service)
+		return -EAGAIN;
 	/* Unloading waits for the run: its session needs this module's code. */
 	if (!try_module_get(THIS_MODULE))
 		return -ENODEV;

@@ -342,9 +342,9 @@ impl Service for Echo {
     }
 }
 
-/// Whether a wait ended by timing out.
+/// Whether a wait ended without a wakeup: it timed out or a signal came.
 fn timed_out(r: kernel::sync::CondVarTimeoutResult) -> bool {
-    matches!(r, kernel::sync::CondVarTimeoutResult::Timeout)
+    !matches!(r, kernel::sync::CondVarTimeoutResult::Woken { .. })
 }
 
 /// The client's count of echoes and requests.
@@ -375,7 +375,7 @@ struct Client {
 
 impl Client {
     /// Waits until `done` holds for the tally, at most `DRAIN_MS` between two
-    /// changes; returns the tally, or `None` on a timeout.
+    /// changes; returns the tally, or `None` on a timeout or a signal.
     fn wait_until(&self, done: impl Fn(&Tally) -> bool) -> Option<MutexGuard<'_, Tally>> {
         let mut t = self.tally.lock();
         while !done(&t) {

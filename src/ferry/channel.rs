@@ -701,7 +701,12 @@ impl Channel {
             (Kind::Hello, Role::Server) => {
                 let hello = Hello::decode(payload).map_err(|reason| Refusal {
                     reason,
-                    what: "a malformed hello",
+                    // Limits out of range are a refusal, not a breach.
+                    what: if reason == Reason::Malformed {
+                        "a malformed hello"
+                    } else {
+                        ""
+                    },
                 })?;
                 Some((hello, self.session.check_hello(&hello)))
             }
@@ -741,7 +746,11 @@ impl Channel {
             (Kind::HelloReply, ChanState::Handshake, None) if role == Role::Client => {
                 let reply = HelloReply::decode(payload).map_err(|reason| Refusal {
                     reason,
-                    what: "a malformed hello reply",
+                    what: if reason == Reason::Malformed {
+                        "a malformed hello reply"
+                    } else {
+                        ""
+                    },
                 })?;
                 if reply.status != Reason::None {
                     return Err(reply.status.into());

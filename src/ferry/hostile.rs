@@ -5,8 +5,8 @@
 //! tools/testing/hostile/ferry_hostile.c).
 //!
 //! Each channel carries a [`Hostile`]: in a production build it is empty and
-//! its hooks do nothing. In a test build a [`Fault`] armed on it is committed
-//! once, on the next occasion that fits it, and then disarmed.
+//! its hooks do nothing. In a test build a `Fault` armed on it is committed
+//! once, on the channel's next occasion that fits it, and then disarmed.
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};

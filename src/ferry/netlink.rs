@@ -19,7 +19,7 @@ use crate::{
     genl::{Dump, Request, Writer},
     listener::Listener,
     session::{Params, Session},
-    stats::{Counter, Counters, COUNTERS},
+    stats::{Counter, Counters, COUNTERS, WC_STATUSES},
     wire::{self, Reason, ServiceName},
 };
 
@@ -182,8 +182,11 @@ pub(crate) fn listener_get_dumpit(dump: &mut Dump<'_>) -> Result {
 
 /// Room a session message needs.
 fn session_size(s: &Session) -> usize {
-    // The session's attributes, and per channel its own and a stats nest.
-    640 + (96 + 16 * COUNTERS) * usize::from(s.params.channels)
+    // A stats nest: each counter (with its pad) and each work completion
+    // status (a nest of a u32 and a padded u64).
+    let stats = 16 * COUNTERS + 32 * WC_STATUSES;
+    // The session's attributes and stats, and per channel its own and stats.
+    640 + stats + (96 + stats) * usize::from(s.params.channels)
 }
 
 /// Writes a session's attributes.

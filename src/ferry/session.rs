@@ -136,6 +136,10 @@ struct Events {
 /// What the session's lock protects.
 struct Inner {
     state: SessionState,
+    /// Channels being torn down outside [`Session::close`] (a failure, a
+    /// device removal): their requests may still complete, so a close
+    /// waits for these before the session counts as closed.
+    tearing_down: u32,
     /// The connect attempt the channels belong to.
     generation: u32,
     channels: KVec<Arc<Channel>>,
@@ -244,6 +248,7 @@ impl Session {
                 client_service,
                 inner <- new_mutex!(Inner {
                     state: SessionState::Connecting,
+                    tearing_down: 0,
                     generation: 0,
                     channels: KVec::new(),
                     service: None,
@@ -575,8 +580,9 @@ impl Session {
         inner.reason = reason;
         let channels = core::mem::take(&mut inner.channels);
         if next == SessionState::Closing {
+            inner.tearing_down += 1;
             drop(inner);
-            shutdown_all(&channels);
+            self.tear_down(&channels);
             self.close(reason);
             return;
         }
@@ -600,12 +606,9 @@ impl Session {
         }
         inner.next_attempt = Some(now);
         inner.next_delay_ms = delay;
+        inner.tearing_down += 1;
         drop(inner);
-        shutdown_all(&channels);
-        // Drained: their counts are final, and stay the session's.
-        for c in channels.iter() {
-            self.retired.absorb(&c.stats.snapshot());
-        }
+        self.tear_down(&channels);
         self.notify();
     }
 
@@ -639,6 +642,11 @@ impl Session {
         drop(inner);
         shutdown_all(&channels);
         let mut inner = self.inner.lock();
+        // Channels a failure or a device removal tears down may still be
+        // completing requests: the session is not closed before they are.
+        while inner.tearing_down > 0 {
+            self.changed.wait(&mut inner);
+        }
         // A concurrent close (a failure and the connect waiter) may have won.
         if inner.state == SessionState::Closed {
             return;
@@ -654,7 +662,7 @@ impl Session {
     /// Tears down the channels on RDMA device `index` before the device goes,
     /// and lets the session recover (client) or close (server) afterwards.
     pub(crate) fn device_removed(&self, index: u32) {
-        let inner = self.inner.lock();
+        let mut inner = self.inner.lock();
         let mut hit = KVec::new();
         for c in inner.channels.iter() {
             // A channel that cannot be recorded is torn down by its failure.
@@ -662,11 +670,33 @@ impl Session {
                 c.fail(Reason::NoResources);
             }
         }
+        inner.tearing_down += 1;
         drop(inner);
         for c in hit.iter() {
             c.fail(Reason::DeviceRemoved);
-            c.shutdown();
         }
+        // (The failure takes them out of the session and keeps their counts.)
+        shutdown_all(&hit);
+        self.torn_down();
+    }
+
+    /// Shuts `channels`, taken out of the session, down (their requests
+    /// complete), keeps their counts, and ends a teardown counted in
+    /// `tearing_down`.
+    fn tear_down(&self, channels: &[Arc<Channel>]) {
+        shutdown_all(channels);
+        // Drained: their counts are final, and stay the session's.
+        for c in channels.iter() {
+            self.retired.absorb(&c.stats.snapshot());
+        }
+        self.torn_down();
+    }
+
+    /// A teardown counted in `tearing_down` is over.
+    fn torn_down(&self) {
+        let mut inner = self.inner.lock();
+        inner.tearing_down -= 1;
+        self.changed.notify_all();
     }
 
     /// Periodic work, from the transport's tick.

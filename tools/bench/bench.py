@@ -47,7 +47,7 @@ def perftest(vm, tool, size, iters):
     # perftest's server accepts one client; the client retries until it listens.
     out = vm.run(f'{tool} {common} >/tmp/perf-server.log 2>&1 & srv=$!; sleep 1; '
                  f'for i in 1 2 3 4 5; do {tool} {common} {ADDR} && break; sleep 1; done; '
-                 f'wait $srv', timeout=600).out
+                 f'kill $srv 2>/dev/null; wait $srv', timeout=600, check=False).out
     lines = out.splitlines()
     for i, line in enumerate(lines):
         if line.strip().startswith('#bytes') and i + 1 < len(lines):
@@ -88,6 +88,8 @@ def main():
     ap.add_argument('--results', required=True, help='the Markdown results file to write')
     ap.add_argument('--only', nargs='*', default=[], help='run only these pairs (by mode)')
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error('--rounds must be at least 1')
     out = tempfile.mkdtemp(prefix='ferry-bench.')
     bench_ko = os.path.join(os.path.dirname(args.ferry_ko), 'ferry_bench.ko')
     pairs = [p for p in PAIRS if not args.only or p[1] in args.only]
@@ -116,11 +118,11 @@ def main():
                              'current_clocksource').out
         problems = vm.kernel_problems()
         vm.run('rmmod ferry_bench ferry')
-    except VMError as e:
-        print(f'ERROR: {e}\nconsole: {vm.console_path}', file=sys.stderr)
-        vm.kill()
+    except (VMError, KeyError, ValueError) as e:
+        print(f'ERROR: {e!r}\nconsole: {vm.console_path}', file=sys.stderr)
         return 1
-    vm.stop()
+    finally:
+        vm.stop()
 
     rows = []
     for name, mode, tool, size, iters, goal in pairs:

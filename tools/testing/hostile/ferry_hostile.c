@@ -6,7 +6,8 @@
  * As a client (peer=ADDR port=PORT service=NAME fault=1..5) it opens a
  * session of one channel, commits the fault (see include/ferry/ferry_test.h)
  * and waits for the peer to close the connection; the load fails if it does
- * not within 10 s. It logs "hostile: fault N: closed by the peer after M ms".
+ * not within 10 s. It logs "ferry_hostile: fault N: closed by the peer after
+ * M ms".
  *
  * As a service (serve=1 fault=6, 7 or 8) it offers "hostile" and serves
  * requests with data, but RDMAs with a forged key (6) or beyond the region

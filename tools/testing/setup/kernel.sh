@@ -77,6 +77,9 @@ patch_source() {
 	[ -e "${patches[0]}" ] || return 0
 	hash=$(cat "${patches[@]}" | sha256sum | cut -c1-12)
 	dir=$SRCDIR+p$hash
+	# One caller patches; another one waits for it.
+	exec 8>"$dir.lock"
+	flock 8
 	if [ ! -f "$dir/.ferry-patched" ]; then
 		step "applying ${#patches[@]} test patch(es) to the kernel source"
 		tmp=$(mktemp -d "$FERRY_CACHE/src/.patch.XXXX")
@@ -84,14 +87,17 @@ patch_source() {
 		for p in "${patches[@]}"; do
 			# patch(1) writes a new file, so the hard links to the
 			# pristine source are broken, never written through.
-			patch -s -p1 -d "$tmp" --no-backup-if-mismatch <"$p" ||
+			if ! patch -s -p1 -d "$tmp" --no-backup-if-mismatch <"$p"; then
+				rm -rf "$tmp"
 				die "test patch ${p##*/} does not apply to $SRCVER" \
 					"refresh it against the new source"
+			fi
 		done
 		touch "$tmp/.ferry-patched"
 		rm -rf "$dir"
-		mv "$tmp" "$dir"
+		mv -T "$tmp" "$dir"
 	fi
+	exec 8>&-
 	SRCDIR=$dir
 }
 
