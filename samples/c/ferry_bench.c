@@ -9,7 +9,8 @@
  *
  *   lat    ping-pong of size-byte messages, one in flight: the median and the
  *          99th percentile of half the round trip, as ib_send_lat reports.
- *          Like ib_send_lat, it polls for the answer instead of sleeping.
+ *          Like ib_send_lat, it polls for the answer, or with poll=0 sleeps
+ *          until it comes (as ib_send_lat -e does).
  *   send   a stream of size-byte messages (each ferry_send() waits for a
  *          credit), then one the service answers: bytes per second.
  *   write  requests whose size bytes the service RDMA-WRITEs into the
@@ -51,6 +52,9 @@ MODULE_PARM_DESC(channels, "Channels of the benchmark's session (1 to 64)");
 static uint depth = 128;
 module_param(depth, uint, 0644);
 MODULE_PARM_DESC(depth, "Queue depth of the benchmark's session");
+static bool poll = true;
+module_param(poll, bool, 0644);
+MODULE_PARM_DESC(poll, "lat: poll for each answer (1) or sleep until it comes (0)");
 
 #define MAX_DATA	(4U << 20)	/* largest request data */
 #define WAIT_MS		30000		/* longest wait for one answer */
@@ -199,7 +203,7 @@ static int bench_lat(struct ferry_session *s, struct client *c, u8 *buf, u32 war
 		t0 = ktime_get_ns();
 		ret = ferry_send(s, buf, size, 0);
 		if (!ret)
-			ret = spin_answers(c, i + 1);
+			ret = poll ? spin_answers(c, i + 1) : wait_answers(c, i + 1);
 		if (ret)
 			break;
 		if (i >= warm)

@@ -29,22 +29,27 @@ FERRY_PORT = 7471
 PERF_PORT = 18515
 PARAMS = '/sys/module/ferry_bench/parameters'
 
-# name, ferry_bench mode, perftest tool, size, iterations, goal (ratio)
+# name, ferry_bench mode, perftest tool, size, iterations, goal (ratio),
+# sleeping: both sides wait for completions asleep instead of polling
+# (perftest's -e, which uses completion events; ferry_bench poll=0).
 PAIRS = [
-    ('latency 64 B', 'lat', 'ib_send_lat', 64, 2000, ('<=', 1.3)),
-    ('latency 4 KiB', 'lat', 'ib_send_lat', 4096, 1000, None),
-    ('send 64 B', 'send', 'ib_send_bw', 64, 5000, None),
-    ('send 4 KiB', 'send', 'ib_send_bw', 4096, 2000, None),
-    ('send 32 KiB', 'send', 'ib_send_bw', 32768, 500, None),
-    ('write 64 KiB', 'write', 'ib_write_bw', 65536, 500, None),
-    ('write 1 MiB', 'write', 'ib_write_bw', 1 << 20, 100, ('>=', 0.8)),
+    ('latency 64 B', 'lat', 'ib_send_lat', 64, 2000, ('<=', 1.3), False),
+    ('latency 4 KiB', 'lat', 'ib_send_lat', 4096, 1000, None, False),
+    ('latency 64 B, asleep', 'lat', 'ib_send_lat', 64, 2000, None, True),
+    ('send 64 B', 'send', 'ib_send_bw', 64, 5000, None, False),
+    ('send 4 KiB', 'send', 'ib_send_bw', 4096, 2000, None, False),
+    ('send 32 KiB', 'send', 'ib_send_bw', 32768, 500, None, False),
+    ('write 64 KiB', 'write', 'ib_write_bw', 65536, 500, None, False),
+    ('write 1 MiB', 'write', 'ib_write_bw', 1 << 20, 100, ('>=', 0.8), False),
 ]
 
 
-def perftest(vm, tool, size, iters):
+def perftest(vm, tool, size, iters, sleeping):
     """Runs `tool` as server and client on rxe0; latency in ns or bytes/s."""
-    common = f'-d rxe0 -F -s {size} -n {iters} -p {PERF_PORT}'
+    common = f'-d rxe0 -F -s {size} -n {iters} -p {PERF_PORT}' + (' -e' if sleeping else '')
     # perftest's server accepts one client; the client retries until it listens.
+    # (Bounded: ib_send_lat -e has been seen to hang on rxe.)
+    tool = f'timeout 120 {tool}'
     out = vm.run(f'{tool} {common} >/tmp/perf-server.log 2>&1 & srv=$!; sleep 1; '
                  f'for i in 1 2 3 4 5; do {tool} {common} {ADDR} && break; sleep 1; done; '
                  f'kill $srv 2>/dev/null; wait $srv', timeout=600, check=False).out
@@ -53,7 +58,7 @@ def perftest(vm, tool, size, iters):
         if line.strip().startswith('#bytes') and i + 1 < len(lines):
             cols = line.split()
             vals = lines[i + 1].split()
-            if tool.endswith('_lat'):
+            if tool.endswith('_lat'):  # (the tool's name ends the string)
                 # t_typical: the median of half the round trip, in usec.
                 return float(vals[cols.index('t_typical[usec]')]) * 1000
             # '#bytes #iterations BW peak[MB/sec] BW average[MB/sec] ...': the
@@ -62,9 +67,10 @@ def perftest(vm, tool, size, iters):
     raise VMError(f'{tool}: no result in its output:\n{out}')
 
 
-def ferry(vm, mode, size, iters):
+def ferry(vm, mode, size, iters, sleeping):
     """Runs one ferry_bench mode; latency in ns or bytes/s."""
-    vm.run(f'echo {size} >{PARAMS}/size && echo {iters} >{PARAMS}/iters')
+    vm.run(f'echo {size} >{PARAMS}/size && echo {iters} >{PARAMS}/iters && '
+           f'echo {0 if sleeping else 1} >{PARAMS}/poll')
     r = vm.run(f'echo {mode} >{PARAMS}/run', timeout=600, check=False)
     got = vm.run(f'cat {PARAMS}/run').out
     fields = dict(f.split('=', 1) for f in got.split())
@@ -106,9 +112,9 @@ def main():
                f'{args.ferryctl} listener add {ADDR} port {FERRY_PORT}')
         clock = vm.run('cat /sys/devices/system/clocksource/clocksource0/current_clocksource').out
         for rnd in range(args.rounds):
-            for name, mode, tool, size, iters, _ in pairs:
-                runs = [('perftest', lambda: perftest(vm, tool, size, iters)),
-                        ('ferry', lambda: ferry(vm, mode, size, iters))]
+            for name, mode, tool, size, iters, _, sleeping in pairs:
+                runs = [('perftest', lambda: perftest(vm, tool, size, iters, sleeping)),
+                        ('ferry', lambda: ferry(vm, mode, size, iters, sleeping))]
                 for who, fn in runs if rnd % 2 == 0 else runs[::-1]:
                     v = fn()
                     figures[name][who].append(v)
@@ -125,7 +131,7 @@ def main():
         vm.stop()
 
     rows = []
-    for name, mode, tool, size, iters, goal in pairs:
+    for name, mode, tool, size, iters, goal, sleeping in pairs:
         p = statistics.median(figures[name]['perftest'])
         f = statistics.median(figures[name]['ferry'])
         ratio = f / p
@@ -135,7 +141,8 @@ def main():
             goal_s = f'{op} {want} ({"met" if met else "NOT met"})'
         else:
             goal_s = ''
-        rows.append((name, tool, fmt(mode, p), fmt(mode, f), f'{ratio:.2f}', goal_s))
+        rows.append((name, tool + (' -e' if sleeping else ''), fmt(mode, p), fmt(mode, f),
+                     f'{ratio:.2f}', goal_s))
     head = ('what', 'perftest tool', 'perftest', 'ferry', 'ferry / perftest', 'goal')
     table = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
     table += ['| ' + ' | '.join(r) + ' |' for r in rows]
@@ -147,7 +154,9 @@ def main():
         f'Medians of {args.rounds} interleaved rounds. Latency: one way (half the round trip). '
         'Throughput: data bytes per second; 1 MiB = 2^20 bytes.',
         'ferry: one channel; `send` streams messages, `write` has 16 requests in flight, '
-        'each RDMA-WRITTEN by the peer into the requester\'s registered pages.', '',
+        'each RDMA-WRITTEN by the peer into the requester\'s registered pages.',
+        'Latency: perftest and ferry_bench poll for the answer; in the "asleep" row '
+        'both sleep until it comes (ib_send_lat -e waits for completion events).', '',
         *table, ''])
     if problems:
         text += '\nkernel problems during the run:\n' + '\n'.join(problems) + '\n'
