@@ -25,9 +25,9 @@ enum ferry_fault {
  * @s: the session.
  * @fault: an &enum ferry_fault.
  *
- * Arms @fault on every channel of @s; each channel commits it once, on its
- * next occasion that fits it (the peer then closes the connection). A stray
- * response leaves at once, on the first channel that is up.
+ * Arms @fault on @s; it is committed once, on the next occasion that fits it
+ * on any of the session's channels (the peer then closes the connection). A
+ * stray response leaves at once, on the first channel that is up.
  *
  * Return: 0, -EINVAL for an unknown @fault, -ENOTCONN for a stray response
  * without a channel up.

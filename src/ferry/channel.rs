@@ -28,7 +28,6 @@ use crate::{
     cm::{self, CmId, ConnParams, ConnectRequest, Event, EventKind, Handler, Locked},
     credits::Credits,
     device::{Ferry, OWNER},
-    hostile::Hostile,
     rdma::{
         device::{Caps, DeviceName},
         mr::{DmaDir, SgList},
@@ -133,8 +132,6 @@ pub(crate) struct Channel {
     /// The task handling a completion of the channel (0 when none), so that a
     /// consumer's callback cannot wait for a credit only this task can return.
     cb_task: AtomicUsize,
-    /// Test builds: a breach of the protocol to commit.
-    pub(crate) hostile: Hostile,
 }
 
 /// A snapshot for netlink.
@@ -182,7 +179,6 @@ impl Channel {
                 }),
                 stats: Stats::default(),
                 cb_task: AtomicUsize::new(0),
-                hostile: Hostile::default(),
             }),
             GFP_KERNEL,
         )
@@ -435,7 +431,7 @@ impl Channel {
         let res = qp.send(|buf| {
             let n = Header::write(kind, grant, cookie, payload, buf)?;
             if kind == Kind::Message {
-                self.hostile.message(buf);
+                self.session.hostile.message(buf);
             }
             Ok(n)
         });
@@ -503,7 +499,7 @@ impl Channel {
             qp.send_registered(tag, mrs, write, |buf| {
                 let n =
                     Header::write_with(Kind::Request, grant, cookie, buf, |p| head.write(hdr, p))?;
-                self.hostile.request(buf);
+                self.session.hostile.request(buf);
                 self.stats.add(Counter::TxBytes, n as u64);
                 Ok(n)
             })?;
@@ -551,7 +547,7 @@ impl Channel {
             offset: 0,
         };
         let (first, mut remote) = op.next_region().ok_or(EINVAL)??;
-        self.hostile.remote(&mut remote);
+        self.session.hostile.remote(&mut remote);
         let mut inner = self.inner.lock();
         if inner.state != ChanState::Up {
             return Err(ENOTCONN);

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! A channel that breaks the protocol on purpose, in test builds only, so the
+//! A session that breaks the protocol on purpose, in test builds only, so the
 //! tests can watch its peer cope (`ferry_test_misbehave()`, used by
 //! tools/testing/hostile/ferry_hostile.c).
 //!
-//! Each channel carries a [`Hostile`]: in a production build it is empty and
-//! its hooks do nothing. In a test build a `Fault` armed on it is committed
-//! once, on the channel's next occasion that fits it, and then disarmed.
+//! Each session carries a [`Hostile`], which its channels consult: in a
+//! production build it is empty and its hooks do nothing. In a test build a
+//! `Fault` armed on it is committed once, on the next occasion that fits it
+//! on any of the session's channels, and then disarmed.
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
@@ -56,12 +57,12 @@ impl Fault {
     }
 }
 
-/// A channel's armed fault (test builds), or nothing.
+/// A session's armed fault (test builds), or nothing.
 #[derive(Default)]
 pub(crate) struct Hostile {
     #[cfg(CONFIG_FERRY_KUNIT_TEST)]
     armed: AtomicU32,
-    /// The remote key of the last transfer, for [`Fault::StaleKey`].
+    /// The remote key of the session's last transfer, for [`Fault::StaleKey`].
     #[cfg(CONFIG_FERRY_KUNIT_TEST)]
     last_rkey: AtomicU32,
 }

@@ -36,6 +36,7 @@ use crate::{
     channel::{Channel, ChannelInfo},
     cm::SockAddr,
     device::Ferry,
+    hostile::Hostile,
     netns::Net,
     rdma::mr::SgList,
     service::{Consumer, Service},
@@ -208,6 +209,8 @@ pub(crate) struct Session {
     pub(crate) rx_dropped: AtomicU64,
     /// What the session's channels counted before they were replaced.
     retired: Stats,
+    /// Test builds: a breach of the protocol to commit.
+    pub(crate) hostile: Hostile,
 }
 
 /// A snapshot for netlink.
@@ -276,6 +279,7 @@ impl Session {
                 want_writable: AtomicBool::new(false),
                 rx_dropped: AtomicU64::new(0),
                 retired: Stats::default(),
+                hostile: Hostile::default(),
             }),
             GFP_KERNEL,
         )
@@ -975,22 +979,21 @@ impl Session {
         }
     }
 
-    /// Test builds: arms fault `f` (see [`crate::hostile`]) on every
-    /// channel; a stray response leaves at once, on the first channel up.
+    /// Test builds: arms fault `f` (see [`crate::hostile`]) for the
+    /// session's next occasion; a stray response leaves at once, on the
+    /// first channel up.
     #[cfg(CONFIG_FERRY_KUNIT_TEST)]
     pub(crate) fn misbehave(&self, f: crate::hostile::Fault) -> Result {
-        let inner = self.inner.lock();
-        if f == crate::hostile::Fault::StrayResponse {
-            return inner
-                .channels
-                .iter()
-                .find_map(|c| c.send_stray_response().ok())
-                .ok_or(ENOTCONN);
+        if f != crate::hostile::Fault::StrayResponse {
+            self.hostile.arm(f);
+            return Ok(());
         }
-        for c in inner.channels.iter() {
-            c.hostile.arm(f);
-        }
-        Ok(())
+        self.inner
+            .lock()
+            .channels
+            .iter()
+            .find_map(|c| c.send_stray_response().ok())
+            .ok_or(ENOTCONN)
     }
 
     /// The negotiated limits: (channels, the peer's queue depth, largest

@@ -187,9 +187,9 @@ def requests_peer_dies(t):
           f'service=cecho count=0 requests=100000 rq_max=1048576 rq_window=8; '
           f'echo \\$? >/tmp/cecho.rc" </dev/null >/dev/null 2>&1 &')
     # Mid-transfer: some requests done, 8 in flight.
-    b.wait_for(f'{t.ferryctl} -j -s session show | python3 -c "import json,sys; '
-               f'sys.exit(not any(s[\'stats\'][\'requests_tx\'] >= 24 '
-               f'for s in json.load(sys.stdin)))"', timeout=120 * t.slow)
+    t.until(lambda: any(s['stats']['requests_tx'] >= 24
+                        for s in t.ferryctl_json(b, '-s session show')),
+            120 * t.slow, '24 requests sent')
     a.kill()
     killed = time.monotonic()
     b.wait_for('test -s /tmp/cecho.rc', timeout=120 * t.slow)

@@ -136,6 +136,13 @@ class Test:
         r = vm.run(f'{self.ferryctl} -j {args}')
         return json.loads(r.out)
 
+    def until(self, cond, timeout, what):
+        """Calls `cond` until it is true; fails the case after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while not cond():
+            self.require(time.monotonic() < deadline, f'not within {timeout} s: {what}')
+            time.sleep(0.5)
+
     # A leak report's backtrace frame in code that no longer has a symbol: a
     # module that was unloaded (ferry's, in these tests).
     _UNLOADED_FRAME = re.compile(r'^\s+\[<[0-9a-f]+>\] 0x[0-9a-f]+$', re.M)
