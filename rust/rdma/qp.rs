@@ -13,6 +13,13 @@
 //! until its completion has been handled, so its buffer is never written by the
 //! CPU and the device at once.
 //!
+//! Send slots are used in order, as a ring, and most sends are unsignaled: one
+//! in every `send_slots / 4` asks for a completion (and any send made with
+//! [`Qp::send_signaled`]). A send queue completes in order, so that completion
+//! frees its slot and every slot before it. A failed or flushed send completes
+//! whether signaled or not, and frees the same way. Posting takes `&mut Qp`,
+//! so sends are posted in the order their slots were taken.
+//!
 //! Besides its slots, a QP has *tags*, one per request that can be in flight,
 //! each with three `ib_cqe`s of its own ([`TagOp`]): registrations
 //! ([`Qp::send_registered`]), invalidations ([`Qp::local_invalidate`]) and an
@@ -138,7 +145,8 @@ pub trait Completion: Send + Sync + 'static {
     /// asked for it: from now on the peer may fill it.
     fn recv_reposted(this: ArcBorrow<'_, Self>, slot: u32);
 
-    /// Send slot `slot` completed; the slot is free again.
+    /// The send in slot `slot` completed: a signaled one, or any that failed.
+    /// Its slot and those of every earlier send are free again.
     fn send_done(this: ArcBorrow<'_, Self>, slot: u32, wc: &Wc);
 
     /// Work of tag `tag` completed. For [`TagOp::Rdma`], the handler calls
@@ -245,8 +253,9 @@ struct Rw {
 /// # Invariants
 ///
 /// `qp` is a live RC QP on `pd`'s device whose queues complete on `cq`;
-/// `cqes[i].owner` points to this object; `busy[i]` is set while slot `i` is
-/// posted or its completion is being handled.
+/// `cqes[i].owner` points to this object; `busy[i]` is set while receive slot
+/// `i` is posted or its completion is being handled; a send slot is posted from
+/// when the ring hands it out until its sequence number falls behind `tail`.
 struct Inner<H: Completion> {
     qp: NonNull<bindings::ib_qp>,
     handler: Arc<H>,
@@ -254,7 +263,9 @@ struct Inner<H: Completion> {
     bufs: KVec<Buf>,
     busy: KVec<AtomicBool>,
     recv_slots: u32,
-    next_send: AtomicU32,
+    /// Sends completed: the send slots of sequence numbers below it are free.
+    /// Only the completion work stores it.
+    tail: AtomicU32,
     /// `TAG_OPS` per tag.
     tag_cqes: KVec<Cqe<H>>,
     /// The rdma_rw context of each tag; `rw_busy[t]` says whether tag `t`'s
@@ -271,6 +282,13 @@ struct Inner<H: Completion> {
 /// A reliable-connected QP with its CQ and buffers; see the module docs.
 pub struct Qp<H: Completion> {
     inner: KBox<Inner<H>>,
+    /// The sequence number of the next send; it uses send slot
+    /// `head % sends`.
+    head: u32,
+    /// Unsignaled sends since the last signaled one.
+    unsignaled: u32,
+    /// At most this many sends in a row go unsignaled, plus one.
+    signal_every: u32,
 }
 
 // SAFETY: The QP is used through `ib_post_*` calls, which drivers serialize
@@ -360,7 +378,7 @@ impl<H: Completion> Qp<H> {
                 bufs,
                 busy,
                 recv_slots: cfg.recv_slots,
-                next_send: AtomicU32::new(0),
+                tail: AtomicU32::new(0),
                 tag_cqes: KVec::new(),
                 rw: KVec::new(),
                 rw_busy: KVec::new(),
@@ -420,7 +438,14 @@ impl<H: Completion> Qp<H> {
         inner.tag_cqes = tag_cqes;
         inner.rw = rw;
         inner.rw_busy = rw_busy;
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            head: 0,
+            unsignaled: 0,
+            // At most a quarter of the ring waits for a later completion; a
+            // full ring always holds a signaled send.
+            signal_every: (cfg.send_slots / 4).max(1),
+        })
     }
 
     /// The QP number.
@@ -466,21 +491,28 @@ impl<H: Completion> Qp<H> {
         self.inner.post_recv_claimed(slot)
     }
 
-    /// Fills a free send slot with `fill` (which gets the whole buffer and
-    /// returns how many bytes to send) and posts it as a signaled SEND.
-    /// Returns the slot; fails with `EAGAIN` if every send slot is busy.
-    pub fn send(&self, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<u32> {
-        self.post_send(fill, SendKind::Plain)
+    /// Fills the next send slot with `fill` (which gets the whole buffer and
+    /// returns how many bytes to send) and posts it as a SEND, signaled only
+    /// now and then (see the module docs). Returns the slot; fails with
+    /// `EAGAIN` if every send slot is busy.
+    pub fn send(&mut self, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<u32> {
+        self.post_send(fill, SendKind::Plain, false)
+    }
+
+    /// As [`Qp::send`], always signaled: [`Completion::send_done`] hears of
+    /// this very send.
+    pub fn send_signaled(&mut self, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<u32> {
+        self.post_send(fill, SendKind::Plain, true)
     }
 
     /// As [`Qp::send`], as a SEND_WITH_INV that invalidates the peer's `rkey`
     /// when it arrives.
     pub fn send_with_invalidate(
-        &self,
+        &mut self,
         rkey: u32,
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
     ) -> Result<u32> {
-        self.post_send(fill, SendKind::Invalidate(rkey))
+        self.post_send(fill, SendKind::Invalidate(rkey), false)
     }
 
     /// As [`Qp::send`], after registering each of `mrs` (unsignaled `REG_MR`
@@ -488,7 +520,7 @@ impl<H: Completion> Qp<H> {
     /// keys before it reads the message): for remote writes if `write`, else
     /// for remote reads. A failed registration completes on [`TagOp::Reg`].
     pub fn send_registered(
-        &self,
+        &mut self,
         tag: u32,
         mrs: &[Mr],
         write: bool,
@@ -497,26 +529,26 @@ impl<H: Completion> Qp<H> {
         if mrs.len() > MAX_REGS || tag >= self.tags() {
             return Err(EINVAL);
         }
-        self.post_send(fill, SendKind::Registered(tag, mrs, write))
+        self.post_send(fill, SendKind::Registered(tag, mrs, write), false)
     }
 
     fn post_send(
-        &self,
+        &mut self,
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
         kind: SendKind<'_>,
+        signaled: bool,
     ) -> Result<u32> {
         let inner = &*self.inner;
-        let sends = inner.cqes.len() as u32 - inner.recv_slots;
-        let start = inner.next_send.fetch_add(1, Ordering::Relaxed);
-        let slot = (0..sends)
-            .map(|i| inner.recv_slots + (start.wrapping_add(i) % sends))
-            .find(|&s| inner.claim(s).is_ok())
-            .ok_or(EAGAIN)?;
-        let res = inner.fill_and_send(slot, fill, kind);
-        if res.is_err() {
-            inner.release(slot);
+        let sends = inner.sends();
+        if self.head.wrapping_sub(inner.tail.load(Ordering::Acquire)) >= sends {
+            return Err(EAGAIN);
         }
-        res.map(|()| slot)
+        let slot = inner.recv_slots + self.head % sends;
+        let signaled = signaled || self.unsignaled + 1 >= self.signal_every;
+        inner.fill_and_send(slot, fill, kind, signaled)?;
+        self.head = self.head.wrapping_add(1);
+        self.unsignaled = if signaled { 0 } else { self.unsignaled + 1 };
+        Ok(slot)
     }
 
     /// The number of tags.
@@ -644,6 +676,12 @@ impl<H: Completion> Inner<H> {
         self.pd.device()
     }
 
+    /// The number of send slots.
+    fn sends(&self) -> u32 {
+        // CAST: the slots number the sum of two `u32`s.
+        self.cqes.len() as u32 - self.recv_slots
+    }
+
     fn claim(&self, slot: u32) -> Result {
         let busy = self.busy.get(slot as usize).ok_or(EINVAL)?;
         busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -726,15 +764,19 @@ impl<H: Completion> Inner<H> {
         ret
     }
 
+    /// Posts send slot `slot`, which the caller owns: it is the ring's next,
+    /// and free.
     fn fill_and_send(
         &self,
         slot: u32,
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
         kind: SendKind<'_>,
+        signaled: bool,
     ) -> Result {
         let buf = &self.bufs[slot as usize];
-        // SAFETY: The slot is claimed, so nothing else reads or writes its buffer
-        // (type invariant on `busy`); the buffer is `len` valid bytes.
+        // SAFETY: The slot's last send has completed (it is behind `tail`) and
+        // the caller holds `&mut Qp`, so neither the device nor another thread
+        // reads or writes its buffer; the buffer is `len` valid bytes.
         let bytes = unsafe { core::slice::from_raw_parts_mut(buf.ptr.as_ptr(), buf.len) };
         let len = fill(bytes)?;
         if len > buf.len {
@@ -755,7 +797,11 @@ impl<H: Completion> Inner<H> {
             sg_list: &mut sge,
             num_sge: 1,
             opcode: bindings::ib_wr_opcode_IB_WR_SEND,
-            send_flags: bindings::ib_send_flags_IB_SEND_SIGNALED as c_int,
+            send_flags: if signaled {
+                bindings::ib_send_flags_IB_SEND_SIGNALED as c_int
+            } else {
+                0
+            },
             ..Default::default()
         };
         wr.__bindgen_anon_1.wr_cqe = self.cqe(slot);
@@ -802,7 +848,13 @@ impl<H: Completion> Inner<H> {
     fn complete(&self, slot: u32, wc: &bindings::ib_wc) {
         let w = Wc::from_raw(wc);
         if slot >= self.recv_slots {
-            self.release(slot);
+            // Sends complete in order: this one's sequence number is the
+            // first at or after `tail` that uses `slot`.
+            let sends = self.sends();
+            let tail = self.tail.load(Ordering::Relaxed);
+            let ahead = (slot - self.recv_slots + sends - tail % sends) % sends;
+            self.tail
+                .store(tail.wrapping_add(ahead).wrapping_add(1), Ordering::Release);
             H::send_done(self.handler.as_arc_borrow(), slot, &w);
             return;
         }

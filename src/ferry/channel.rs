@@ -424,17 +424,23 @@ impl Channel {
     }
 
     /// Sends a message, taking a credit. `EAGAIN` if there is no credit or send
-    /// slot.
+    /// slot. The handshake's sends are signaled (a refusal fails the channel
+    /// once it has left, in `send_done`); the rest only now and then.
     fn send_locked(&self, inner: &mut Inner, kind: Kind, cookie: u64, payload: &[u8]) -> Result {
-        let qp = inner.qp.as_ref().ok_or(ENOTCONN)?;
+        let qp = inner.qp.as_mut().ok_or(ENOTCONN)?;
         let grant = inner.credits.take(kind == Kind::Credits).ok_or(EAGAIN)?;
-        let res = qp.send(|buf| {
+        let fill = |buf: &mut [u8]| {
             let n = Header::write(kind, grant, cookie, payload, buf)?;
             if kind == Kind::Message {
                 self.session.hostile.message(buf);
             }
             Ok(n)
-        });
+        };
+        let res = if matches!(kind, Kind::Hello | Kind::HelloReply) {
+            qp.send_signaled(fill)
+        } else {
+            qp.send(fill)
+        };
         match res {
             Ok(_) => {
                 self.stats.add(Counter::TxMsgs, 1);
@@ -481,7 +487,7 @@ impl Channel {
             return Err((ENOTCONN, req, data));
         }
         let (Some(qp), Some(pd), Some(xfer)) =
-            (inner.qp.as_ref(), inner.pd.as_ref(), inner.xfer.as_mut())
+            (inner.qp.as_mut(), inner.pd.as_ref(), inner.xfer.as_mut())
         else {
             return Err((ENOTCONN, req, data));
         };
@@ -605,7 +611,7 @@ impl Channel {
     }
 
     fn send_response(&self, inner: &mut Inner, r: &PendingResponse) -> Result {
-        let qp = inner.qp.as_ref().ok_or(ENOTCONN)?;
+        let qp = inner.qp.as_mut().ok_or(ENOTCONN)?;
         let grant = inner.credits.take(false).ok_or(EAGAIN)?;
         let fill = |buf: &mut [u8]| {
             let n = Header::write_with(Kind::Response, grant, r.cookie, buf, |p| {
@@ -965,10 +971,17 @@ impl Completion for Channel {
         let mut inner = this.inner.lock();
         inner.last_rx = Instant::now();
         let state = inner.state;
+        let pending = inner.xfer.as_ref().is_some_and(|x| !x.pending.is_empty());
         drop(inner);
         if let ChanState::Refusing(reason) = state {
             this.fail(reason);
+            return;
         }
+        // Send slots came free: what found none may go on.
+        if pending {
+            this.flush_responses();
+        }
+        this.session.credits_returned();
     }
 }
 
