@@ -597,7 +597,8 @@ pub trait Handler: Send + Sync + Sized + 'static {
     fn down(&self, _s: &SessionRef, _err: Error) {}
     /// A message arrived; `data` is valid during the call only.
     fn message(&self, s: &SessionRef, data: &[u8]);
-    /// Credits returned after a send failed with `EAGAIN`.
+    /// Credits returned (or send buffers came free) after a send failed
+    /// with `EAGAIN`.
     fn writable(&self, _s: &SessionRef) {}
     /// The session is closed (`None`: closed on this side); the last call.
     fn gone(&self, _s: &SessionRef, _err: Option<Error>) {}

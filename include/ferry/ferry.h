@@ -76,7 +76,8 @@ struct ferry_incoming;
  * @message: a message arrived. @data holds @len bytes, valid only until the
  *	callback returns: copy what must be kept.
  * @writable: a send was refused with -EAGAIN, and the peer has granted
- *	credits since: sending may succeed again. May be NULL.
+ *	credits (or send buffers came free) since: sending may succeed again.
+ *	May be NULL.
  * @request: the peer sent a request (see ferry_submit()). The consumer owns
  *	@in until it answers with ferry_respond(), from any context that may
  *	sleep, now or later; it moves the request's data with ferry_rdma_read()
@@ -312,9 +313,10 @@ int ferry_session_limits(struct ferry_session *s, struct ferry_limits *out);
  * may be lost; ferry does not resend messages.
  *
  * Flow control: each message takes a credit, one receive buffer the peer has
- * posted. Without credits, %FERRY_NOWAIT makes this fail with -EAGAIN and
- * @writable is called once credits return; without it, the call waits for a
- * credit (or for a reconnect) for up to the session's @timeout_ms.
+ * posted, and one of the channel's send buffers. Without either,
+ * %FERRY_NOWAIT makes this fail with -EAGAIN and @writable is called once
+ * credits return or buffers come free; without it, the call waits (also for
+ * a reconnect) for up to the session's @timeout_ms.
  *
  * Return: 0 when the message is posted; -EMSGSIZE if @len is 0 or above the
  * limit; -EAGAIN (with %FERRY_NOWAIT) without a credit; -ETIMEDOUT after

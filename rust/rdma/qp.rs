@@ -263,8 +263,8 @@ struct Inner<H: Completion> {
     bufs: KVec<Buf>,
     busy: KVec<AtomicBool>,
     recv_slots: u32,
-    /// Sends completed: the send slots of sequence numbers below it are free.
-    /// Only the completion work stores it.
+    /// The first send not completed, numbered as in [`Ring`]: the slots of the
+    /// sends before it are free. Only the completion work stores it.
     tail: AtomicU32,
     /// `TAG_OPS` per tag.
     tag_cqes: KVec<Cqe<H>>,
@@ -282,17 +282,69 @@ struct Inner<H: Completion> {
 /// A reliable-connected QP with its CQ and buffers; see the module docs.
 pub struct Qp<H: Completion> {
     inner: KBox<Inner<H>>,
-    /// The sequence number of the next send; it uses send slot
-    /// `head % sends`.
+    ring: Ring,
+}
+
+/// The order of a QP's send slots, and which sends are signaled.
+///
+/// Sends are numbered modulo `2 * sends`, so that a full ring and an empty one
+/// differ; send `n` uses slot index `n % sends`. The poster owns `head`, the
+/// completion work the tail (in [`Inner`]).
+#[derive(Debug)]
+struct Ring {
+    /// The number of the next send.
     head: u32,
+    /// Send slots.
+    sends: u32,
     /// Unsignaled sends since the last signaled one.
     unsignaled: u32,
-    /// At most this many sends in a row go unsignaled, plus one.
-    signal_every: u32,
+    /// Every this many sends, one is signaled.
+    every: u32,
+}
+
+impl Ring {
+    fn new(sends: u32) -> Self {
+        Self {
+            head: 0,
+            sends,
+            unsignaled: 0,
+            // At most a quarter of the ring waits for a later completion, and
+            // a full ring always holds a signaled send.
+            every: (sends / 4).max(1),
+        }
+    }
+
+    /// The next send's slot index, and whether it must be signaled (always if
+    /// `force`), when the sends before `tail` have completed; `None` while
+    /// every slot is busy.
+    fn next(&self, tail: u32, force: bool) -> Option<(u32, bool)> {
+        let busy = (self.head + 2 * self.sends - tail) % (2 * self.sends);
+        (busy < self.sends).then(|| {
+            (
+                self.head % self.sends,
+                force || self.unsignaled + 1 >= self.every,
+            )
+        })
+    }
+
+    /// Records that the send [`Ring::next`] gave was posted.
+    fn posted(&mut self, signaled: bool) {
+        self.head = (self.head + 1) % (2 * self.sends);
+        self.unsignaled = if signaled { 0 } else { self.unsignaled + 1 };
+    }
+
+    /// The tail once the send in slot index `index` has completed, with the
+    /// tail before it `tail`: sends complete in order, so it was the first
+    /// from `tail` on to use that slot.
+    fn completed(sends: u32, tail: u32, index: u32) -> u32 {
+        let ahead = (index + sends - tail % sends) % sends;
+        (tail + ahead + 1) % (2 * sends)
+    }
 }
 
 // SAFETY: The QP is used through `ib_post_*` calls, which drivers serialize
-// internally, and per-slot state guarded by the atomic busy flags.
+// internally, and per-slot state guarded by the atomic busy flags and the send
+// ring (whose head only `&mut Qp` moves, and whose tail is atomic).
 unsafe impl<H: Completion> Send for Qp<H> {}
 // SAFETY: As for `Send`.
 unsafe impl<H: Completion> Sync for Qp<H> {}
@@ -440,11 +492,7 @@ impl<H: Completion> Qp<H> {
         inner.rw_busy = rw_busy;
         Ok(Self {
             inner,
-            head: 0,
-            unsignaled: 0,
-            // At most a quarter of the ring waits for a later completion; a
-            // full ring always holds a signaled send.
-            signal_every: (cfg.send_slots / 4).max(1),
+            ring: Ring::new(cfg.send_slots),
         })
     }
 
@@ -539,15 +587,13 @@ impl<H: Completion> Qp<H> {
         signaled: bool,
     ) -> Result<u32> {
         let inner = &*self.inner;
-        let sends = inner.sends();
-        if self.head.wrapping_sub(inner.tail.load(Ordering::Acquire)) >= sends {
-            return Err(EAGAIN);
-        }
-        let slot = inner.recv_slots + self.head % sends;
-        let signaled = signaled || self.unsignaled + 1 >= self.signal_every;
+        let (index, signaled) = self
+            .ring
+            .next(inner.tail.load(Ordering::Acquire), signaled)
+            .ok_or(EAGAIN)?;
+        let slot = inner.recv_slots + index;
         inner.fill_and_send(slot, fill, kind, signaled)?;
-        self.head = self.head.wrapping_add(1);
-        self.unsignaled = if signaled { 0 } else { self.unsignaled + 1 };
+        self.ring.posted(signaled);
         Ok(slot)
     }
 
@@ -848,13 +894,9 @@ impl<H: Completion> Inner<H> {
     fn complete(&self, slot: u32, wc: &bindings::ib_wc) {
         let w = Wc::from_raw(wc);
         if slot >= self.recv_slots {
-            // Sends complete in order: this one's sequence number is the
-            // first at or after `tail` that uses `slot`.
-            let sends = self.sends();
             let tail = self.tail.load(Ordering::Relaxed);
-            let ahead = (slot - self.recv_slots + sends - tail % sends) % sends;
-            self.tail
-                .store(tail.wrapping_add(ahead).wrapping_add(1), Ordering::Release);
+            let tail = Ring::completed(self.sends(), tail, slot - self.recv_slots);
+            self.tail.store(tail, Ordering::Release);
             H::send_done(self.handler.as_arc_borrow(), slot, &w);
             return;
         }
@@ -969,5 +1011,73 @@ unsafe extern "C" fn done<H: Completion>(_cq: *mut bindings::ib_cq, wc: *mut bin
             op,
             &Wc::from_raw(wc),
         ),
+    }
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kunit_tests(ferry_qp_ring)]
+mod tests {
+    use super::Ring;
+
+    #[test]
+    fn signals_one_in_a_quarter() {
+        let mut r = Ring::new(16);
+        let mut tail = 0;
+        let mut signaled = 0;
+        for n in 0..64 {
+            let (index, signal) = r.next(tail, false).unwrap();
+            assert_eq!(index, n % 16);
+            r.posted(signal);
+            if signal {
+                signaled += 1;
+                // Its completion frees it and all before it.
+                tail = Ring::completed(16, tail, index);
+                assert_eq!(r.next(tail, false).map(|(i, _)| i), Some((n + 1) % 16));
+            }
+        }
+        assert_eq!(signaled, 16);
+        // A forced signal resets the count; a ring of 2 signals every send.
+        assert_eq!(r.next(tail, true).map(|(_, s)| s), Some(true));
+        assert_eq!(Ring::new(2).next(0, false), Some((0, true)));
+    }
+
+    #[test]
+    fn full_ring_refuses_and_holds_a_signaled_send() {
+        let mut r = Ring::new(8);
+        let mut signals = 0;
+        for _ in 0..8 {
+            let (_, signal) = r.next(0, false).unwrap();
+            signals += u32::from(signal);
+            r.posted(signal);
+        }
+        assert_eq!(r.next(0, false), None);
+        assert!(signals >= 1);
+        // The last signaled send (the 8th, index 7) frees the whole ring.
+        let tail = Ring::completed(8, 0, 7);
+        assert_eq!(r.next(tail, false).map(|(i, _)| i), Some(0));
+    }
+
+    #[test]
+    fn numbers_wrap_without_losing_slots() {
+        // A ring of 3, far past many wraps of its numbering (0..6).
+        let mut r = Ring::new(3);
+        let mut tail = 0;
+        for n in 0..1000u32 {
+            let (index, signal) = r.next(tail, false).unwrap();
+            assert_eq!(index, n % 3);
+            r.posted(signal);
+            // A failure completes an unsignaled send too: in order.
+            tail = Ring::completed(3, tail, index);
+        }
+        // Two outstanding, then their completion out of the middle of the
+        // numbering: the first at or after the tail that uses the slot.
+        let (a, _) = r.next(tail, false).unwrap();
+        r.posted(false);
+        let (b, _) = r.next(tail, false).unwrap();
+        r.posted(false);
+        let mid = Ring::completed(3, tail, a);
+        assert_eq!(r.next(mid, false).map(|(i, _)| i), Some((b + 1) % 3));
+        let end = Ring::completed(3, mid, b);
+        assert_eq!((end + 6 - tail) % 6, 2);
     }
 }
