@@ -126,10 +126,15 @@ pub enum TagOp {
     Inv = 1,
     /// An RDMA READ or WRITE; see [`Qp::rdma`].
     Rdma = 2,
+    /// A work request of an RDMA READ or WRITE other than its last (rdma_rw
+    /// splits a transfer); completes only on failure, with the status the
+    /// device gave. The transfer itself completes on [`TagOp::Rdma`], which
+    /// is then flushed.
+    RdmaStep = 3,
 }
 
 /// `ib_cqe`s per tag: one per [`TagOp`].
-const TAG_OPS: u32 = 3;
+const TAG_OPS: u32 = 4;
 
 /// Handles the completions of a [`Qp`]'s requests.
 ///
@@ -361,7 +366,11 @@ impl<H: Completion> Qp<H> {
         // its registrations and invalidations; then what rdma_rw adds for one
         // context per tag, each of which may need a WR per `max_send_sge`
         // pages of a 2 MiB transfer.
-        let rdma_ctxs = cfg.tags * 512u32.div_ceil(caps.max_send_sge.max(1));
+        // rdma_rw puts up to the QP's `max_send_sge` pages in each READ or
+        // WRITE: the QP asks for the device's most, as this budget assumes
+        // (with one, a 2 MiB transfer would take 512 work requests).
+        let send_sge = caps.max_send_sge.max(1);
+        let rdma_ctxs = cfg.tags * 512u32.div_ceil(send_sge);
         let rw_wrs = if cfg.tags == 0 {
             0
         } else {
@@ -403,7 +412,7 @@ impl<H: Completion> Qp<H> {
                 // rdma_rw adds its own share (`rw_wrs`) on creation.
                 max_send_wr: sq - rw_wrs,
                 max_recv_wr: rq,
-                max_send_sge: 1,
+                max_send_sge: send_sge,
                 max_recv_sge: 1,
                 max_rdma_ctxs: if cfg.tags == 0 { 0 } else { rdma_ctxs },
                 ..Default::default()
@@ -461,7 +470,7 @@ impl<H: Completion> Qp<H> {
         let mut rw = KVec::with_capacity(cfg.tags as usize, GFP_KERNEL)?;
         let mut rw_busy = KVec::with_capacity(cfg.tags as usize, GFP_KERNEL)?;
         for tag in 0..cfg.tags {
-            for op in [TagOp::Reg, TagOp::Inv, TagOp::Rdma] {
+            for op in [TagOp::Reg, TagOp::Inv, TagOp::Rdma, TagOp::RdmaStep] {
                 tag_cqes.push(
                     Cqe {
                         cqe: UnsafeCell::new(bindings::ib_cqe {
@@ -686,10 +695,28 @@ impl<H: Completion> Qp<H> {
             (*rw).dir = dir;
         }
         let cqe = inner.tag_cqe(tag, TagOp::Rdma);
-        // SAFETY: The context is initialized on this QP and port; the tag's cqe
-        // lives as long as the QP.
+        let step = inner.tag_cqe(tag, TagOp::RdmaStep);
+        // SAFETY: The context is initialized on this QP and port; the tag's
+        // cqes live as long as the QP. rdma_rw gives its chain's last request
+        // `cqe` and leaves the others without one, so the device's status for
+        // a failed one would be dropped: they get `step`. The chain lives in
+        // the context, which stays until `rw_destroy`; the driver copies it.
         let ret = unsafe {
-            bindings::rdma_rw_ctx_post(&mut (*rw).ctx, qp, inner.port, cqe, core::ptr::null_mut())
+            let first = bindings::rdma_rw_ctx_wrs(
+                &mut (*rw).ctx,
+                qp,
+                inner.port,
+                cqe,
+                core::ptr::null_mut(),
+            );
+            let mut wr = first;
+            while !wr.is_null() {
+                if (*wr).__bindgen_anon_1.wr_cqe.is_null() {
+                    (*wr).__bindgen_anon_1.wr_cqe = step;
+                }
+                wr = (*wr).next;
+            }
+            bindings::ferry_helper_ib_post_send(qp, first)
         };
         if ret < 0 {
             return match inner.rw_destroy(tag) {

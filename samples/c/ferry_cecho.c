@@ -56,6 +56,9 @@ MODULE_PARM_DESC(requests, "Requests with data the client sends after its messag
 static uint rq_window = 8;
 module_param(rq_window, uint, 0444);
 MODULE_PARM_DESC(rq_window, "Requests the client keeps in flight (at most 64)");
+static uint rq_min = 4096;
+module_param(rq_min, uint, 0444);
+MODULE_PARM_DESC(rq_min, "The smallest request data, in bytes (4 KiB to rq_max)");
 static uint rq_max = 4 << 20;
 module_param(rq_max, uint, 0444);
 MODULE_PARM_DESC(rq_max, "The largest request data, in bytes (4 KiB to 4 MiB)");
@@ -456,6 +459,7 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window)
 {
 	struct rq_client *rc;
 	u32 i, sent = 0, max = clamp_t(u32, rq_max, 4096, 4 << 20);
+	u32 min = clamp_t(u32, rq_min, 4096, max);
 	u64 bytes = 0;
 	int ret = 0;
 
@@ -466,7 +470,7 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window)
 	init_waitqueue_head(&rc->wq);
 	for (i = 0; i < n; i++) {
 		struct rq_slot *sl = NULL;
-		u32 len = min(data_classes[(i / 2) % ARRAY_SIZE(data_classes)], max);
+		u32 len = clamp(data_classes[(i / 2) % ARRAY_SIZE(data_classes)], min, max);
 		bool write = rq_dir ? rq_dir == 1 : !(i % 2);
 		u32 k;
 

@@ -901,7 +901,9 @@ impl Completion for Channel {
     fn tag_done(this: ArcBorrow<'_, Self>, tag: u32, op: TagOp, wc: &Wc) {
         match op {
             // Registrations are unsignaled: this is a failure.
-            TagOp::Reg => this.wc_failed(wc),
+            // Both complete only on failure: the transfer's own completion
+            // follows, flushed.
+            TagOp::Reg | TagOp::RdmaStep => this.wc_failed(wc),
             TagOp::Inv if !wc.ok() => this.wc_failed(wc),
             TagOp::Inv => {
                 let f = this

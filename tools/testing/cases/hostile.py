@@ -31,10 +31,11 @@ def hostile_peer(t):
     request whose data length lies. Each time the service side logs what the
     peer did wrong and closes that session alone: the good session never
     goes down and the service goes on serving. Then a hostile service RDMAs
-    into a requester's pages with a forged key, with the key of a request
+    into a requester's pages with a forged key (4 KiB, then 1 MiB, which
+    rdma_rw splits into several work requests), with the key of a request
     already over, and with the right key just past the region: the
-    requester's adapter refuses, its requests fail with an error, and its
-    registrations are gone."""
+    requester's adapter refuses, its requests fail with an error, its
+    registrations are gone, and the attacker's log has the device's status."""
     vm = t.vm
     t.net_up(vm, 0, 1)
     t.rxe_add(vm)
@@ -73,13 +74,22 @@ def hostile_peer(t):
            timeout=120 * t.slow)
     vm.run('rmmod ferry_cecho')
 
-    # A hostile service: forged keys, then stale ones.
-    for fault, label, extra in ((6, 'forged key', ''), (7, 'stale key', 'rq_window=1'),
-                                (8, 'beyond the region', '')):
+    # A hostile service: forged keys, then stale ones. 1 MiB takes rdma_rw
+    # several work requests; the first one fails, and the device's status for
+    # it must still reach the attacker's log (the others are flushed).
+    page, mib = 'rq_max=4096', 'rq_min=1048576 rq_max=1048576'
+    for fault, label, extra in ((6, 'forged key', page), (6, 'forged key, 1 MiB', mib),
+                                (7, 'stale key', f'{page} rq_window=1'),
+                                (8, 'beyond the region', page)):
+        refused = int(vm.run('dmesg | grep -c "remote access error"', check=False).out)
         vm.run(f'insmod {hostile} serve=1 fault={fault}')
         r = vm.run(f'insmod {cecho} peer=192.0.2.1 port={PORT} service=hostile count=0 '
-                   f'requests=2 rq_max=4096 rq_dir=2 {extra}', timeout=120 * t.slow,
+                   f'requests=2 rq_dir=2 {extra}', timeout=120 * t.slow,
                    check=False)
+        if extra == mib:
+            t.until(lambda: int(vm.run('dmesg | grep -c "remote access error"',
+                                       check=False).out) > refused, 10 * t.slow,
+                    f'{label}: the attacker logged the remote access error')
         t.check(r.rc != 0, f'{label}: the requests succeeded')
         m = RQ_SUMMARY.search(vm.run('dmesg | grep "ferry_cecho: client:" | tail -1').out)
         t.require(m is not None, f'{label}: no request summary')
