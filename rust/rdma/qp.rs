@@ -21,7 +21,7 @@
 //! so sends are posted in the order their slots were taken.
 //!
 //! Besides its slots, a QP has *tags*, one per request that can be in flight,
-//! each with three `ib_cqe`s of its own ([`TagOp`]): registrations
+//! each with `ib_cqe`s of its own ([`TagOp`]): registrations
 //! ([`Qp::send_registered`]), invalidations ([`Qp::local_invalidate`]) and an
 //! RDMA READ or WRITE through the kernel's rdma_rw API ([`Qp::rdma`]). Their
 //! completions reach [`Completion::tag_done`].
@@ -365,10 +365,10 @@ impl<H: Completion> Qp<H> {
         // One more on each queue for ib_drain_qp's marker requests; per tag,
         // its registrations and invalidations; then what rdma_rw adds for one
         // context per tag, each of which may need a WR per `max_send_sge`
-        // pages of a 2 MiB transfer.
-        // rdma_rw puts up to the QP's `max_send_sge` pages in each READ or
-        // WRITE: the QP asks for the device's most, as this budget assumes
-        // (with one, a 2 MiB transfer would take 512 work requests).
+        // pages of a 2 MiB transfer. rdma_rw puts up to the QP's
+        // `max_send_sge` pages in each READ or WRITE: the QP asks for the
+        // device's most, as this budget assumes (with one, a 2 MiB transfer
+        // would take 512 work requests).
         let send_sge = caps.max_send_sge.max(1);
         let rdma_ctxs = cfg.tags * 512u32.div_ceil(send_sge);
         let rw_wrs = if cfg.tags == 0 {
