@@ -147,7 +147,7 @@ pub struct Limits {
     pub max_payload: u32,
 }
 
-/// Whether a send may wait for a credit.
+/// Whether a send may wait for a credit (or a send buffer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
     /// Wait up to the session's timeout (not from a callback).

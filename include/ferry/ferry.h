@@ -319,10 +319,10 @@ int ferry_session_limits(struct ferry_session *s, struct ferry_limits *out);
  * a reconnect) for up to the session's @timeout_ms.
  *
  * Return: 0 when the message is posted; -EMSGSIZE if @len is 0 or above the
- * limit; -EAGAIN (with %FERRY_NOWAIT) without a credit; -ETIMEDOUT after
- * waiting @timeout_ms; -EINTR if a fatal signal interrupted the wait;
- * -EDEADLK when asked to wait from a ferry callback; -ENOTCONN if the session
- * is closed.
+ * limit; -EAGAIN (with %FERRY_NOWAIT) without a credit or a send buffer;
+ * -ETIMEDOUT after waiting @timeout_ms; -EINTR if a fatal signal interrupted
+ * the wait; -EDEADLK when asked to wait from a ferry callback; -ENOTCONN if
+ * the session is closed.
  */
 int ferry_send(struct ferry_session *s, const void *data, size_t len,
 	       unsigned int flags);

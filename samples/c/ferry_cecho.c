@@ -459,7 +459,7 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window)
 {
 	struct rq_client *rc;
 	u32 i, sent = 0, max = clamp_t(u32, rq_max, 4096, 4 << 20);
-	u32 min = clamp_t(u32, rq_min, 4096, max);
+	u32 smallest = clamp_t(u32, rq_min, 4096, max);
 	u64 bytes = 0;
 	int ret = 0;
 
@@ -470,7 +470,8 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window)
 	init_waitqueue_head(&rc->wq);
 	for (i = 0; i < n; i++) {
 		struct rq_slot *sl = NULL;
-		u32 len = clamp(data_classes[(i / 2) % ARRAY_SIZE(data_classes)], min, max);
+		u32 len = clamp(data_classes[(i / 2) % ARRAY_SIZE(data_classes)],
+				 smallest, max);
 		bool write = rq_dir ? rq_dir == 1 : !(i % 2);
 		u32 k;
 
