@@ -4,7 +4,10 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h) (`struct ib_cq`).
 
-use core::ptr::{null_mut, NonNull};
+use core::{
+    ffi::c_void,
+    ptr::{null_mut, NonNull},
+};
 use kernel::{error::from_err_ptr, prelude::*};
 
 use super::device::Registered;
@@ -55,8 +58,13 @@ impl Cq {
                 owner.as_char_ptr(),
             )
         })?;
+        let cq = NonNull::new(cq).ok_or(ENOMEM)?;
+        // SAFETY: The CQ was just allocated and no QP uses it yet, so nothing
+        // reads the field now; `ib_alloc_cq` leaves it unset (`ib_create_cq`
+        // would take it as an argument).
+        unsafe { (*cq.as_ptr()).event_handler = Some(cq_event) };
         Ok(Self {
-            cq: NonNull::new(cq).ok_or(ENOMEM)?,
+            cq,
             device: device.clone(),
         })
     }
@@ -103,4 +111,25 @@ impl Drop for Cq {
         // invariant); its owner destroys every QP that uses it first.
         unsafe { bindings::ib_free_cq(self.as_raw()) };
     }
+}
+
+/// Logs a CQ's asynchronous event. A CQ that overflows is reported only this
+/// way (`IB_EVENT_CQ_ERR`): the completion that did not fit is lost, and the
+/// QPs that use the CQ are flushed without it.
+///
+/// # Safety
+///
+/// Only the driver calls this, with a valid event of a live CQ.
+unsafe extern "C" fn cq_event(ev: *mut bindings::ib_event, _ctx: *mut c_void) {
+    // SAFETY: `ev` is valid for the call, and names a CQ (the contract).
+    let (kind, cq) = unsafe { ((*ev).event, (*ev).element.cq) };
+    // SAFETY: `ib_event_msg` returns a static string for any value; the CQ is
+    // live during its event, and its resource id is fixed at allocation.
+    let (msg, id) = unsafe {
+        (
+            CStr::from_char_ptr(bindings::ib_event_msg(kind)),
+            (*cq).res.id,
+        )
+    };
+    pr_warn!("CQ {}: {}\n", id, msg);
 }
