@@ -114,8 +114,9 @@ impl Drop for Cq {
 }
 
 /// Logs a CQ's asynchronous event. A CQ that overflows is reported only this
-/// way (`IB_EVENT_CQ_ERR`): the completion that did not fit is lost, and the
-/// QPs that use the CQ are flushed without it.
+/// way (`IB_EVENT_CQ_ERR`): the completion that did not fit is lost (rxe then
+/// moves a QP whose receive it was to the error state, and its requests are
+/// flushed).
 ///
 /// # Safety
 ///
