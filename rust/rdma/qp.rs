@@ -266,6 +266,7 @@ struct Inner<H: Completion> {
     handler: Arc<H>,
     cqes: KVec<Cqe<H>>,
     bufs: KVec<Buf>,
+    /// One per receive slot (send slots follow the ring).
     busy: KVec<AtomicBool>,
     recv_slots: u32,
     /// The first send not completed, numbered as in [`Ring`]: the slots of the
@@ -395,7 +396,7 @@ impl<H: Completion> Qp<H> {
         let cq = Cq::new(device, rq + sq, cfg.comp_vector, owner)?;
         let total = (cfg.recv_slots + cfg.send_slots) as usize;
         let mut bufs = KVec::with_capacity(total, GFP_KERNEL)?;
-        let mut busy = KVec::with_capacity(total, GFP_KERNEL)?;
+        let mut busy = KVec::with_capacity(cfg.recv_slots as usize, GFP_KERNEL)?;
         for i in 0..total {
             let dir = if i < cfg.recv_slots as usize {
                 bindings::dma_data_direction_DMA_FROM_DEVICE
@@ -403,6 +404,8 @@ impl<H: Completion> Qp<H> {
                 bindings::dma_data_direction_DMA_TO_DEVICE
             };
             bufs.push(Buf::new(device, cfg.buf_size as usize, dir)?, GFP_KERNEL)?;
+        }
+        for _ in 0..cfg.recv_slots {
             busy.push(AtomicBool::new(false), GFP_KERNEL)?;
         }
         let mut init = bindings::ib_qp_init_attr {

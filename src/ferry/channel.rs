@@ -636,6 +636,13 @@ impl Channel {
         }
     }
 
+    /// Credits or send slots came back: sends the responses that wait for
+    /// them, then lets the session's blocked senders go on.
+    fn unblocked(&self) {
+        self.flush_responses();
+        self.session.credits_returned();
+    }
+
     /// Sends the responses that wait for credits, while credits last.
     fn flush_responses(&self) {
         let mut inner = self.inner.lock();
@@ -973,17 +980,13 @@ impl Completion for Channel {
         let mut inner = this.inner.lock();
         inner.last_rx = Instant::now();
         let state = inner.state;
-        let pending = inner.xfer.as_ref().is_some_and(|x| !x.pending.is_empty());
         drop(inner);
         if let ChanState::Refusing(reason) = state {
             this.fail(reason);
             return;
         }
         // Send slots came free: what found none may go on.
-        if pending {
-            this.flush_responses();
-        }
-        this.session.credits_returned();
+        this.unblocked();
     }
 }
 
@@ -998,8 +1001,7 @@ impl Channel {
         self.cb_task.store(current_task(), Release);
         let res = self.receive(data, wc.invalidated());
         if res == Ok(true) {
-            self.flush_responses();
-            self.session.credits_returned();
+            self.unblocked();
         }
         self.cb_task.store(0, Release);
         match res {

@@ -34,48 +34,34 @@ use crate::{
 };
 
 /// Asserts that each exported function has the type of its declaration in
-/// `include/ferry/ferry.h`.
+/// `include/ferry/ferry.h`: two function items unify into one function pointer
+/// type only if their signatures are the same.
 macro_rules! checked {
-    ($($name:ident: $ty:ty;)*) => {
-        $(const _: [$ty; 2] = [crate::bindings::$name, $name];)*
+    ($($name:ident),* $(,)?) => {
+        $(const _: () = {
+            let _ = [crate::bindings::$name, $name];
+        };)*
     };
 }
 
-checked! {
-    ferry_service_register:
-        unsafe extern "C" fn(*const c_char, *const ferry_ops, *mut c_void) -> *mut ferry_service;
-    ferry_service_unregister: unsafe extern "C" fn(*mut ferry_service);
-    ferry_session_open: unsafe extern "C" fn(
-        *const ferry_session_params,
-        *const ferry_ops,
-        *mut c_void,
-    ) -> *mut ferry_session;
-    ferry_session_close: unsafe extern "C" fn(*mut ferry_session);
-    ferry_session_get: unsafe extern "C" fn(*mut ferry_session);
-    ferry_session_put: unsafe extern "C" fn(*mut ferry_session);
-    ferry_session_id: unsafe extern "C" fn(*const ferry_session) -> u32;
-    ferry_session_limits: unsafe extern "C" fn(*mut ferry_session, *mut ferry_limits) -> c_int;
-    ferry_send: unsafe extern "C" fn(*mut ferry_session, *const c_void, usize, c_uint) -> c_int;
-    ferry_submit: unsafe extern "C" fn(*mut ferry_session, *mut ferry_request, c_uint) -> c_int;
-    ferry_incoming_header: unsafe extern "C" fn(*const ferry_incoming, *mut u32) -> *const c_void;
-    ferry_incoming_dir: unsafe extern "C" fn(*const ferry_incoming) -> c_uint;
-    ferry_incoming_data_len: unsafe extern "C" fn(*const ferry_incoming) -> u32;
-    ferry_rdma_read: unsafe extern "C" fn(
-        *mut ferry_incoming,
-        *mut scatterlist,
-        c_uint,
-        RdmaDoneFn,
-        *mut c_void,
-    ) -> c_int;
-    ferry_rdma_write: unsafe extern "C" fn(
-        *mut ferry_incoming,
-        *mut scatterlist,
-        c_uint,
-        RdmaDoneFn,
-        *mut c_void,
-    ) -> c_int;
-    ferry_respond: unsafe extern "C" fn(*mut ferry_incoming, c_int, *const c_void, u32) -> c_int;
-}
+checked!(
+    ferry_service_register,
+    ferry_service_unregister,
+    ferry_session_open,
+    ferry_session_close,
+    ferry_session_get,
+    ferry_session_put,
+    ferry_session_id,
+    ferry_session_limits,
+    ferry_send,
+    ferry_submit,
+    ferry_incoming_header,
+    ferry_incoming_dir,
+    ferry_incoming_data_len,
+    ferry_rdma_read,
+    ferry_rdma_write,
+    ferry_respond,
+);
 
 /// The `done` of `ferry_rdma_read()` and `ferry_rdma_write()`.
 type RdmaDoneFn = Option<unsafe extern "C" fn(*mut ferry_incoming, *mut c_void, c_int)>;

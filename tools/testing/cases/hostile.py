@@ -78,17 +78,20 @@ def hostile_peer(t):
     # several work requests; the first one fails, and the device's status for
     # it must still reach the attacker's log (the others are flushed).
     page, mib = 'rq_max=4096', 'rq_min=1048576 rq_max=1048576'
+
+    def access_errors():
+        return int(vm.run('dmesg | grep -c "remote access error"', check=False).out)
+
     for fault, label, extra in ((6, 'forged key', page), (6, 'forged key, 1 MiB', mib),
                                 (7, 'stale key', f'{page} rq_window=1'),
                                 (8, 'beyond the region', page)):
-        refused = int(vm.run('dmesg | grep -c "remote access error"', check=False).out)
+        logged = access_errors()
         vm.run(f'insmod {hostile} serve=1 fault={fault}')
         r = vm.run(f'insmod {cecho} peer=192.0.2.1 port={PORT} service=hostile count=0 '
                    f'requests=2 rq_dir=2 {extra}', timeout=120 * t.slow,
                    check=False)
         if extra == mib:
-            t.until(lambda: int(vm.run('dmesg | grep -c "remote access error"',
-                                       check=False).out) > refused, 10 * t.slow,
+            t.until(lambda: access_errors() > logged, 10 * t.slow,
                     f'{label}: the attacker logged the remote access error')
         t.check(r.rc != 0, f'{label}: the requests succeeded')
         m = RQ_SUMMARY.search(vm.run('dmesg | grep "ferry_cecho: client:" | tail -1').out)
