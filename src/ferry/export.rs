@@ -4,7 +4,7 @@
 //!
 //! Each `extern "C"` function turns what the caller passed into the safe
 //! types of `rust/ferry_abi.rs` (under the contract the header states: the
-//! function's one `unsafe` block) and hands them to the safe code: [`Service`]
+//! function's `unsafe` blocks) and hands them to the safe code: [`Service`]
 //! and [`Session`]. A `struct ferry_session *` is a `Session` kept alive by an
 //! `Arc` reference the holder owns; a `struct ferry_service *` likewise; a
 //! `struct ferry_incoming *` is a boxed [`Incoming`] the consumer owns. The C
