@@ -673,6 +673,15 @@ impl SessionRef {
         })
     }
 
+    /// Processes the session's waiting completions in the calling thread,
+    /// running the callbacks they lead to here, and returns how many; see
+    /// `ferry_poll()`. For a consumer that spins while it waits for an answer.
+    pub fn poll(&self) -> u32 {
+        // SAFETY: A live handle (type invariant).
+        let n = unsafe { ffi::ferry_poll(self.as_raw()) };
+        u32::try_from(n).unwrap_or(0)
+    }
+
     /// Sends a request; see `ferry_submit()`. On success
     /// [`Done::done`] gets `req` back exactly once, when the peer has
     /// answered or the connection has failed; on failure it comes back here.

@@ -211,6 +211,8 @@ pub mod stats {
     pub const RDMA_BYTES: u32 = bindings::FERRY_A_STATS_RDMA_BYTES;
     /// Failed work completions of one status (a `wc-status` nest).
     pub const WC_STATUS: u32 = bindings::FERRY_A_STATS_WC_STATUS;
+    /// Completions processed by consumers' polling.
+    pub const POLLED: u32 = bindings::FERRY_A_STATS_POLLED;
 }
 
 /// Attribute numbers of the `wc-status` set.

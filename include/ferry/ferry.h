@@ -15,10 +15,12 @@
  * and none may be called in atomic context. Callbacks run in process context:
  *
  * - @accept, @up, @message and @writable run on the completion work of the
- *   channel that caused them (a work item on ib_comp_wq). While one runs, that
- *   channel processes no other completion, so they should be short; they must
- *   not wait for a credit (ferry_send() without %FERRY_NOWAIT fails with
- *   -EDEADLK there) and must not call ferry_session_close().
+ *   channel that caused them: a work item on ferry's completion work queue
+ *   (ferry-comp: per CPU and high priority, as ib_comp_wq), or the thread of
+ *   a consumer in ferry_poll(). While one runs, that channel processes no
+ *   other completion, so they should be short; they must not wait for a
+ *   credit (ferry_send() without %FERRY_NOWAIT fails with -EDEADLK there) and
+ *   must not call ferry_session_close().
  * - @down and @gone run on ferry's own work queue, or in the thread that
  *   closes the session (ferry_session_close(), ferry_service_unregister()).
  *
@@ -35,6 +37,9 @@
 #include <linux/types.h>
 
 struct net;
+
+/* Completions ferry_poll() processes per channel and call, at most. */
+#define FERRY_POLL_BUDGET	16
 
 /**
  * struct ferry_service - a registered service (opaque)
@@ -347,6 +352,32 @@ int ferry_send(struct ferry_session *s, const void *data, size_t len,
  */
 int ferry_submit(struct ferry_session *s, struct ferry_request *rq,
 		 unsigned int flags);
+
+/**
+ * ferry_poll() - process the session's completions in the calling thread
+ * @s: the session.
+ *
+ * Does here and now what the channels' completion work would do later: takes
+ * the completions waiting on each channel of @s, at most %FERRY_POLL_BUDGET
+ * of each, and runs the callbacks they lead to (@message, @writable, @up,
+ * requests' @done, ...) in the calling thread before it returns. A consumer
+ * that waits for an answer can spin on this, as nvme's polled queues and
+ * ib_send_lat do, and get its answer without waiting for a completion worker
+ * to be scheduled.
+ *
+ * Nothing depends on it: completions that nobody polls are processed by the
+ * completion work as always. A channel's completions are processed by one
+ * thread at a time, so callbacks keep the rules of the calling-context
+ * section above; a channel that another thread is processing (its completion
+ * work, another ferry_poll(), or a callback further up the caller's own
+ * stack) is skipped. Callbacks run in the caller's thread: it must hold no
+ * lock they take, and they see it as a ferry callback (-EDEADLK for a wait).
+ * ``ferryctl -s session show`` counts the completions as ``polled``.
+ *
+ * Context: process context, not atomic (the callbacks may sleep).
+ * Return: the number of completions processed, 0 if none was waiting.
+ */
+int ferry_poll(struct ferry_session *s);
 
 /**
  * ferry_incoming_header() - the header of a request that arrived

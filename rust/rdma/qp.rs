@@ -5,10 +5,11 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 //! (`struct ib_qp`, `struct ib_cqe`, `ib_post_send`, `ib_post_recv`).
 //!
-//! A [`Qp`] owns an RC QP, the CQ both its queues complete on (polled from
-//! `ib_comp_wq`), and one DMA-mapped buffer per work request *slot*: slots
+//! A [`Qp`] owns an RC QP, the CQ both its queues complete on (a
+//! [`PolledCq`]: polled from a completion work queue, and by any thread that asks through
+//! [`Qp::poller`]), and one DMA-mapped buffer per work request *slot*: slots
 //! `0..recv_slots` receive, the rest send. Every posted work request carries the
-//! `ib_cqe` of its slot; the CQ's completion work calls [`Completion`] with the
+//! `ib_cqe` of its slot; whoever polls the CQ calls [`Completion`] with the
 //! slot and, for a receive, the bytes that arrived. A slot is busy from posting
 //! until its completion has been handled, so its buffer is never written by the
 //! CPU and the device at once.
@@ -27,8 +28,9 @@
 //! completions reach [`Completion::tag_done`].
 //!
 //! Dropping the [`Qp`] drains it (`ib_drain_qp`: every posted request completes,
-//! flushed, and its handler has run), then destroys the QP and frees the CQ with
-//! `ib_free_cq`, which also waits out the late completions rxe can deliver.
+//! flushed, and its handler has run), then destroys the QP, then the CQ, once
+//! no thread polls it any more (late completions rxe can deliver are not
+//! handled).
 //! So the handler is never called after the drop, and never with a freed buffer.
 //! Do not drop a `Qp` from its own completion handler: the drain would wait for
 //! itself.
@@ -46,11 +48,12 @@ use kernel::{
 };
 
 use super::{
+    cq::{PolledCq, Poller},
     device::Registered,
     mr::{DmaDir, Mr, Remote, SgList},
-    Cq, Pd,
+    Pd,
 };
-use crate::bindings;
+use crate::{bindings, work::OwnedQueue};
 
 /// Most registrations one send may carry.
 pub const MAX_REGS: usize = 8;
@@ -138,7 +141,8 @@ const TAG_OPS: u32 = 4;
 
 /// Handles the completions of a [`Qp`]'s requests.
 ///
-/// Called from the CQ's work item on `ib_comp_wq`: process context, may take
+/// Called from the CQ's work item on its completion work queue, or in a thread that polls
+/// the CQ ([`Qp::poller`]), never from two at once: process context, may take
 /// mutexes, should not block for long. Completions of one queue arrive in
 /// posting order.
 pub trait Completion: Send + Sync + 'static {
@@ -281,7 +285,7 @@ struct Inner<H: Completion> {
     port: u32,
     /// Whether the QP ever left RESET (a QP in RESET has nothing to drain).
     initialized: AtomicBool,
-    cq: Option<Cq>,
+    cq: Option<PolledCq>,
     pd: Arc<Pd>,
 }
 
@@ -358,9 +362,16 @@ unsafe impl<H: Completion> Sync for Qp<H> {}
 impl<H: Completion> Qp<H> {
     /// Creates the QP (in RESET) on `pd`'s device, its CQ sized for every
     /// request that can be outstanding (plus the drain's), and its buffers;
-    /// attributed to `owner` in `rdma res show`. Fails with `EINVAL` if the
-    /// device cannot hold that many requests. May sleep.
-    pub fn new(pd: &Arc<Pd>, cfg: QpConfig, handler: Arc<H>, owner: &'static CStr) -> Result<Self> {
+    /// attributed to `owner` in `rdma res show`, its completion work queued
+    /// on `wq`. Fails with `EINVAL` if the device cannot hold that many
+    /// requests. May sleep.
+    pub fn new(
+        pd: &Arc<Pd>,
+        cfg: QpConfig,
+        handler: Arc<H>,
+        owner: &'static CStr,
+        wq: &Arc<OwnedQueue>,
+    ) -> Result<Self> {
         let device = pd.device();
         let caps = device.caps();
         // One more on each queue for ib_drain_qp's marker requests; per tag,
@@ -393,7 +404,7 @@ impl<H: Completion> Qp<H> {
         {
             return Err(EINVAL);
         }
-        let cq = Cq::new(device, rq + sq, cfg.comp_vector, owner)?;
+        let cq = PolledCq::new(device, rq + sq, cfg.comp_vector, owner, wq)?;
         let total = (cfg.recv_slots + cfg.send_slots) as usize;
         let mut bufs = KVec::with_capacity(total, GFP_KERNEL)?;
         let mut busy = KVec::with_capacity(cfg.recv_slots as usize, GFP_KERNEL)?;
@@ -516,7 +527,13 @@ impl<H: Completion> Qp<H> {
 
     /// The completion vector of the QP's CQ.
     pub fn comp_vector(&self) -> u32 {
-        self.inner.cq.as_ref().map_or(0, Cq::comp_vector)
+        self.inner.cq.as_ref().map_or(0, PolledCq::comp_vector)
+    }
+
+    /// What polls the QP's CQ in a caller's thread; see [`Poller::poll`].
+    /// Once the QP is gone, polling it does nothing.
+    pub fn poller(&self) -> Option<Arc<Poller>> {
+        self.inner.cq.as_ref().map(|cq| cq.poller().clone())
     }
 
     /// The number of receive slots.
@@ -979,8 +996,9 @@ impl<H: Completion> Drop for Inner<H> {
         let qp = self.qp.as_ptr();
         if self.initialized.load(Ordering::Acquire) {
             // SAFETY: `qp` is live (type invariant) and its CQ is polled from a
-            // work queue, as `ib_drain_qp` requires; after it returns every
-            // posted request has completed and been handled.
+            // work queue (and says so in `poll_ctx`), as `ib_drain_qp`
+            // requires; after it returns every posted request has completed
+            // and been handled.
             unsafe { bindings::ib_drain_qp(qp) };
         }
         // Transfers whose completion handler did not release them.
@@ -990,8 +1008,8 @@ impl<H: Completion> Drop for Inner<H> {
         }
         // SAFETY: `qp` is live and idle; nothing uses it after this.
         unsafe { bindings::ferry_helper_ib_destroy_qp(qp) };
-        // The CQ goes after its QP (ib_free_cq waits for rxe's late completions);
-        // the buffers are unmapped when the fields drop, the PD last.
+        // The CQ goes after its QP, once nobody polls it; the buffers are
+        // unmapped when the fields drop, the PD last.
         drop(self.cq.take());
     }
 }
@@ -1020,7 +1038,7 @@ unsafe extern "C" fn qp_event(ev: *mut bindings::ib_event, _ctx: *mut c_void) {
 ///
 /// # Safety
 ///
-/// Only ib_core's CQ polling calls this, with a valid `wc` whose `wr_cqe` is the
+/// Only the CQ's polling (`ib_process_cq_direct`) calls this, with a valid `wc` whose `wr_cqe` is the
 /// `cqe` field of a [`Cqe<H>`] of a live [`Inner<H>`].
 unsafe extern "C" fn done<H: Completion>(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
     // SAFETY: `wc` is valid for the call.

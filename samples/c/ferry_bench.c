@@ -9,8 +9,8 @@
  *
  *   lat    ping-pong of size-byte messages, one in flight: the median and the
  *          99th percentile of half the round trip, as ib_send_lat reports.
- *          Like ib_send_lat, it polls for the answer, or with poll=0 sleeps
- *          until it comes (as ib_send_lat -e does).
+ *          Like ib_send_lat, it polls for the answer (ferry_poll()), or
+ *          with poll=0 sleeps until it comes (as ib_send_lat -e does).
  *   send   a stream of size-byte messages (each ferry_send() waits for a
  *          credit), then one the service answers: bytes per second.
  *   write  requests whose size bytes the service RDMA-WRITEs into the
@@ -164,18 +164,21 @@ static int wait_answers(struct client *c, int n)
 
 /*
  * Spins until @n answers are in, as ib_send_lat polls its completion queue:
- * the round trip then includes no wakeup of this thread. It yields whenever
- * the scheduler asks, so the completion work it waits for can run here too.
+ * ferry_poll() processes the session's completions in this thread, so the
+ * answer's callback runs here, with no worker to wake and no wakeup of this
+ * thread. It yields whenever nothing came and the scheduler asks.
  */
-static int spin_answers(struct client *c, int n)
+static int spin_answers(struct ferry_session *s, struct client *c, int n)
 {
 	unsigned long end = jiffies + msecs_to_jiffies(WAIT_MS);
 
 	while (atomic_read(&c->answers) < n) {
 		if (time_after(jiffies, end))
 			return -ETIMEDOUT;
-		cond_resched();
-		cpu_relax();
+		if (!ferry_poll(s)) {
+			cond_resched();
+			cpu_relax();
+		}
 	}
 	return 0;
 }
@@ -203,7 +206,7 @@ static int bench_lat(struct ferry_session *s, struct client *c, u8 *buf, u32 war
 		t0 = ktime_get_ns();
 		ret = ferry_send(s, buf, size, 0);
 		if (!ret)
-			ret = poll ? spin_answers(c, i + 1) : wait_answers(c, i + 1);
+			ret = poll ? spin_answers(s, c, i + 1) : wait_answers(c, i + 1);
 		if (ret)
 			break;
 		if (i >= warm)

@@ -68,9 +68,39 @@ MODULE_PARM_DESC(rq_dir, "0: writes and reads by turns, 1: writes only, 2: reads
 static bool refuse;
 module_param(refuse, bool, 0444);
 MODULE_PARM_DESC(refuse, "The service refuses every session (to see the client's error)");
+static bool poll;
+module_param(poll, bool, 0444);
+MODULE_PARM_DESC(poll, "The client waits by polling its session (ferry_poll()), not asleep");
 
 #define CHECK_LEN	16	/* seq, length, FNV-1a hash */
 #define DRAIN_MS	20000	/* how long the client waits for an echo */
+
+/* With poll=1: completions the client's ferry_poll() calls processed. */
+static u64 polled;
+
+/*
+ * Waits up to @ms for @cond: asleep on @wq until a callback wakes it, or with
+ * poll=1 spinning on ferry_poll(@s), which runs the session's callbacks in
+ * this thread. True if @cond came true.
+ */
+#define client_wait(s, wq, cond, ms)					\
+({									\
+	unsigned long __end = jiffies + msecs_to_jiffies(ms);		\
+	bool __ok;							\
+									\
+	if (!poll) {							\
+		__ok = wait_event_timeout(wq, cond, msecs_to_jiffies(ms)); \
+	} else {							\
+		while (!(__ok = (cond)) && time_before(jiffies, __end)) { \
+			int __n = ferry_poll(s);			\
+									\
+			polled += __n;					\
+			if (!__n)					\
+				cond_resched();				\
+		}							\
+	}								\
+	__ok;								\
+})
 
 static const size_t size_classes[] = { 64, 256, 1024, 4096, 16384, 65536 };
 static const u32 data_classes[] = { 4096, 65536, 1 << 20, 4 << 20 };
@@ -475,8 +505,7 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window)
 		bool write = rq_dir ? rq_dir == 1 : !(i % 2);
 		u32 k;
 
-		if (!wait_event_timeout(rc->wq, i - atomic_read(&rc->done) < window,
-					msecs_to_jiffies(DRAIN_MS))) {
+		if (!client_wait(s, rc->wq, i - atomic_read(&rc->done) < window, DRAIN_MS)) {
 			ret = -ETIMEDOUT;
 			break;
 		}
@@ -520,6 +549,7 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window)
 		bytes += len;
 	}
 	/* Every request ferry took completes, error or not. */
+	client_wait(s, rc->wq, atomic_read(&rc->done) == sent, DRAIN_MS);
 	wait_event(rc->wq, atomic_read(&rc->done) == sent);
 	pr_info("client: %u requests, %d done, %d wrong, %d failed, %llu bytes\n",
 		sent, atomic_read(&rc->done), atomic_read(&rc->wrong),
@@ -573,8 +603,8 @@ static int run_client(void)
 	for (seq = 0; seq < count; seq++) {
 		size_t len = size_of(c, seq);
 
-		if (!wait_event_timeout(c->wq, seq - atomic_read(&c->received) < window,
-					msecs_to_jiffies(DRAIN_MS))) {
+		if (!client_wait(s, c->wq, seq - atomic_read(&c->received) < window,
+				 DRAIN_MS)) {
 			pr_err("client: no echo for %d ms\n", DRAIN_MS);
 			ret = -ETIMEDOUT;
 			goto close;
@@ -586,8 +616,7 @@ static int run_client(void)
 			goto close;
 		}
 	}
-	wait_event_timeout(c->wq, atomic_read(&c->received) >= count,
-			   msecs_to_jiffies(DRAIN_MS));
+	client_wait(s, c->wq, atomic_read(&c->received) >= count, DRAIN_MS);
 	pr_info("client: %u sent, %d echoed, %d wrong, sizes 64..%zu bytes, %u channels\n",
 		count, atomic_read(&c->received), atomic_read(&c->wrong),
 		min_t(size_t, c->max, 65536), limits.channels);
@@ -595,6 +624,8 @@ static int run_client(void)
 		ret = -EIO;
 	if (!ret && requests)
 		ret = run_requests(s, requests, rq_window);
+	if (poll)
+		pr_info("client: %llu completions polled\n", polled);
 	if (!ret && hold) {
 		held = s;
 		held_client = c;

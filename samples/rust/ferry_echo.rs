@@ -17,6 +17,9 @@
 //! the length and a seed; the service reads the requester's pages and checks
 //! their pattern (a write), or writes the pattern into them (a read). With
 //! `requests=N` the client sends N of them, by turns, after its messages.
+//!
+//! With `poll=1` the client waits by polling its session
+//! ([`SessionRef::poll`]): the callbacks then mostly run in its own thread.
 
 #[path = "../../rust/ferry_api.rs"]
 pub mod ferry_api;
@@ -29,7 +32,7 @@ use ferry_api::{
 use kernel::{
     new_condvar, new_mutex,
     prelude::*,
-    sync::{Arc, CondVar, Mutex, MutexGuard},
+    sync::{Arc, CondVar, CondVarTimeoutResult, Mutex, MutexGuard},
     time::msecs_to_jiffies,
 };
 
@@ -64,6 +67,10 @@ module! {
         requests: u32 {
             default: 0,
             description: "Requests with data the client sends after its messages",
+        },
+        poll: bool {
+            default: false,
+            description: "The client waits by polling its session, not asleep",
         },
     },
 }
@@ -342,11 +349,6 @@ impl Service for Echo {
     }
 }
 
-/// Whether a wait ended without a wakeup: it timed out or a signal came.
-fn timed_out(r: kernel::sync::CondVarTimeoutResult) -> bool {
-    !matches!(r, kernel::sync::CondVarTimeoutResult::Woken { .. })
-}
-
 /// The client's count of echoes and requests.
 #[derive(Default)]
 struct Tally {
@@ -371,19 +373,49 @@ struct Client {
     changed: CondVar,
     /// The session's largest payload, once open.
     max: AtomicUsize,
+    /// Whether it waits by polling the session.
+    poll: bool,
+    /// Completions its polls processed.
+    polled: AtomicU64,
 }
 
 impl Client {
     /// Waits until `done` holds for the tally, at most `DRAIN_MS` between two
     /// changes; returns the tally, or `None` on a timeout or a signal.
-    fn wait_until(&self, done: impl Fn(&Tally) -> bool) -> Option<MutexGuard<'_, Tally>> {
+    ///
+    /// Polling, it runs `s`'s callbacks here (they take the tally's lock,
+    /// which it does not hold while it polls), and sleeps a tick only when
+    /// none was waiting; the completion work handles what comes meanwhile.
+    fn wait_until(
+        &self,
+        s: &SessionRef,
+        done: impl Fn(&Tally) -> bool,
+    ) -> Option<MutexGuard<'_, Tally>> {
+        // Asleep: the whole wait at once. Polling: a tick at a time.
+        let drain = msecs_to_jiffies(DRAIN_MS);
+        let (nap, naps) = if self.poll { (1, drain) } else { (drain, 1) };
         let mut t = self.tally.lock();
+        let mut idle = 0;
         while !done(&t) {
-            if timed_out(
-                self.changed
-                    .wait_interruptible_timeout(&mut t, msecs_to_jiffies(DRAIN_MS)),
-            ) {
-                return None;
+            if self.poll {
+                drop(t);
+                let n = s.poll();
+                self.polled.fetch_add(n.into(), Relaxed);
+                t = self.tally.lock();
+                if n != 0 {
+                    idle = 0;
+                    continue;
+                }
+            }
+            match self.changed.wait_interruptible_timeout(&mut t, nap) {
+                CondVarTimeoutResult::Signal { .. } => return None,
+                CondVarTimeoutResult::Woken { .. } => idle = 0,
+                CondVarTimeoutResult::Timeout => {
+                    idle += 1;
+                    if idle >= naps {
+                        return None;
+                    }
+                }
             }
         }
         Some(t)
@@ -455,7 +487,10 @@ impl Done for Sent {
 fn run_requests(s: &SessionRef, client: &Arc<Client>, n: u32) -> Result {
     let mut bytes = 0u64;
     for i in 0..n {
-        if client.wait_until(|t| i - t.rq_done < RQ_WINDOW).is_none() {
+        if client
+            .wait_until(s, |t| i - t.rq_done < RQ_WINDOW)
+            .is_none()
+        {
             pr_err!("client: no request done for {} ms\n", DRAIN_MS);
             return Err(ETIMEDOUT);
         }
@@ -486,7 +521,7 @@ fn run_requests(s: &SessionRef, client: &Arc<Client>, n: u32) -> Result {
     }
     // On a timeout, the summary says what is missing.
     let t = client
-        .wait_until(|t| t.rq_done >= n)
+        .wait_until(s, |t| t.rq_done >= n)
         .unwrap_or_else(|| client.tally.lock());
     pr_info!(
         "client: {} requests, {} done, {} wrong, {} failed, {} bytes\n",
@@ -504,7 +539,14 @@ fn run_requests(s: &SessionRef, client: &Arc<Client>, n: u32) -> Result {
 
 /// Runs the client: `count` messages through the peer's echo service, then
 /// `requests` requests with data.
-fn run_client(peer: Peer, service: &CStr, count: u32, max_msg: u32, requests: u32) -> Result {
+fn run_client(
+    peer: Peer,
+    service: &CStr,
+    count: u32,
+    max_msg: u32,
+    requests: u32,
+    poll: bool,
+) -> Result {
     let mut p = Params::new(peer, service);
     p.max_msg = max_msg;
     let client = Arc::pin_init(
@@ -513,6 +555,8 @@ fn run_client(peer: Peer, service: &CStr, count: u32, max_msg: u32, requests: u3
             changed <- new_condvar!(),
             // No echo comes before the first send.
             max: AtomicUsize::new(CHECK_LEN),
+            poll,
+            polled: AtomicU64::new(0),
         }),
         GFP_KERNEL,
     )?;
@@ -523,7 +567,10 @@ fn run_client(peer: Peer, service: &CStr, count: u32, max_msg: u32, requests: u3
     let mut buf = KVec::from_elem(0u8, max, GFP_KERNEL)?;
     for seq in 0..count {
         // Keep `WINDOW` in flight.
-        if client.wait_until(|t| seq - t.received < WINDOW).is_none() {
+        if client
+            .wait_until(&s, |t| seq - t.received < WINDOW)
+            .is_none()
+        {
             pr_err!("client: no echo for {} ms\n", DRAIN_MS);
             return Err(ETIMEDOUT);
         }
@@ -533,7 +580,7 @@ fn run_client(peer: Peer, service: &CStr, count: u32, max_msg: u32, requests: u3
         s.send(msg, Wait::Yes)?;
     }
     let t = client
-        .wait_until(|t| t.received >= count)
+        .wait_until(&s, |t| t.received >= count)
         .unwrap_or_else(|| client.tally.lock());
     let (received, wrong) = (t.received, t.wrong);
     drop(t);
@@ -550,6 +597,12 @@ fn run_client(peer: Peer, service: &CStr, count: u32, max_msg: u32, requests: u3
     }
     if requests > 0 {
         run_requests(&s, &client, requests)?;
+    }
+    if poll {
+        pr_info!(
+            "client: {} completions polled\n",
+            client.polled.load(Relaxed)
+        );
     }
     Ok(())
 }
@@ -574,6 +627,7 @@ impl kernel::Module for EchoModule {
                 module_parameters::count.value(),
                 module_parameters::max_msg.value(),
                 module_parameters::requests.value(),
+                module_parameters::poll.value(),
             )?;
         }
         Ok(Self { _service: service })

@@ -3,7 +3,8 @@
 //! One channel of a session: an RC connection, its QP, credits and heartbeats.
 //!
 //! A channel is driven from three contexts: rdma_cm events (its [`Handler`]),
-//! completions on `ib_comp_wq` (its [`Completion`]) and the session's tick.
+//! completions on `ferry-comp` or in a consumer's thread that polls (its
+//! [`Completion`], never two at once) and the session's tick.
 //! All of them take the channel's lock briefly; none of them tears anything
 //! down. A failure only marks the channel failed, moves its QP to the error
 //! state and tells the session, whose work item later calls
@@ -263,9 +264,8 @@ impl Channel {
     /// posts every receive buffer.
     fn create_qp(self: &Arc<Self>, id: &Locked<'_>) -> Result<Qp<Self>, Reason> {
         let device = id.device().ok_or(Reason::DeviceRemoved)?;
-        let pd = Ferry::get()
-            .and_then(|f| f.pd_of(device.index()))
-            .ok_or(Reason::DeviceRemoved)?;
+        let ferry = Ferry::get().ok_or(Reason::DeviceRemoved)?;
+        let pd = ferry.pd_of(device.index()).ok_or(Reason::DeviceRemoved)?;
         let p = &self.session.params;
         let vectors = device.num_comp_vectors().max(1);
         let cfg = QpConfig {
@@ -282,7 +282,8 @@ impl Channel {
             caps.max_fast_reg_page_list_len.min(MAX_REG_PAGES),
         )
         .map_err(|_| Reason::NoResources)?;
-        let qp = Qp::new(&pd, cfg, self.clone(), OWNER).map_err(|_| Reason::NoResources)?;
+        let qp = Qp::new(&pd, cfg, self.clone(), OWNER, ferry.completions())
+            .map_err(|_| Reason::NoResources)?;
         id.modify_qp(&qp, QpState::Init)
             .map_err(|_| Reason::TransportError)?;
         for slot in 0..qp.recv_slots() {
@@ -679,6 +680,21 @@ impl Channel {
         if let Some(x) = self.inner.lock().xfer.as_mut() {
             x.put_incoming(tag);
         }
+    }
+
+    /// Processes up to `budget` of the channel's completions in the calling
+    /// thread, unless another thread is processing them; counts and returns
+    /// how many. The handlers take the channel's lock: the caller holds none
+    /// of ferry's.
+    pub(crate) fn poll(&self, budget: u32) -> u32 {
+        let Some(poller) = self.inner.lock().qp.as_ref().and_then(Qp::poller) else {
+            return 0;
+        };
+        let n = poller.poll(budget);
+        if n != 0 {
+            self.stats.add(Counter::Polled, n.into());
+        }
+        n
     }
 
     /// Whether the current task is handling one of the channel's completions.

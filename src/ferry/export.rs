@@ -54,6 +54,7 @@ checked!(
     ferry_session_id,
     ferry_session_limits,
     ferry_send,
+    ferry_poll,
     ferry_submit,
     ferry_incoming_header,
     ferry_incoming_dir,
@@ -373,6 +374,19 @@ pub(crate) unsafe extern "C" fn ferry_send(
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }
+}
+
+/// See `ferry_poll()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// The caller holds a reference to `s`.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_poll(s: *mut ferry_session) -> c_int {
+    // SAFETY: The caller holds a reference (the contract).
+    let s = unsafe { Handle::<Session>::borrow(s) };
+    let n = s.poll(crate::bindings::FERRY_POLL_BUDGET);
+    c_int::try_from(n).unwrap_or(c_int::MAX)
 }
 
 /// See `ferry_submit()` in `include/ferry/ferry.h`.

@@ -15,6 +15,7 @@ EXPORT_SYMBOL_NS_GPL(ferry_session_put, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_session_id, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_session_limits, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_send, "FERRY");
+EXPORT_SYMBOL_NS_GPL(ferry_poll, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_submit, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_incoming_header, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_incoming_dir, "FERRY");

@@ -244,7 +244,7 @@ fn fill_session(w: &mut Writer<'_>, s: &Session) -> Result {
     w.nest(s_attr::STATS, |w| put_counters(w, &info.totals))
 }
 
-/// Each counter's attribute in the `stats` set, in the spec's order.
+/// Each counter's attribute in the `stats` set.
 const COUNTER_ATTRS: [(Counter, u32); COUNTERS] = [
     (Counter::TxMsgs, st_attr::TX_MSGS),
     (Counter::RxMsgs, st_attr::RX_MSGS),
@@ -265,6 +265,7 @@ const COUNTER_ATTRS: [(Counter, u32); COUNTERS] = [
     (Counter::InvRemote, st_attr::INV_REMOTE),
     (Counter::InvLocal, st_attr::INV_LOCAL),
     (Counter::RdmaBytes, st_attr::RDMA_BYTES),
+    (Counter::Polled, st_attr::POLLED),
 ];
 
 /// Writes the attributes of the `stats` set.

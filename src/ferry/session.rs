@@ -1072,6 +1072,19 @@ impl Session {
         Err(EAGAIN)
     }
 
+    /// Processes up to `budget` completions of each channel in the calling
+    /// thread; returns how many. See `ferry_poll()`.
+    pub(crate) fn poll(&self, budget: u32) -> u32 {
+        // The handlers take the session's lock: poll without it, on copies of
+        // the channel list (no allocation: this runs in a consumer's loop).
+        let mut channels: [Option<Arc<Channel>>; wire::MAX_CHANNELS as usize] =
+            core::array::from_fn(|_| None);
+        for (slot, c) in channels.iter_mut().zip(self.inner.lock().channels.iter()) {
+            *slot = Some(c.clone());
+        }
+        channels.iter().flatten().map(|c| c.poll(budget)).sum()
+    }
+
     /// Whether the current thread runs a callback of one of the channels.
     fn in_callback(&self) -> bool {
         self.inner.lock().channels.iter().any(|c| c.in_callback())

@@ -102,6 +102,58 @@ def messages_flow_control(t):
 
 
 RQ_SUMMARY = re.compile(r'client: (\d+) requests, (\d+) done, (\d+) wrong, (\d+) failed, (\d+) bytes')
+POLLED = re.compile(r'client: (\d+) completions polled')
+
+
+def client_polled(t, vm, module):
+    """What `module`'s polling client logged: (completions polled, the
+    message summary, the request summary)."""
+    log = vm.run(f'dmesg | grep "{module}: client:" | tail -3').out
+    m, msgs, rqs = POLLED.search(log), SUMMARY.search(log), RQ_SUMMARY.search(log)
+    t.require(m and msgs and rqs, f'{module} logged no polled summary: {log!r}')
+    return (int(m.group(1)), tuple(int(x) for x in msgs.groups()[:3]),
+            tuple(int(x) for x in rqs.groups()[:4]))
+
+
+@case(timeout=500)
+def messages_polled(t):
+    """Clients that wait by polling their session (ferry_poll(), Rust
+    SessionRef::poll) instead of sleeping: the C client sends 2000 messages
+    of every size class and 40 requests of 4 KiB to 4 MiB through the Rust
+    service, then the Rust client through the C service. Everything is
+    checked byte for byte as without polling; the completions each client
+    says its polls processed are what its session counts as `polled`, and
+    the services, which do not poll, count none."""
+    vm = t.vm
+    t.net_up(vm, 0, 1)
+    t.rxe_add(vm)
+    t.insmod(vm, echo=True)
+    vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+    count, n = 2000, 40
+    vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=echo '
+           f'count={count} max_msg=65536 requests={n} poll=1 hold=1', timeout=300 * t.slow)
+    polled, msgs, rqs = client_polled(t, vm, 'ferry_cecho')
+    t.eq(msgs, (count, count, 0), 'C client: messages sent, echoed, wrong')
+    t.eq(rqs, (n, n, 0, 0), 'C client: requests sent, done, wrong, failed')
+    t.log(f'the C client polled {polled} completions')
+    t.check(polled > 0, 'the C client processed completions by polling')
+    sessions = {s['role']: s['stats'] for s in t.ferryctl_json(vm, '-s session show')}
+    t.eq(sessions['client']['polled'], polled, 'the client session counts what its polls did')
+    t.eq(sessions['server']['polled'], 0, 'the service did not poll')
+    vm.run('rmmod ferry_cecho')
+    vm.run('rmmod ferry_echo')
+    vm.run(f'insmod {t.sample("ferry_cecho")}')
+    vm.run(f'insmod {t.sample("ferry_echo")} peer_ip4=0xc0000201 port={PORT} c_peer=1 '
+           f'count={count} max_msg=65536 requests={n} poll=1', timeout=300 * t.slow)
+    polled, msgs, rqs = client_polled(t, vm, 'ferry_echo')
+    t.eq(msgs, (count, count, 0), 'Rust client: messages sent, echoed, wrong')
+    t.eq(rqs, (n, n, 0, 0), 'Rust client: requests sent, done, wrong, failed')
+    t.log(f'the Rust client polled {polled} completions')
+    t.check(polled > 0, 'the Rust client processed completions by polling')
+    bad = vm.run('dmesg | grep -c "failed its check"', check=False).out.strip()
+    t.eq(bad, '0', 'messages that failed the services\' check')
+    vm.run('rmmod ferry_echo ferry_cecho ferry')
+
 
 
 @case(timeout=400)
