@@ -38,9 +38,6 @@
 
 struct net;
 
-/* Completions ferry_poll() processes per channel and call, at most. */
-#define FERRY_POLL_BUDGET	16
-
 /**
  * struct ferry_service - a registered service (opaque)
  */
@@ -204,6 +201,9 @@ struct ferry_limits {
 /* ferry_send() flags */
 /* Fail with -EAGAIN instead of waiting for a credit. */
 #define FERRY_NOWAIT	0x1
+
+/* ferry_poll(): the most completions it processes per channel and call. */
+#define FERRY_POLL_BUDGET	16
 
 /**
  * ferry_service_register() - offer a service to peers

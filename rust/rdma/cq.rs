@@ -11,7 +11,7 @@
 //! - [`PolledCq`]: ferry polls it itself, from a work item of its own on a
 //!   completion work queue ([`OwnedQueue::new_completions`], as
 //!   `ib_comp_wq`) after each completion event, and from any thread that asks
-//!   ([`Poller::poll`]), as a busy-polling consumer does. An [`Owner`] word
+//!   ([`Poller::poll`]), as a busy-polling consumer does. An `Owner` word
 //!   makes sure only one thread at a time processes its completions, so its
 //!   handlers see them one by one, in order, as they would from the work
 //!   queue alone. ib_core's own CQs cannot offer that: a CQ of
@@ -153,7 +153,7 @@ const WORK_BUDGET: c_int = 1024;
 ///   set together with `OWNED`.
 /// - `CLOSED`: the CQ is going away; nobody takes it any more.
 #[derive(Default)]
-pub struct Owner(AtomicU32);
+struct Owner(AtomicU32);
 
 impl Owner {
     const OWNED: u32 = 1;
@@ -163,7 +163,7 @@ impl Owner {
     /// Takes the CQ if it is open and nobody holds it. If `kick` and
     /// somebody holds it, leaves the holder a kick (see [`Owner::release`]).
     /// Returns whether the caller holds the CQ now.
-    pub fn take(&self, kick: bool) -> bool {
+    fn take(&self, kick: bool) -> bool {
         let mut s = self.0.load(Relaxed);
         loop {
             let new = if s & Self::CLOSED != 0 {
@@ -185,24 +185,24 @@ impl Owner {
 
     /// Lets go of the CQ the caller holds. Returns whether it was kicked
     /// meanwhile: the caller must then queue the work item again.
-    pub fn release(&self) -> bool {
+    fn release(&self) -> bool {
         self.0.fetch_and(!(Self::OWNED | Self::KICKED), Release) & Self::KICKED != 0
     }
 
     /// Closes the CQ: nobody takes it from now on. A thread may still hold
     /// it: wait until [`Owner::held`] is false.
-    pub fn close(&self) {
+    fn close(&self) {
         self.0.fetch_or(Self::CLOSED, AcqRel);
     }
 
     /// Whether a thread holds the CQ.
-    pub fn held(&self) -> bool {
+    fn held(&self) -> bool {
         self.0.load(Acquire) & Self::OWNED != 0
     }
 }
 
 /// The part of a [`PolledCq`] that its completion events and its pollers
-/// share: the CQ, its [`Owner`], its work item and the queue it runs on.
+/// share: the CQ, its `Owner`, its work item and the queue it runs on.
 ///
 /// # Invariants
 ///
@@ -411,8 +411,10 @@ impl Drop for PolledCq {
             core::mem::forget(p.clone());
             return;
         }
-        // A work run queued by a late event finds the CQ closed and ends;
-        // wait for it, so none is left on the queue.
+        // A work run still queued finds the CQ closed and only drops its
+        // reference to the poller: wait for it. (One that a run re-queued as
+        // it let go may come later, to the same end; the queue's owner drains
+        // the queue before it destroys it.)
         // SAFETY: The work item is initialized and pinned inside the `Arc`.
         unsafe { bindings::flush_work(Work::raw_get(&p.work).cast()) };
     }

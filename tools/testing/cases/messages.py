@@ -105,14 +105,20 @@ RQ_SUMMARY = re.compile(r'client: (\d+) requests, (\d+) done, (\d+) wrong, (\d+)
 POLLED = re.compile(r'client: (\d+) completions polled')
 
 
-def client_polled(t, vm, module):
-    """What `module`'s polling client logged: (completions polled, the
-    message summary, the request summary)."""
+def check_polled(t, vm, module, who, count, n):
+    """Checks what `module`'s polling client logged: `count` messages and `n`
+    requests, all right, and some completions polled; returns how many."""
     log = vm.run(f'dmesg | grep "{module}: client:" | tail -3').out
     m, msgs, rqs = POLLED.search(log), SUMMARY.search(log), RQ_SUMMARY.search(log)
     t.require(m and msgs and rqs, f'{module} logged no polled summary: {log!r}')
-    return (int(m.group(1)), tuple(int(x) for x in msgs.groups()[:3]),
-            tuple(int(x) for x in rqs.groups()[:4]))
+    t.eq(tuple(int(x) for x in msgs.groups()[:3]), (count, count, 0),
+         f'{who}: messages sent, echoed, wrong')
+    t.eq(tuple(int(x) for x in rqs.groups()[:4]), (n, n, 0, 0),
+         f'{who}: requests sent, done, wrong, failed')
+    polled = int(m.group(1))
+    t.log(f'the {who} polled {polled} completions')
+    t.check(polled > 0, f'the {who} processed completions by polling')
+    return polled
 
 
 @case(timeout=500)
@@ -132,11 +138,7 @@ def messages_polled(t):
     count, n = 2000, 40
     vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=echo '
            f'count={count} max_msg=65536 requests={n} poll=1 hold=1', timeout=300 * t.slow)
-    polled, msgs, rqs = client_polled(t, vm, 'ferry_cecho')
-    t.eq(msgs, (count, count, 0), 'C client: messages sent, echoed, wrong')
-    t.eq(rqs, (n, n, 0, 0), 'C client: requests sent, done, wrong, failed')
-    t.log(f'the C client polled {polled} completions')
-    t.check(polled > 0, 'the C client processed completions by polling')
+    polled = check_polled(t, vm, 'ferry_cecho', 'C client', count, n)
     sessions = {s['role']: s['stats'] for s in t.ferryctl_json(vm, '-s session show')}
     t.eq(sessions['client']['polled'], polled, 'the client session counts what its polls did')
     t.eq(sessions['server']['polled'], 0, 'the service did not poll')
@@ -145,15 +147,10 @@ def messages_polled(t):
     vm.run(f'insmod {t.sample("ferry_cecho")}')
     vm.run(f'insmod {t.sample("ferry_echo")} peer_ip4=0xc0000201 port={PORT} c_peer=1 '
            f'count={count} max_msg=65536 requests={n} poll=1', timeout=300 * t.slow)
-    polled, msgs, rqs = client_polled(t, vm, 'ferry_echo')
-    t.eq(msgs, (count, count, 0), 'Rust client: messages sent, echoed, wrong')
-    t.eq(rqs, (n, n, 0, 0), 'Rust client: requests sent, done, wrong, failed')
-    t.log(f'the Rust client polled {polled} completions')
-    t.check(polled > 0, 'the Rust client processed completions by polling')
+    check_polled(t, vm, 'ferry_echo', 'Rust client', count, n)
     bad = vm.run('dmesg | grep -c "failed its check"', check=False).out.strip()
     t.eq(bad, '0', 'messages that failed the services\' check')
     vm.run('rmmod ferry_echo ferry_cecho ferry')
-
 
 
 @case(timeout=400)
