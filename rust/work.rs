@@ -36,10 +36,7 @@ impl OwnedQueue {
     /// Allocates a reclaim-safe, unbound queue called `name`.
     pub fn new(name: &'static CStr) -> Result<Self> {
         // SAFETY: `name` is a valid string; the queue copies it.
-        let wq = unsafe { bindings::ferry_helper_alloc_workqueue(name.as_char_ptr()) };
-        Ok(Self {
-            wq: NonNull::new(wq).ok_or(ENOMEM)?,
-        })
+        Self::owning(unsafe { bindings::ferry_helper_alloc_workqueue(name.as_char_ptr()) })
     }
 
     /// Allocates a queue for completion work called `name`: reclaim-safe,
@@ -47,7 +44,11 @@ impl OwnedQueue {
     /// `ib_comp_wq`.
     pub fn new_completions(name: &'static CStr) -> Result<Self> {
         // SAFETY: `name` is a valid string; the queue copies it.
-        let wq = unsafe { bindings::ferry_helper_alloc_comp_workqueue(name.as_char_ptr()) };
+        Self::owning(unsafe { bindings::ferry_helper_alloc_comp_workqueue(name.as_char_ptr()) })
+    }
+
+    /// Takes a queue just allocated (null: the allocation failed).
+    fn owning(wq: *mut bindings::workqueue_struct) -> Result<Self> {
         Ok(Self {
             wq: NonNull::new(wq).ok_or(ENOMEM)?,
         })
