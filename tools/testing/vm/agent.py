@@ -5,12 +5,20 @@
 Runs inside the test VM (as the virtme-ng --exec command) and serves the host
 over the virtio-serial port named ferry.ctl: one JSON request per line, one JSON
 reply per line, commands run one at a time with a timeout.
+
+Besides shell commands it answers three requests of the runner's own:
+`__baseline__` records the state the VM is in (guest_state.py), `__reset__`
+brings it back there after a case and reports what it did and what is left,
+and `__exit__` ends the agent (and with it the VM).
 """
 import glob
 import json
 import os
 import subprocess
 import sys
+import traceback
+
+import guest_state
 
 
 def find_port(name):
@@ -48,6 +56,7 @@ def main():
           'clocksource': read('/sys/devices/system/clocksource/clocksource0/current_clocksource'),
           'kernel': os.uname().release})
     buf = b''
+    base = None
     while True:
         chunk = rx.read(65536)
         if not chunk:
@@ -59,6 +68,20 @@ def main():
             if req.get('cmd') == '__exit__':
                 send({'id': req['id'], 'rc': 0, 'out': '', 'err': ''})
                 return 0
+            if req.get('cmd') in ('__baseline__', '__reset__'):
+                try:
+                    rep = {'rc': 0, 'out': '', 'err': ''}
+                    if req['cmd'] == '__baseline__':
+                        base = guest_state.baseline()
+                    else:
+                        rep['done'], rep['left'] = guest_state.restore(base)
+                    rep['taint'] = guest_state.taint()
+                    rep['debug_locks'] = guest_state.debug_locks()
+                except Exception:  # reported to the host, which fails the case
+                    rep = {'rc': 2, 'out': '', 'err': traceback.format_exc()}
+                rep['id'] = req['id']
+                send(rep)
+                continue
             p = subprocess.Popen(['/bin/bash', '-c', req['cmd']],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  stdin=subprocess.DEVNULL, start_new_session=True)

@@ -103,6 +103,14 @@ class VM:
         self.info = {}
         self.boots = 0
         self.console_path = os.path.join(outdir, f'{name}.console')
+        if os.path.exists(self.console_path):
+            os.unlink(self.console_path)
+        # Where the console of the case now running begins (see end_case()).
+        self.slice_pos = 0
+        self.marks = 0
+        # The kernel's taint flags and lockdep's state right after boot.
+        self.base_taint = 0
+        self.base_debug_locks = None
 
     # --- lifecycle -------------------------------------------------------
     def _qemu_opts(self, sockpath):
@@ -166,6 +174,12 @@ class VM:
             mac = self.mac(i)
             self.run(f'dev=$(ip -o link | awk -F": " \'/{mac}/{{print $2}}\') && '
                      f'[ "$dev" = eth{i} ] || ip link set dev "$dev" name eth{i}')
+        # What a reset brings the VM back to (guest_state.py).
+        rep = self._call({'cmd': '__baseline__'}, 60)
+        if rep.get('rc') != 0:
+            raise VMError(f'{self.name}: the guest agent could not take its baseline: {rep.get("err")}')
+        self.base_taint = rep.get('taint', 0)
+        self.base_debug_locks = rep.get('debug_locks')
         return self
 
     def mac(self, nic):
@@ -207,6 +221,49 @@ class VM:
     def restart(self):
         self.kill()
         return self.start()
+
+    # --- reuse between cases ---------------------------------------------
+    def reset(self, timeout=120):
+        """Brings the guest back to its state after boot (guest_state.py).
+        Returns (what was done, what is left, taint, debug_locks)."""
+        rep = self._call({'cmd': '__reset__'}, timeout)
+        if rep.get('rc') == 2:
+            raise VMError(f'{self.name}: the guest agent could not reset: {rep.get("err")}')
+        return rep.get('done', []), rep.get('left', []), rep.get('taint', 0), rep.get('debug_locks')
+
+    def end_case(self, name, timeout=20):
+        """Ends the console of the case now running: marks the kernel log and
+        returns the console from the case's start up to the mark, which is
+        where the next case's console begins. A VM that is not running (or
+        whose mark does not show) gives what its console has."""
+        self.marks += 1
+        tag = f'ferry-runner: end of case {name} #{self.marks}'
+        if self.running() and self.sock:
+            try:
+                self.run(f'echo {sh(tag)} > /dev/kmsg', timeout=10)
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline:
+                    with open(self.console_path, 'rb') as f:
+                        f.seek(self.slice_pos)
+                        text = f.read()
+                    at = text.find(tag.encode())
+                    if at >= 0:
+                        end = text.find(b'\n', at)
+                        end = len(text) if end < 0 else end + 1
+                        self.slice_pos += end
+                        return text[:end].decode(errors='replace')
+                    time.sleep(0.2)
+            except VMError:
+                pass
+        return self.rest_of_console()
+
+    def rest_of_console(self):
+        """The console from the current case's start to its end so far."""
+        with open(self.console_path, 'rb') as f:
+            f.seek(self.slice_pos)
+            text = f.read()
+        self.slice_pos += len(text)
+        return text.decode(errors='replace')
 
     # --- commands --------------------------------------------------------
     def _recv(self, deadline):
@@ -265,10 +322,11 @@ class VM:
         with open(self.console_path, 'rb') as f:
             return f.read().decode(errors='replace')
 
-    def kernel_problems(self):
-        """Kernel warnings, bugs, oopses, lockdep and sanitizer reports so far."""
+    def kernel_problems(self, text=None):
+        """Kernel warnings, bugs, oopses, lockdep and sanitizer reports in
+        `text` (a slice of the console), or in the whole console."""
         found = []
-        for line in self.console().splitlines():
+        for line in (self.console() if text is None else text).splitlines():
             for rx, what in BAD_PATTERNS:
                 if rx.search(line):
                     found.append(f'{self.name}: {what}: {line.strip()}')

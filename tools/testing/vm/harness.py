@@ -25,8 +25,9 @@ CASES = []
 
 
 class Case:
-    def __init__(self, fn, name, topology, timeout, append, group):
+    def __init__(self, fn, name, topology, timeout, append, group, fresh=False):
         self.fn = fn
+        self.fresh = fresh
         self.name = name
         self.topology = topology
         self.timeout = timeout
@@ -38,11 +39,13 @@ class Case:
 UNLOAD_ECHO = 'rmmod ferry_echo ferry'
 
 
-def case(name=None, topology='single', timeout=300, append=(), group='integration'):
+def case(name=None, topology='single', timeout=300, append=(), group='integration', fresh=False):
     """Registers a test case. topology: 'single' (one VM), 'pair' (two VMs) or
-    'none' (the case boots what it needs itself)."""
+    'none' (the case boots what it needs itself). Consecutive cases of one
+    topology and kernel command line (`append`) share their VMs; `fresh`
+    asks for VMs of its own."""
     def deco(fn):
-        CASES.append(Case(fn, name or fn.__name__, topology, timeout, list(append), group))
+        CASES.append(Case(fn, name or fn.__name__, topology, timeout, list(append), group, fresh))
         return fn
     return deco
 
@@ -62,6 +65,8 @@ class Test:
         self.vms = vms
         self.failures = []
         self.subresults = []     # (name, ok, detail) counted as separate tests
+        self.resets = []         # what resetting its VMs undid after the case
+        self.boots = 0           # boots of VMs a 'none' case started itself
         self.ferry_ko = env['ferry_ko']
         self.ferryctl = env['ferryctl']
         self.nlraw = f'/usr/bin/python3 {ROOT}/tools/testing/vm/nlraw.py'
@@ -154,8 +159,10 @@ class Test:
         if not vm.running():
             return
         r = vm.run('echo scan > /sys/kernel/debug/kmemleak && sleep 6 && '
-                   'echo scan > /sys/kernel/debug/kmemleak && cat /sys/kernel/debug/kmemleak',
-                   timeout=180)
+                   'echo scan > /sys/kernel/debug/kmemleak && cat /sys/kernel/debug/kmemleak && '
+                   # What is reported now is this case's: the next case on
+                   # this VM starts from a clean list.
+                   'echo clear > /sys/kernel/debug/kmemleak', timeout=180)
         with open(os.path.join(self.outdir, f'kmemleak-{vm.name}.txt'), 'w') as f:
             f.write(r.out)
         entries = r.out.split('unreferenced object')[1:]
@@ -197,8 +204,9 @@ def parse_ktap(ksrc, path):
 
 
 class Result:
-    def __init__(self, name, ok, reasons, seconds, subresults):
+    def __init__(self, name, ok, reasons, seconds, subresults, boots=0):
         self.name = name
+        self.boots = boots
         self.ok = ok
         self.reasons = reasons
         self.seconds = seconds
@@ -206,22 +214,119 @@ class Result:
 
     def as_dict(self):
         return {'name': self.name, 'ok': self.ok, 'reasons': self.reasons,
-                'seconds': round(self.seconds, 1),
+                'seconds': round(self.seconds, 1), 'boots': self.boots,
                 'subresults': [{'name': n, 'ok': o, 'detail': d} for n, o, d in self.subresults]}
 
 
-def run_case(c, env, outroot):
+# Taint flags a case may add and still leave its VM to the next case:
+# O (out-of-tree module), E (unsigned module), N (KUnit ran).
+TAINT_ALLOWED = (1 << 12) | (1 << 13) | (1 << 18)
+TAINT_LETTERS = 'PFSRMBUDAWCIOELKXTN'
+
+
+def taint_letters(mask):
+    return ''.join(ch for bit, ch in enumerate(TAINT_LETTERS) if mask & (1 << bit)) or '-'
+
+
+def boot_per_case():
+    """FERRY_BOOT_PER_CASE=1: every case boots its own VMs (no reuse), for
+    comparison and for bisecting a flaky case."""
+    return os.environ.get('FERRY_BOOT_PER_CASE', '0') not in ('', '0')
+
+
+class Pool:
+    """Booted VMs kept for the next case of the same kind: the same topology
+    and kernel command line. A case that fails, times out, leaves something
+    a reset cannot undo, adds a taint flag other than O, E or N, or turns
+    lockdep off gives its VMs up, and the next case boots fresh ones; so does
+    every case when reuse is off."""
+
+    def __init__(self, env, vmdir, reuse=True):
+        self.env = env
+        self.vmdir = vmdir
+        self.reuse = reuse
+        self.key = None
+        self.vms = []
+        self.serial = 0
+
+    def take(self, c):
+        """The VMs for case `c`, not yet started when they are new."""
+        key = (c.topology, tuple(c.append))
+        if self.vms and (not self.reuse or c.fresh or key != self.key
+                         or not all(vm.running() for vm in self.vms)):
+            self.discard()
+        if not self.vms and c.topology != 'none':
+            self.serial += 1
+            d = os.path.join(self.vmdir, f'{self.serial}-{c.topology}')
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d)
+            kernel = self.env['kernel']
+            if c.topology == 'pair':
+                link = Link()
+                self.vms = [VM('a', kernel, d, nics=[(link, 0), None], append=c.append, mac_base=0x10),
+                            VM('b', kernel, d, nics=[(link, 1), None], append=c.append, mac_base=0x20)]
+            else:
+                self.vms = [VM('vm', kernel, d, nics=[None, None], append=c.append)]
+            for vm in self.vms:
+                vm.boot_timeout = 600 if self.env.get('debug') else vm.boot_timeout
+            self.key = key
+        return list(self.vms)
+
+    def discard(self):
+        for vm in self.vms:
+            vm.stop()
+        self.vms = []
+
+
+def _parallel(fn, vms):
+    """Runs fn(vm) for each VM at once; returns the errors, as text."""
+    errors = []
+
+    def one(vm):
+        try:
+            fn(vm)
+        except Exception as e:   # reported by the caller
+            errors.append(f'{e}')
+    threads = [threading.Thread(target=one, args=(vm,)) for vm in vms]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return errors
+
+
+def _reset(t, vm, reasons):
+    """Brings a VM back to its state after boot once its case passed; says
+    whether it may serve the next case."""
+    done, left, taint, debug_locks = vm.reset(timeout=120 * t.slow)
+    t.resets += done
+    if done:
+        t.log(f'{vm.name}: reset: ' + '; '.join(done))
+    if left:
+        reasons.append(f'{vm.name}: the case left what the runner could not undo: ' + '; '.join(left))
+        return False
+    added = taint & ~vm.base_taint & ~TAINT_ALLOWED
+    if added:
+        t.log(f'{vm.name}: taint {taint_letters(added)} added: a fresh VM for the next case')
+        return False
+    if vm.base_debug_locks == 1 and debug_locks == 0:
+        reasons.append(f'{vm.name}: lockdep turned itself off (debug_locks 0)')
+        return False
+    return True
+
+
+def run_case(c, env, outroot, pool=None):
+    """Runs one case on the pool's VMs (or, without a pool, on VMs of its own
+    that it stops afterwards) and judges it on its own console."""
     outdir = os.path.join(outroot, c.name)
     shutil.rmtree(outdir, ignore_errors=True)
     os.makedirs(outdir)
+    own_pool = pool is None
+    if own_pool:
+        pool = Pool(env, os.path.join(outdir, 'vms'), reuse=False)
     start = time.monotonic()
-    vms = []
-    if c.topology == 'pair':
-        link = Link()
-        vms = [VM('a', env['kernel'], outdir, nics=[(link, 0), None], append=c.append, mac_base=0x10),
-               VM('b', env['kernel'], outdir, nics=[(link, 1), None], append=c.append, mac_base=0x20)]
-    elif c.topology == 'single':
-        vms = [VM('vm', env['kernel'], outdir, nics=[None, None], append=c.append)]
+    vms = pool.take(c)
+    boots_before = sum(vm.boots for vm in vms)
     t = Test(env, outdir, vms)
     reasons = []
     timed_out = threading.Event()
@@ -233,30 +338,28 @@ def run_case(c, env, outroot):
     # KASAN and lockdep make the debug kernel several times slower under TCG
     # (two of its VMs on two cores take minutes to boot).
     timeout = c.timeout * (3 if env.get('debug') else 1)
-    for vm in vms:
-        vm.boot_timeout = 600 if env.get('debug') else vm.boot_timeout
     watchdog = threading.Timer(timeout, expire)
     watchdog.start()
+    reusable = False
     try:
-        boot_errors = []
-
-        def boot(vm):
-            try:
-                vm.start()
-            except Exception as e:   # reported below
-                boot_errors.append(str(e))
-        threads = [threading.Thread(target=boot, args=(vm,)) for vm in vms]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        boot_errors = _parallel(lambda vm: vm.running() or vm.start(), vms)
         if boot_errors:
             raise VMError('; '.join(boot_errors))
         c.fn(t)
+        watchdog.cancel()
+        # Without reuse the VMs go now, as they are: nothing to reset.
+        if pool.reuse:
+            kept = {}
+            errors = _parallel(lambda vm: kept.__setitem__(
+                vm.name, vm.running() and _reset(t, vm, reasons)), vms)
+            if errors:
+                raise VMError('reset: ' + '; '.join(errors))
+            reusable = all(kept.values())
         if env.get('debug'):
             for vm in vms:
                 t.leak_check(vm)
     except Exception as e:
+        reusable = False
         if timed_out.is_set():
             reasons.append(f'timed out after {timeout} s')
         elif isinstance(e, (VMError, CheckFailed)):
@@ -265,13 +368,21 @@ def run_case(c, env, outroot):
             reasons.append(''.join(traceback.format_exception(e)).strip())
     finally:
         watchdog.cancel()
-        for vm in vms:
-            vm.stop()
     if timed_out.is_set() and not any('timed out' in r for r in reasons):
         reasons.append(f'timed out after {timeout} s')
     reasons += t.failures
+    if not reusable:
+        # Stopped first, so that their consoles are complete.
+        pool.discard()
     for vm in vms:
-        if os.path.exists(vm.console_path):
-            reasons += vm.kernel_problems()
+        text = vm.end_case(c.name) if reusable else vm.rest_of_console()
+        with open(os.path.join(outdir, f'{vm.name}.console'), 'w') as f:
+            f.write(text)
+        reasons += vm.kernel_problems(text)
     ok = not reasons and all(o for _, o, _ in t.subresults)
-    return Result(c.name, ok, reasons, time.monotonic() - start, t.subresults)
+    if not ok or own_pool:
+        pool.discard()
+    boots = sum(vm.boots for vm in vms) - boots_before + t.boots
+    r = Result(c.name, ok, reasons, time.monotonic() - start, t.subresults, boots)
+    r.resets = t.resets
+    return r

@@ -4,13 +4,20 @@
 
 usage: run.py --kernel BZIMAGE --ksrc KSRC --ferry-ko KO --ferryctl BIN
               [--group integration|selftest|all] [--only NAME...] [--list]
-              [--out DIR] [--results FILE]
+              [--out DIR] [--results FILE] [--jobs N]
+
+Cases of one kind (topology and kernel command line) run one after another on
+the same VMs, which are reset between cases (harness.Pool); FERRY_BOOT_PER_CASE=1
+boots fresh VMs for every case instead. With --jobs 2 (or FERRY_VM_JOBS=2) two
+kinds run side by side, each on its own VMs.
 """
 import argparse
 import fnmatch
 import json
 import os
 import sys
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'cases'))
@@ -35,6 +42,7 @@ def main():
     ap.add_argument('--list', action='store_true')
     ap.add_argument('--out', default=os.path.join(harness.ROOT, 'tools', 'testing', 'out'))
     ap.add_argument('--results')
+    ap.add_argument('--jobs', type=int, default=int(os.environ.get('FERRY_VM_JOBS', '1')))
     args = ap.parse_args()
 
     cases = [c for c in harness.CASES
@@ -48,25 +56,69 @@ def main():
            'ferryctl': args.ferryctl, 'selftest_ko': args.selftest_ko,
            # The debug kernel (make test-debug): slower, and leak-checked.
            'debug': os.environ.get('FERRY_DEBUG', '0') != '0'}
-    passed = failed = 0
-    results = []
+    # Cases of one kind run back to back, in the order their kind first appears.
+    kinds = {}
     for c in cases:
-        print(f'--- {c.group}: {c.name}', flush=True)
+        kinds.setdefault((c.topology, tuple(c.append)), []).append(c)
+    jobs = max(1, min(args.jobs, len(kinds)))
+    lanes = [[] for _ in range(jobs)]
+    # Side by side, the largest kinds are spread first.
+    for group in (kinds.values() if jobs == 1 else sorted(kinds.values(), key=len, reverse=True)):
+        min(lanes, key=lambda lane: sum(len(g) for g in lane)).append(group)
+    reuse = not harness.boot_per_case()
+    print(f'vm: {len(cases)} cases in {len(kinds)} kinds, {jobs} at a time, '
+          f'{"VMs reused between cases" if reuse else "a boot per case"}', flush=True)
+
+    totals = {'passed': 0, 'failed': 0, 'boots': 0}
+    results = []
+    out_lock = threading.Lock()
+
+    def run_lane(lane):
+        pool = harness.Pool(env, os.path.join(args.out, '_vms', f'lane{lanes.index(lane)}'), reuse)
         try:
-            r = harness.run_case(c, env, args.out)
-        except Exception as e:  # a runner bug fails this case, not the run
-            r = harness.Result(c.name, False, [f'runner error: {e!r}'], 0, [])
+            for c in (c for group in lane for c in group):
+                if jobs == 1:
+                    print(f'--- {c.group}: {c.name}', flush=True)
+                try:
+                    r = harness.run_case(c, env, args.out, pool)
+                except Exception as e:  # a runner bug fails this case, not the run
+                    pool.discard()
+                    r = harness.Result(c.name, False, [f'runner error: {e!r}'], 0, [])
+                with out_lock:
+                    report(c, r)
+        finally:
+            pool.discard()
+
+    def report(c, r):
         results.append(r.as_dict())
+        if jobs > 1:
+            print(f'--- {c.group}: {c.name}')
         for name, ok, detail in r.subresults:
             print(f'{"ok  " if ok else "FAIL"} {c.name}/{name}' + ('' if ok else f': {detail}'))
-            passed, failed = passed + ok, failed + (not ok)
-        print(f'{"ok  " if r.ok else "FAIL"} {c.name} ({r.seconds:.0f} s)', flush=True)
+            totals['passed' if ok else 'failed'] += 1
+        print(f'{"ok  " if r.ok else "FAIL"} {c.name} ({r.seconds:.0f} s, '
+              f'{r.boots} boot{"" if r.boots == 1 else "s"})', flush=True)
         for reason in r.reasons:
             print('      ' + reason.replace('\n', '\n      '))
-        passed, failed = passed + r.ok, failed + (not r.ok)
+        totals['passed' if r.ok else 'failed'] += 1
+        totals['boots'] += r.boots
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=run_lane, args=(lane,)) for lane in lanes]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    seconds = time.monotonic() - start
+    passed, failed = totals['passed'], totals['failed']
+    # Boots inside a case (a VM killed and started again) count too; self-test
+    # cases that boot VMs of their own report theirs.
+    print(f'vm: {len(cases)} cases in {seconds:.0f} s from the first VM start, '
+          f'{totals["boots"]} VM boots', flush=True)
     if args.results:
         with open(args.results, 'w') as f:
-            json.dump({'passed': passed, 'failed': failed, 'cases': results}, f, indent=1)
+            json.dump({'passed': passed, 'failed': failed, 'seconds': round(seconds),
+                       'boots': totals['boots'], 'cases': results}, f, indent=1)
     print(f'vm: {passed} passed, {failed} failed')
     return 1 if failed else 0
 
