@@ -24,7 +24,7 @@ def sequence(t, *cases):
         pool.discard()
     t.boots += sum(r.boots for r in results)
     for r in results:
-        t.log(f'{r.name}: ok={r.ok} boots={r.boots} {r.reasons}')
+        t.log(f'{r.name}: ok={r.ok} boots={r.boots} {r.seconds:.0f} s {r.reasons}')
     return results
 
 
@@ -32,113 +32,120 @@ def nothing(t2):
     t2.vm.run('true')
 
 
-@case(topology='none', group='selftest', timeout=400)
-def runner_judges_each_case_alone(t):
-    """A WARN fails the case it happens in, not the next one, which gets a
-    fresh VM; cases that pass share their VM."""
-    def plant(t2):
-        t2.vm.run('echo WARNING > /sys/kernel/debug/provoke-crash/DIRECT', check=False)
-    first, warn, after, last = sequence(t, inner(nothing, 'first'), inner(plant, 'planted-warn'),
-                                        inner(nothing, 'after-warn'), inner(nothing, 'last'))
-    t.check(first.ok and first.boots == 1, f'the first case booted a VM and passed: {first.reasons}')
-    t.check(warn.boots == 0, 'the second case reused the first one\'s VM')
-    t.check(not warn.ok, 'a case with a kernel WARN passed')
-    t.check(any('WARN' in x for x in warn.reasons), f'reasons do not name the WARN: {warn.reasons}')
-    t.check(after.ok, f'the case after the WARN failed too: {after.reasons}')
-    t.eq(after.boots, 1, 'boots of the case after a failed one')
-    t.check(last.ok and last.boots == 0, 'the case after that reused its VM')
+def plant_warn(t2):
+    t2.vm.run('echo WARNING > /sys/kernel/debug/provoke-crash/DIRECT', check=False)
 
 
-@case(topology='none', group='selftest', timeout=400)
-def runner_fails_on_timeout(t):
-    """A case over its time limit is killed, and the next one runs on a fresh
-    VM; a command over its own limit fails its case."""
-    def hang(t2):
-        t2.vm.run('sleep 600', timeout=900)
-    hung, after = sequence(t, inner(hang, 'planted-timeout', timeout=30), inner(nothing, 'after-timeout'))
-    t.check(not hung.ok, 'a case that hung passed')
+def taint_n(t2):
+    t2.vm.run('echo 262144 > /proc/sys/kernel/tainted')
+
+
+def taint_u(t2):
+    t2.vm.run('echo 64 > /proc/sys/kernel/tainted')
+
+
+def leave_state(t2):
+    vm = t2.vm
+    t2.net_up(vm, 0, 1)
+    t2.rxe_add(vm)
+    t2.insmod(vm)
+    vm.run('ip netns add leftover && mkdir -p /tmp/mnt && mount -t tmpfs none /tmp/mnt && '
+           'dd if=/dev/urandom of=/dev/ram0 bs=64k count=16 oflag=direct status=none && '
+           'echo 17 > /proc/sys/kernel/hung_task_timeout_secs && '
+           '(setsid sleep 1000 </dev/null >/dev/null 2>&1 &)')
+
+
+def find_none(t2):
+    vm = t2.vm
+    t2.eq(vm.run('grep -c "^ferry " /proc/modules', check=False).out.strip(), '0', 'ferry loaded')
+    t2.eq(vm.run('rdma link show').out.strip(), '', 'RDMA links')
+    t2.eq(vm.run('ip netns list').out.strip(), '', 'network namespaces')
+    t2.eq(vm.run('ip -4 addr show dev eth0').out.strip(), '', 'eth0 addresses')
+    t2.eq(vm.run('cat /sys/kernel/debug/ramdisk_pages/ram0').out.strip(), '0', 'ram0 pages')
+    t2.check(vm.run('cmp -n 1048576 /dev/ram0 /dev/zero', check=False).rc == 0, 'ram0 reads zeros')
+    t2.eq(vm.run('grep -c " /tmp/mnt " /proc/mounts', check=False).out.strip(), '0', 'mounts')
+    t2.eq(vm.run('pgrep -c -x sleep', check=False).out.strip(), '0', 'straggler processes')
+    t2.eq(vm.run('ls /tmp/mnt 2>&1', check=False).rc, 2, '/tmp/mnt')
+    t2.eq(vm.run('cat /proc/sys/kernel/hung_task_timeout_secs').out.strip(), '30', 'sysctl')
+    t2.eq(vm.run('dmesg | grep -c "ferry: rxe0: added"', check=False).out.strip(), '0',
+          'the last case\'s kernel messages in dmesg')
+
+
+def hang_a_task(t2):
+    vm = t2.vm
+    vm.run('echo 5 > /proc/sys/kernel/hung_task_timeout_secs && '
+           '(setsid sh -c "echo HUNG_TASK > /sys/kernel/debug/provoke-crash/DIRECT" '
+           '</dev/null >/dev/null 2>&1 &)')
+    vm.wait_for('dmesg | grep -q "blocked for more than"', timeout=60 * t2.slow, interval=2)
+
+
+def hang(t2):
+    t2.vm.run('sleep 600', timeout=900)
+
+
+def slow_command(t2):
+    t2.vm.run('sleep 600', timeout=5)
+
+
+@case(topology='none', group='selftest', timeout=900)
+def runner_reuses_vms(t):
+    """One chain of cases on shared VMs, each rule of reuse a result of its own:
+    cases that pass share their VM; a WARN fails its case and not the next,
+    which gets a fresh VM; a taint other than O, E or N passes but gives the
+    next case a fresh VM, N alone does not; what a passing case leaves (ferry
+    loaded, an RDMA link, addresses, a network namespace, a dirty RAM disk, a
+    mount, a straggler process, a file in /tmp, a sysctl, kernel messages) is
+    undone and the next case, on the same VM, finds none of it; a task stuck
+    in D state is reported by the kernel's hung-task check and fails its case,
+    and the next gets a fresh VM; so does the case after one over its time
+    limit; a command over its own limit fails its case."""
+    r = dict((x.name, x) for x in sequence(
+        t, inner(nothing, 'first'), inner(plant_warn, 'planted-warn'),
+        inner(nothing, 'after-warn'), inner(taint_n, 'taint-N'), inner(taint_u, 'taint-U'),
+        inner(nothing, 'after-taint'), inner(leave_state, 'leaves-state'),
+        inner(find_none, 'finds-none'), inner(hang_a_task, 'hung-task'),
+        inner(nothing, 'after-hung-task'), inner(hang, 'planted-timeout', timeout=30),
+        inner(nothing, 'after-timeout'), inner(slow_command, 'command-timeout')))
+
+    def rule(name, ok, detail):
+        t.subresults.append((name, bool(ok), detail))
+
+    def ran(name, ok, boots):
+        x = r[name]
+        return x.ok == ok and x.boots == boots
+
+    rule('passing_cases_share_a_vm', ran('first', True, 1) and r['planted-warn'].boots == 0,
+         f'first: {r["first"].reasons}, boots {r["first"].boots}; the next booted '
+         f'{r["planted-warn"].boots}')
+    rule('warn_fails_its_case', not r['planted-warn'].ok
+         and any('WARN' in x for x in r['planted-warn'].reasons), r['planted-warn'].reasons)
+    rule('case_after_a_warn_passes_on_a_fresh_vm', ran('after-warn', True, 1),
+         f'{r["after-warn"].reasons}, boots {r["after-warn"].boots}')
+    rule('taint_n_keeps_the_vm', ran('taint-N', True, 0) and ran('taint-U', True, 0),
+         f'taint-N {r["taint-N"].reasons}, taint-U {r["taint-U"].reasons} boots {r["taint-U"].boots}')
+    rule('taint_u_gives_a_fresh_vm', ran('after-taint', True, 1), f'boots {r["after-taint"].boots}')
+    missing = [w for w in ('unloaded ferry', 'deleted RDMA link rxe0', 'deleted netns leftover',
+                           'unmounted /tmp/mnt', 'zeroed ram0', 'killed', 'reset interface eth0',
+                           'sysctl kernel/hung_task_timeout_secs', 'removed from /tmp')
+               if not any(x.startswith(w) for x in r['leaves-state'].resets)]
+    rule('reset_undoes_what_a_case_left', r['leaves-state'].ok and not missing,
+         f'{r["leaves-state"].reasons}; not reported: {missing}; reset: {r["leaves-state"].resets}')
+    rule('next_case_finds_nothing_left', ran('finds-none', True, 0),
+         f'{r["finds-none"].reasons}, boots {r["finds-none"].boots}')
+    rule('hung_task_fails_its_case', not r['hung-task'].ok
+         and any('blocked for more than' in x for x in r['hung-task'].reasons), r['hung-task'].reasons)
+    rule('case_after_a_hung_task_gets_a_fresh_vm', ran('after-hung-task', True, 1),
+         f'{r["after-hung-task"].reasons}, boots {r["after-hung-task"].boots}')
     limit = 30 * t.slow  # case timeouts stretch on the debug kernel
-    t.check(any(f'timed out after {limit} s' in x for x in hung.reasons), f'reasons: {hung.reasons}')
-    t.check(hung.seconds < limit + 90 * t.slow, f'the timeout took {hung.seconds:.0f} s to act')
-    t.check(after.ok, f'the case after a timeout failed: {after.reasons}')
-    t.eq(after.boots, 1, 'boots of the case after a timeout')
-
-    def slow_command(t2):
-        t2.vm.run('sleep 600', timeout=5)
-    r, = sequence(t, inner(slow_command, 'command-timeout'))
-    t.check(not r.ok and any('timed out after 5 s' in x for x in r.reasons),
-            f'a command over its own time limit: {r.reasons}')
-
-
-@case(topology='none', group='selftest', timeout=400)
-def runner_restores_guest_state(t):
-    """What a passing case leaves (ferry loaded, an RDMA link, addresses, a
-    network namespace, a dirty RAM disk, a mount, a straggler process, a file
-    in /tmp, a sysctl) is undone before the next case, which sees none of it
-    on the same VM."""
-    def dirty(t2):
-        vm = t2.vm
-        t2.net_up(vm, 0, 1)
-        t2.rxe_add(vm)
-        t2.insmod(vm)
-        vm.run('ip netns add leftover && mkdir -p /tmp/mnt && mount -t tmpfs none /tmp/mnt && '
-               'dd if=/dev/urandom of=/dev/ram0 bs=64k count=16 oflag=direct status=none && '
-               'echo 17 > /proc/sys/kernel/hung_task_timeout_secs && '
-               '(setsid sleep 1000 </dev/null >/dev/null 2>&1 &)')
-
-    def clean(t2):
-        vm = t2.vm
-        t2.eq(vm.run('grep -c "^ferry " /proc/modules', check=False).out.strip(), '0', 'ferry loaded')
-        t2.eq(vm.run('rdma link show').out.strip(), '', 'RDMA links')
-        t2.eq(vm.run('ip netns list').out.strip(), '', 'network namespaces')
-        t2.eq(vm.run('ip -4 addr show dev eth0').out.strip(), '', 'eth0 addresses')
-        t2.eq(vm.run('cat /sys/kernel/debug/ramdisk_pages/ram0').out.strip(), '0', 'ram0 pages')
-        t2.check(vm.run('cmp -n 1048576 /dev/ram0 /dev/zero', check=False).rc == 0, 'ram0 reads zeros')
-        t2.eq(vm.run('grep -c " /tmp/mnt " /proc/mounts', check=False).out.strip(), '0', 'mounts')
-        t2.eq(vm.run('pgrep -c -x sleep', check=False).out.strip(), '0', 'straggler processes')
-        t2.eq(vm.run('ls /tmp/mnt 2>&1', check=False).rc, 2, '/tmp/mnt')
-        t2.eq(vm.run('cat /proc/sys/kernel/hung_task_timeout_secs').out.strip(), '30', 'sysctl')
-    left, after = sequence(t, inner(dirty, 'leaves-state'), inner(clean, 'finds-none'))
-    t.check(left.ok, f'the case that left state failed: {left.reasons}')
-    for want in ('unloaded ferry', 'deleted RDMA link rxe0', 'deleted netns leftover',
-                 'unmounted /tmp/mnt', 'zeroed ram0', 'killed', 'reset interface eth0',
-                 'sysctl kernel/hung_task_timeout_secs'):
-        t.check(any(x.startswith(want) for x in left.resets),
-                f'the reset did not report "{want}": {left.resets}')
-    t.check(after.ok, f'the next case found state left over: {after.reasons}')
-    t.eq(after.boots, 0, 'boots of the next case (the VM was reused)')
-
-
-@case(topology='none', group='selftest', timeout=400)
-def runner_catches_hung_task(t):
-    """A task stuck in D state is reported by the kernel's hung-task check and
-    fails the case; the stuck VM is not reused."""
-    def stuck(t2):
-        vm = t2.vm
-        vm.run('echo 5 > /proc/sys/kernel/hung_task_timeout_secs && '
-               '(setsid sh -c "echo HUNG_TASK > /sys/kernel/debug/provoke-crash/DIRECT" '
-               '</dev/null >/dev/null 2>&1 &)')
-        vm.wait_for('dmesg | grep -q "blocked for more than"', timeout=60 * t2.slow, interval=2)
-    hung, after = sequence(t, inner(stuck, 'hung-task'), inner(nothing, 'after-hung-task'))
-    t.check(not hung.ok, 'a case with a hung task passed')
-    t.check(any('blocked for more than' in x for x in hung.reasons), f'reasons: {hung.reasons}')
-    t.check(after.ok, f'the case after a hung task failed: {after.reasons}')
-    t.eq(after.boots, 1, 'boots of the case after a hung task')
-
-
-@case(topology='none', group='selftest', timeout=400)
-def runner_fresh_vm_after_taint(t):
-    """A case that taints the kernel with a flag other than O, E or N passes
-    but leaves the next case a fresh VM; N alone (KUnit) does not."""
-    def taint_n(t2):
-        t2.vm.run('echo 262144 > /proc/sys/kernel/tainted')
-    def taint_u(t2):
-        t2.vm.run('echo 64 > /proc/sys/kernel/tainted')
-    n, u, after = sequence(t, inner(taint_n, 'taint-N'), inner(taint_u, 'taint-U'),
-                           inner(nothing, 'after-taint'))
-    t.check(n.ok and u.ok, f'tainting cases: {n.reasons} {u.reasons}')
-    t.eq(u.boots, 0, 'boots of the case after taint N')
-    t.eq(after.boots, 1, 'boots of the case after taint U')
+    x = r['planted-timeout']
+    rule('timeout_fails_its_case', not x.ok and x.seconds < limit + 90 * t.slow
+         and any(f'timed out after {limit} s' in y for y in x.reasons),
+         f'{x.reasons} after {x.seconds:.0f} s')
+    rule('case_after_a_timeout_gets_a_fresh_vm', ran('after-timeout', True, 1),
+         f'{r["after-timeout"].reasons}, boots {r["after-timeout"].boots}')
+    x = r['command-timeout']
+    rule('command_timeout_fails_its_case',
+         not x.ok and any('timed out after 5 s' in y for y in x.reasons), x.reasons)
 
 
 @case(topology='none', group='selftest', timeout=300)

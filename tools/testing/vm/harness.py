@@ -67,6 +67,7 @@ class Test:
         self.subresults = []     # (name, ok, detail) counted as separate tests
         self.resets = []         # what resetting its VMs undid after the case
         self.boots = 0           # boots of VMs a 'none' case started itself
+        self.prefix = ''         # names the case in its log lines when cases run side by side
         self.ferry_ko = env['ferry_ko']
         self.ferryctl = env['ferryctl']
         self.nlraw = f'/usr/bin/python3 {ROOT}/tools/testing/vm/nlraw.py'
@@ -96,7 +97,7 @@ class Test:
             raise CheckFailed(msg)
 
     def log(self, msg):
-        print(f'    {msg}', flush=True)
+        print(f'    {self.prefix}{msg}', flush=True)
 
     # --- common guest steps ------------------------------------------------
     # Documentation ranges (RFC 5737, RFC 3849), one per NIC: the links exist
@@ -328,6 +329,8 @@ def run_case(c, env, outroot, pool=None):
     vms = pool.take(c)
     boots_before = sum(vm.boots for vm in vms)
     t = Test(env, outdir, vms)
+    if env.get('jobs', 1) > 1:
+        t.prefix = f'[{c.name}] '
     reasons = []
     timed_out = threading.Event()
 

@@ -61,6 +61,7 @@ def main():
     for c in cases:
         kinds.setdefault((c.topology, tuple(c.append)), []).append(c)
     jobs = max(1, min(args.jobs, len(kinds)))
+    env['jobs'] = jobs
     lanes = [[] for _ in range(jobs)]
     # Side by side, the largest kinds are spread first.
     for group in (kinds.values() if jobs == 1 else sorted(kinds.values(), key=len, reverse=True)):
