@@ -4,8 +4,9 @@
 # up everything they need on a fresh Debian machine first. See README.md.
 #
 # Variables:
-#   KDIR=<dir>     build against this Rust-enabled 7.3 tree instead of the
-#                  cached test kernel (built on first use)
+#   KDIR=<dir>     build against this prepared Rust-enabled 7.3 tree (with the
+#                  toolchain that built it, found by tools/build/kdir.sh)
+#                  instead of the cached test kernel (built on first use)
 #   FERRY_CACHE=   where the kernel source, its build and tools are cached
 #   CLIPPY=1       lint the Rust code with clippy while building
 #   V=1            verbose kbuild
@@ -16,9 +17,12 @@ SETUP := $(ROOT)/tools/testing/setup
 TESTING := $(ROOT)/tools/testing
 
 # The kernel tree: given, or the cached test kernel (set up and built if missing).
+# A given tree is built with its own toolchain (tools/build/kdir.sh finds it and
+# says what is missing); the test kernel with the one the setup installs.
 ferry_kdir = $(if $(KDIR),$(KDIR),$$(bash $(SETUP)/kernel.sh))
-ferry_kvars = $$(. $(SETUP)/common.sh && kmake_vars) \
-	$(if $(CLIPPY),CLIPPY=1 CLIPPY_DRIVER=$$(. $(SETUP)/common.sh && echo $$FERRY_CLIPPY_DRIVER))
+ferry_kvars = $(if $(KDIR),bash $(ROOT)/tools/build/kdir.sh $(KDIR),\
+	. $(SETUP)/common.sh && kmake_vars && echo CLIPPY_DRIVER=$$FERRY_CLIPPY_DRIVER)
+ferry_setup = $(if $(KDIR),,setup)
 
 .PHONY: all modules modules-test setup kernel ferryctl test test-debug test-self demo bench \
 	clippy fmt nl-gen nl-check clean help
@@ -35,18 +39,19 @@ kernel: setup
 	@bash $(SETUP)/kernel.sh >/dev/null
 
 # Production build: no KUnit suites.
-modules: setup
-	@kdir=$(ferry_kdir) && \
-	$(MAKE) -C "$$kdir" M=$(ROOT) $(ferry_kvars) CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m modules
+modules: $(ferry_setup)
+	@kdir=$(ferry_kdir) && kv=$$($(ferry_kvars)) && \
+	$(MAKE) -C "$$kdir" M=$(ROOT) $$kv $(if $(CLIPPY),CLIPPY=1) \
+		CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m modules
 
 # Test build: the KUnit suites are compiled in and run when the module loads.
-modules-test: setup
-	@kdir=$(ferry_kdir) && \
-	$(MAKE) -C "$$kdir" M=$(ROOT) $(ferry_kvars) CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m \
-		CONFIG_FERRY_KUNIT_TEST=y modules
+modules-test: $(ferry_setup)
+	@kdir=$(ferry_kdir) && kv=$$($(ferry_kvars)) && \
+	$(MAKE) -C "$$kdir" M=$(ROOT) $$kv $(if $(CLIPPY),CLIPPY=1) \
+		CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m CONFIG_FERRY_KUNIT_TEST=y modules
 
 # Format the Rust code: kernel code with the kernel's rustfmt settings.
-fmt: setup
+fmt: $(ferry_setup)
 	@kdir=$(ferry_kdir) && cd $(ROOT) && \
 	/usr/bin/rustfmt --config-path "$$(readlink -f $$kdir/source)/.rustfmt.toml" \
 		$$(git ls-files '*.rs' | grep -v '^tools/ferryctl/') && \
@@ -74,7 +79,7 @@ bench:
 	@bash $(ROOT)/tools/bench/bench.sh
 
 # Regenerate / check the netlink code generated from Documentation/netlink/specs.
-nl-gen nl-check: setup
+nl-gen nl-check: $(ferry_setup)
 	@kdir=$(ferry_kdir) && . $(SETUP)/common.sh && \
 	PYTHON=$$FERRY_VENV/bin/python3 bash $(ROOT)/tools/netlink/ynl-gen.sh \
 		$$(readlink -f $$kdir/source) $(if $(filter nl-check,$@),--check)

@@ -934,10 +934,8 @@ impl<H: Handler> Vtable<H> {
         // SAFETY: The last callback: ferry gives the handler reference back.
         let h = unsafe { Arc::<H>::from_raw(priv_.cast()) };
         // SAFETY: ferry passes a live handle.
-        h.gone(
-            unsafe { SessionRef::from_raw(s) },
-            (err < 0).then(|| Error::from_errno(err)),
-        );
+        let s = unsafe { SessionRef::from_raw(s) };
+        h.gone(s, (err < 0).then(|| Error::from_errno(err)));
     }
 }
 

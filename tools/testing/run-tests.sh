@@ -33,7 +33,7 @@ result() { # ok name [detail]
 finish() {
 	echo
 	step "timings: setup ${PHASE[setup]:-0} s, kernel ${PHASE[kernel]:-0} s," \
-		"modules ${PHASE[modules]:-0} s, tests ${PHASE[tests]:-0} s, total $((SECONDS - t0)) s"
+		"modules ${PHASE[modules]:-0} s, distro ${PHASE[distro]:-0} s, tests ${PHASE[tests]:-0} s, total $((SECONDS - t0)) s"
 	for f in "${FAILURES[@]}"; do echo "failed: $f"; done
 	echo "$PASSED passed, $FAILED failed"
 	[ "$FAILED" = 0 ]
@@ -41,6 +41,8 @@ finish() {
 }
 fatal() { # a step without which nothing else can run
 	result fail "$1" "$2"
+	# distro.sh may still be running in its own process group
+	[ -n "${distro_pid:-}" ] && kill -- -"$distro_pid" 2>/dev/null
 	finish
 }
 
@@ -49,6 +51,13 @@ s=$SECONDS
 step "setup: packages, bindgen, virtme-ng"
 bash tools/testing/setup/deps.sh || fatal setup "installing dependencies failed (see above)"
 phase setup $s
+
+# The Debian 13 build root (phase distro, below) is mostly downloads and
+# unpacking: it is made while the test kernel builds, and waits for that
+# build before it prepares its own tree.
+distro_out=$FERRY_CACHE/distro-setup.log
+setsid bash tools/testing/setup/distro.sh >"$distro_out" 2>&1 &
+distro_pid=$!
 
 # --- kernel -------------------------------------------------------------
 s=$SECONDS
@@ -82,6 +91,34 @@ step "building ferryctl"
 (cd tools/ferryctl && cargo build --release --quiet) || fatal build/ferryctl "cargo build failed"
 result ok build/ferryctl
 phase modules $s
+
+# --- the distribution's kernel and compiler ----------------------------------
+# Every module, built as a Debian 13 host builds it: against a tree prepared
+# with Debian's 7.3 kernel config, by trixie's rustc 1.85.1, bindgen 0.71.1 and
+# GCC 14, through `make KDIR=` (tools/build/kdir.sh picks that toolchain), with
+# clippy and no warning allowed. A copy of the sources is built, so the test
+# build's objects stay as they are.
+s=$SECONDS
+distro_log=$FERRY_CACHE/build-distro.log
+step "building against Debian 13's kernel with its rustc (log: $distro_log)"
+wait $distro_pid
+distro_rc=$?
+sed 's/^/  /' "$distro_out" >&2
+if [ $distro_rc = 0 ] && droot=$(tail -1 "$distro_out") && [ -d "$droot" ]; then
+	rm -rf "$droot/ferry"
+	mkdir "$droot/ferry"
+	git ls-files -co --exclude-standard -z | tar -c --null -T - | tar -x -C "$droot/ferry"
+	if in_root "$droot" make -C /ferry KDIR=/build CLIPPY=1 modules >"$distro_log" 2>&1 &&
+		! grep -qE '^(warning|error)' "$distro_log"; then
+		result ok "build/debian13-$(in_root "$droot" rustc --version | awk '{print $1 "-" $2}')"
+	else
+		grep -E '^(warning|error|ERROR)' -A5 "$distro_log" | head -40
+		result fail build/debian13 "see $distro_log"
+	fi
+else
+	result fail build/debian13 "the Debian 13 build root could not be prepared (see above)"
+fi
+phase distro $s
 
 # --- tests --------------------------------------------------------------
 s=$SECONDS

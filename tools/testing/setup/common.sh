@@ -18,6 +18,17 @@ die() {
 	exit 1
 }
 
+# Takes the machine-wide kernel build lock on fd 7 (kept until the script
+# exits): two kernel builds at once would each take twice as long.
+build_lock() {
+	mkdir -p "$FERRY_CACHE"
+	exec 7>"$FERRY_CACHE/kernel-build.lock"
+	flock -n 7 || {
+		step "another kernel build is running on this machine; waiting for it"
+		flock 7
+	}
+}
+
 # Make variables every kernel and module build needs.
 kmake_vars() {
 	printf '%s\n' "LLVM=$FERRY_LLVM" "RUSTC=$FERRY_RUSTC" "BINDGEN=$FERRY_BINDGEN"
@@ -38,4 +49,13 @@ build_production() {
 	step "building ferryctl"
 	(cd "$FERRY_ROOT/tools/ferryctl" && cargo build --release --quiet) >&2 || return 1
 	echo "$kbuild"
+}
+
+# Runs a command in the build root ROOT (a Debian root made by distro.sh), in
+# a mount namespace of its own with /proc mounted: nothing outlives the command.
+in_root() { # ROOT command...
+	local root=$1
+	shift
+	unshare --mount --propagation private -- bash -c 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"' \
+		"$root" "$@"
 }

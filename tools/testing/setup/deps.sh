@@ -11,6 +11,8 @@ PKGS=(
 	clang-19 lld-19 llvm-19 libclang-19-dev
 	rustc-web rust-web-src rust-web-clippy rustfmt-web
 	flex bison bc libelf-dev libssl-dev cpio xz-utils kmod make patch
+	# the Debian 13 build root (distro.sh)
+	debootstrap
 	# guest: emulator and the userspace the tests run inside it
 	qemu-system-x86 iproute2 iputils-ping rdma-core ibverbs-providers ibverbs-utils
 	perftest fio python3-venv

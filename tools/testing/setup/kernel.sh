@@ -10,6 +10,7 @@
 # the unpacked source stays pristine; they are part of the cache key.
 #
 # FERRY_DEBUG=1 adds tools/testing/config/debug.config (KASAN, lockdep, kmemleak).
+# `kernel.sh --source` only fetches the source and prints its directory.
 # Set KDIR to use another Rust-enabled 7.3 tree instead (nothing is built then).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -102,7 +103,16 @@ patch_source() {
 }
 
 mkdir -p "$FERRY_CACHE/src"
+# One fetch at a time (distro.sh may be fetching beside a test run's kernel.sh).
+exec 6>"$FERRY_CACHE/src/.fetch.lock"
+flock 6
 fetch_source
+exec 6>&-
+# --source: only the pristine source (for distro.sh); prints its directory.
+if [ "${1:-}" = --source ]; then
+	echo "$SRCDIR"
+	exit 0
+fi
 patch_source
 
 # --- 2. cache key ----------------------------------------------------------
@@ -154,6 +164,7 @@ done < <(cat "${FRAGMENTS[@]}")
 	"fix the dependencies of the options above in ${FRAGMENTS[*]}"
 
 # --- 4. build --------------------------------------------------------------
+build_lock # one kernel build at a time on this machine
 jobs=${FERRY_JOBS:-$(($(nproc) + 1))}
 step "building the test kernel with -j$jobs (about 10 min on 2 cores; log: $OUT/build.log)"
 start=$SECONDS
