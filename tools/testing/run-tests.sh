@@ -41,8 +41,6 @@ finish() {
 }
 fatal() { # a step without which nothing else can run
 	result fail "$1" "$2"
-	# distro.sh may still be running in its own process group
-	[ -n "${distro_pid:-}" ] && kill -- -"$distro_pid" 2>/dev/null
 	finish
 }
 
@@ -56,8 +54,12 @@ phase setup $s
 # unpacking: it is made while the test kernel builds, and waits for that
 # build before it prepares its own tree.
 distro_out=$FERRY_CACHE/distro-setup.log
-setsid bash tools/testing/setup/distro.sh >"$distro_out" 2>&1 &
+distro_root=$FERRY_CACHE/distro-root.path
+rm -f "$distro_root"
+setsid bash -c 'bash tools/testing/setup/distro.sh >"$1"' _ "$distro_root" 2>"$distro_out" &
 distro_pid=$!
+# It runs in its own process group: stop all of it if this script ends early.
+trap '[ -n "${distro_pid:-}" ] && kill -- -"$distro_pid" 2>/dev/null' EXIT
 
 # --- kernel -------------------------------------------------------------
 s=$SECONDS
@@ -103,8 +105,9 @@ distro_log=$FERRY_CACHE/build-distro.log
 step "building against Debian 13's kernel with its rustc (log: $distro_log)"
 wait $distro_pid
 distro_rc=$?
+distro_pid=
 sed 's/^/  /' "$distro_out" >&2
-if [ $distro_rc = 0 ] && droot=$(tail -1 "$distro_out") && [ -d "$droot" ]; then
+if [ $distro_rc = 0 ] && droot=$(cat "$distro_root") && [ -d "$droot/build" ]; then
 	rm -rf "$droot/ferry"
 	mkdir "$droot/ferry"
 	git ls-files -co --exclude-standard -z | tar -c --null -T - | tar -x -C "$droot/ferry"

@@ -36,6 +36,15 @@ def plant_warn(t2):
     t2.vm.run('echo WARNING > /sys/kernel/debug/provoke-crash/DIRECT', check=False)
 
 
+def plant_bug_message(t2):
+    # A report in the console alone (no taint, nothing left behind).
+    t2.vm.run('echo "BUG: planted by the runner self-test" > /dev/kmsg')
+
+
+def mark_own_console(t2):
+    t2.vm.run('echo "ferry-selftest: this line belongs to mark-console" > /dev/kmsg')
+
+
 def taint_n(t2):
     t2.vm.run('echo 262144 > /proc/sys/kernel/tainted')
 
@@ -51,8 +60,8 @@ def leave_state(t2):
     t2.insmod(vm)
     vm.run('ip netns add leftover && mkdir -p /tmp/mnt && mount -t tmpfs none /tmp/mnt && '
            'dd if=/dev/urandom of=/dev/ram0 bs=64k count=16 oflag=direct status=none && '
-           'echo 17 > /proc/sys/kernel/hung_task_timeout_secs && '
-           '(setsid sleep 1000 </dev/null >/dev/null 2>&1 &)')
+           'echo 17 > /proc/sys/kernel/hung_task_timeout_secs && echo left > /tmp/leftover && '
+           'dmesg -n 1 && (setsid sleep 1000 </dev/null >/dev/null 2>&1 &)')
 
 
 def find_none(t2):
@@ -67,6 +76,8 @@ def find_none(t2):
     t2.eq(vm.run('pgrep -c -x sleep', check=False).out.strip(), '0', 'straggler processes')
     t2.eq(vm.run('ls /tmp/mnt 2>&1', check=False).rc, 2, '/tmp/mnt')
     t2.eq(vm.run('cat /proc/sys/kernel/hung_task_timeout_secs').out.strip(), '30', 'sysctl')
+    t2.eq(vm.run('cat /proc/sys/kernel/printk').out.split()[0], '7', 'console log level')
+    t2.eq(vm.run('ls /tmp/leftover 2>&1', check=False).rc, 2, 'a file left in /tmp')
     t2.eq(vm.run('dmesg | grep -c "ferry: rxe0: added"', check=False).out.strip(), '0',
           'the last case\'s kernel messages in dmesg')
 
@@ -98,10 +109,14 @@ def runner_reuses_vms(t):
     undone and the next case, on the same VM, finds none of it; a task stuck
     in D state is reported by the kernel's hung-task check and fails its case,
     and the next gets a fresh VM; so does the case after one over its time
-    limit; a command over its own limit fails its case."""
+    limit; a command over its own limit fails its case. A kernel report in a
+    case's console alone fails it and gives the next case a fresh VM; a line
+    a case logs is in its own console and not in the next case's."""
     r = dict((x.name, x) for x in sequence(
         t, inner(nothing, 'first'), inner(plant_warn, 'planted-warn'),
-        inner(nothing, 'after-warn'), inner(taint_n, 'taint-N'), inner(taint_u, 'taint-U'),
+        inner(nothing, 'after-warn'), inner(plant_bug_message, 'planted-report'),
+        inner(mark_own_console, 'mark-console'), inner(nothing, 'after-mark'),
+        inner(taint_n, 'taint-N'), inner(taint_u, 'taint-U'),
         inner(nothing, 'after-taint'), inner(leave_state, 'leaves-state'),
         inner(find_none, 'finds-none'), inner(hang_a_task, 'hung-task'),
         inner(nothing, 'after-hung-task'), inner(hang, 'planted-timeout', timeout=30),
@@ -121,14 +136,27 @@ def runner_reuses_vms(t):
          and any('WARN' in x for x in r['planted-warn'].reasons), r['planted-warn'].reasons)
     rule('case_after_a_warn_passes_on_a_fresh_vm', ran('after-warn', True, 1),
          f'{r["after-warn"].reasons}, boots {r["after-warn"].boots}')
+    rule('report_alone_fails_its_case_and_the_vm_goes', not r['planted-report'].ok
+         and r['planted-report'].boots == 0 and r['mark-console'].boots == 1,
+         f'{r["planted-report"].reasons}; the next case booted {r["mark-console"].boots}')
+
+    def console(name):
+        with open(os.path.join(t.outdir, name, 'vm.console')) as f:
+            return f.read()
+    line = 'this line belongs to mark-console'
+    rule('each_case_has_its_own_console', ran('mark-console', True, 1) and ran('after-mark', True, 0)
+         and line in console('mark-console') and line not in console('after-mark'),
+         'the marked line is in mark-console\'s console and not in the next case\'s')
     rule('taint_n_keeps_the_vm', ran('taint-N', True, 0) and ran('taint-U', True, 0),
          f'taint-N {r["taint-N"].reasons}, taint-U {r["taint-U"].reasons} boots {r["taint-U"].boots}')
     rule('taint_u_gives_a_fresh_vm', ran('after-taint', True, 1), f'boots {r["after-taint"].boots}')
     missing = [w for w in ('unloaded ferry', 'deleted RDMA link rxe0', 'deleted netns leftover',
                            'unmounted /tmp/mnt', 'zeroed ram0', 'killed', 'reset interface eth0',
-                           'sysctl kernel/hung_task_timeout_secs', 'removed from /tmp')
+                           'sysctl kernel/hung_task_timeout_secs', 'sysctl kernel/printk',
+                           'removed from /tmp')
                if not any(x.startswith(w) for x in r['leaves-state'].resets)]
-    rule('reset_undoes_what_a_case_left', r['leaves-state'].ok and not missing,
+    failed = [x for x in r['leaves-state'].resets if ': failed' in x]
+    rule('reset_undoes_what_a_case_left', r['leaves-state'].ok and not missing and not failed,
          f'{r["leaves-state"].reasons}; not reported: {missing}; reset: {r["leaves-state"].resets}')
     rule('next_case_finds_nothing_left', ran('finds-none', True, 0),
          f'{r["finds-none"].reasons}, boots {r["finds-none"].boots}')

@@ -52,10 +52,12 @@ build_production() {
 }
 
 # Runs a command in the build root ROOT (a Debian root made by distro.sh), in
-# a mount namespace of its own with /proc mounted: nothing outlives the command.
+# a mount namespace of its own with /proc mounted (nothing outlives the
+# command), with a clean environment: none of this host's toolchain settings.
 in_root() { # ROOT command...
 	local root=$1
 	shift
-	unshare --mount --propagation private -- bash -c 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"' \
-		"$root" "$@"
+	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+		unshare --mount --propagation private -- \
+		bash -c 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"' "$root" "$@"
 }

@@ -233,9 +233,9 @@ class VM:
 
     def end_case(self, name, timeout=20):
         """Ends the console of the case now running: marks the kernel log and
-        returns the console from the case's start up to the mark, which is
-        where the next case's console begins. A VM that is not running (or
-        whose mark does not show) gives what its console has."""
+        returns (the console from the case's start up to the mark, True); the
+        next case's console begins after the mark. A VM whose mark does not
+        show gives (what its console has, False): it must not be reused."""
         self.marks += 1
         tag = f'ferry-runner: end of case {name} #{self.marks}'
         if self.running() and self.sock:
@@ -251,11 +251,11 @@ class VM:
                         end = text.find(b'\n', at)
                         end = len(text) if end < 0 else end + 1
                         self.slice_pos += end
-                        return text[:end].decode(errors='replace')
+                        return text[:end].decode(errors='replace'), True
                     time.sleep(0.2)
-            except VMError:
+            except (VMError, OSError):
                 pass
-        return self.rest_of_console()
+        return self.rest_of_console(), False
 
     def rest_of_console(self):
         """The console from the current case's start to its end so far."""

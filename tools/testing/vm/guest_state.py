@@ -18,6 +18,7 @@ kernel, whether lockdep is still on.
 import glob
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -93,7 +94,9 @@ def case_processes(base, own):
 
 
 def mounts():
-    return [line.split()[1] for line in read('/proc/self/mounts').splitlines()]
+    # /proc/self/mounts writes a space as \040 (and so on) in mount points.
+    return [line.split()[1].encode().decode('unicode_escape')
+            for line in read('/proc/self/mounts').splitlines()]
 
 
 def modules():
@@ -247,6 +250,7 @@ def restore(base):
         rc, out = sh(cmd, timeout)
         done.append(what if rc == 0 else f'{what}: failed ({out[-200:]})')
         return rc == 0
+    q = shlex.quote
 
     # 1. Processes the case started (stragglers in the background), and their
     # process groups. A process stuck in the kernel (D state) stays: reported.
@@ -267,15 +271,20 @@ def restore(base):
     if netns() != base['netns']:
         for ns in netns():
             if ns not in base['netns']:
-                step(f'deleted netns {ns}', f'ip netns delete {ns}')
+                step(f'deleted netns {ns}', f'ip netns delete {q(ns)}')
+        # The kernel hands a namespace's devices back from a work item.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not set(base['interfaces']) <= set(interfaces()):
+            time.sleep(0.2)
     for m in reversed(mounts()):
         if m not in base['mounts']:
-            step(f'unmounted {m}', f'umount {m}')
-    if loop_devices() != base['loops']:
-        step('detached loop devices', 'losetup -D')
+            step(f'unmounted {m}', f'umount {q(m)}')
+    for dev in loop_devices():
+        if dev not in base['loops']:
+            step(f'detached {dev}', f'losetup -d {q(dev)}')
     for dev in nullb_devices():
         if dev not in base['nullb']:
-            d = f'{NULLB_CONFIGFS}/{dev}'
+            d = q(f'{NULLB_CONFIGFS}/{dev}')
             step(f'removed null_blk {dev}', f'echo 0 > {d}/power 2>/dev/null; rmdir {d}')
 
     # 3. Modules: consumers unload before what they use, so keep going while
@@ -286,7 +295,7 @@ def restore(base):
             break
         progress = False
         for m in left:
-            rc, _ = sh(f'rmmod {m}', timeout=120)
+            rc, _ = sh(f'rmmod {q(m)}', timeout=120)
             if rc == 0:
                 done.append(f'unloaded {m}')
                 progress = True
@@ -299,30 +308,40 @@ def restore(base):
              f'rdma system set netns {base["rdma_netns"]}')
     for link in rdma_links():
         if link not in base['rdma_links']:
-            step(f'deleted RDMA link {link}', f'rdma link delete {link}')
+            step(f'deleted RDMA link {link}', f'rdma link delete {q(link)}')
     ifs = interfaces()
     for name, (up, mtu, addrs) in ifs.items():
         b = base['interfaces'].get(name)
         if b is None:
-            step(f'deleted interface {name}', f'ip link delete {name}')
+            step(f'deleted interface {name}', f'ip link delete {q(name)}')
             continue
         if (up, mtu, addrs) == b:
             continue
-        cmds = [f'ip addr flush dev {name} scope global', f'ip addr flush dev {name} scope host']
-        cmds += [f'ip addr add {a} dev {name}' for a in b[2]]
-        cmds.append(f'ip link set {name} mtu {b[1]} {"up" if b[0] else "down"}')
+        dev = q(name)
+        cmds = [f'ip addr flush dev {dev} scope global', f'ip addr flush dev {dev} scope host']
+        cmds += [f'ip addr add {a} dev {dev}' for a in b[2]]
+        cmds.append(f'ip link set {dev} mtu {b[1]} {"up" if b[0] else "down"}')
         step(f'reset interface {name}', ' && '.join(cmds))
 
     # 5. Sysctls, RAM disks, /tmp.
     for k, v in sysctls().items():
         if v != base['sysctls'].get(k):
-            step(f'sysctl {k} back to {base["sysctls"][k]!r}',
-                 f'echo {base["sysctls"][k]!r} > /proc/sys/{k}')
+            try:
+                with open(f'/proc/sys/{k}', 'w') as f:
+                    f.write(base['sysctls'][k])
+                done.append(f'sysctl {k} back to {base["sysctls"][k]!r}')
+            except OSError as e:
+                done.append(f'sysctl {k} back to {base["sysctls"][k]!r}: failed ({e})')
     for r, pages in ramdisks().items():
         if pages != base['ramdisks'].get(r, 0):
             # Discarding frees a brd page; what reads back is zeros.
-            step(f'zeroed {r} ({pages} pages)', f'blkdiscard /dev/{r}')
+            step(f'zeroed {r} ({pages} pages)', f'blkdiscard {q("/dev/" + r)}')
+    # Nothing under /tmp is removed while something is still mounted there:
+    # rmtree would walk into that filesystem.
     new = [x for x in tmp_entries() if x not in base['tmp']]
+    if any(m.startswith('/tmp/') for m in mounts() if m not in base['mounts']):
+        done.append('left /tmp alone: a mount under it survived')
+        new = []
     for x in new:
         p = f'/tmp/{x}'
         try:

@@ -5,8 +5,9 @@ A case is a host-side function decorated with @case. It gets a Test object with
 its VMs already booted (one VM with two unconnected NICs, or two VMs whose eth0
 share a link) and runs commands in them in any order, waits for conditions,
 kills and restarts VMs and checks what it sees. A case fails on an exception, a
-failed check, its time limit, or any kernel WARN/BUG/oops/lockdep/sanitizer
-report in any console.
+failed check, its time limit, what it leaves behind that a reset cannot undo,
+or any kernel WARN/BUG/oops/lockdep/sanitizer/hung-task report in its own part
+of any console (VMs are reused between cases: see Pool).
 """
 import json
 import os
@@ -222,7 +223,7 @@ class Result:
 # Taint flags a case may add and still leave its VM to the next case:
 # O (out-of-tree module), E (unsigned module), N (KUnit ran).
 TAINT_ALLOWED = (1 << 12) | (1 << 13) | (1 << 18)
-TAINT_LETTERS = 'PFSRMBUDAWCIOELKXTN'
+TAINT_LETTERS = 'PFSRMBUDAWCIOELKXTNJ'
 
 
 def taint_letters(mask):
@@ -349,7 +350,6 @@ def run_case(c, env, outroot, pool=None):
         if boot_errors:
             raise VMError('; '.join(boot_errors))
         c.fn(t)
-        watchdog.cancel()
         # Without reuse the VMs go now, as they are: nothing to reset.
         if pool.reuse:
             kept = {}
@@ -361,6 +361,7 @@ def run_case(c, env, outroot, pool=None):
         if env.get('debug'):
             for vm in vms:
                 t.leak_check(vm)
+        watchdog.cancel()
     except Exception as e:
         reusable = False
         if timed_out.is_set():
@@ -378,12 +379,15 @@ def run_case(c, env, outroot, pool=None):
         # Stopped first, so that their consoles are complete.
         pool.discard()
     for vm in vms:
-        text = vm.end_case(c.name) if reusable else vm.rest_of_console()
+        text, marked = vm.end_case(c.name) if reusable else (vm.rest_of_console(), False)
+        if reusable and not marked:
+            t.log(f'{vm.name}: the end-of-case mark did not reach the console: a fresh VM next')
+            reusable = False
         with open(os.path.join(outdir, f'{vm.name}.console'), 'w') as f:
             f.write(text)
         reasons += vm.kernel_problems(text)
     ok = not reasons and all(o for _, o, _ in t.subresults)
-    if not ok or own_pool:
+    if not ok or not reusable or own_pool:
         pool.discard()
     boots = sum(vm.boots for vm in vms) - boots_before + t.boots
     r = Result(c.name, ok, reasons, time.monotonic() - start, t.subresults, boots)
