@@ -102,9 +102,10 @@ class VM:
         self.seq = 0
         self.info = {}
         self.boots = 0
+        # One console file per boot: QEMU reopens its output and truncates
+        # it, so a VM started again must not write over its earlier boot.
         self.console_path = os.path.join(outdir, f'{name}.console')
-        if os.path.exists(self.console_path):
-            os.unlink(self.console_path)
+        self.console_paths = []
         # Where the console of the case now running begins (see end_case()).
         self.slice_pos = 0
         self.marks = 0
@@ -143,7 +144,10 @@ class VM:
                '--append', ' '.join(['net.ifnames=0', 'panic=-1', 'oops=panic'] + self.append),
                '--exec', f'{python} {AGENT}',
                '--qemu-opts=' + ' '.join(self._qemu_opts(sockpath))]
-        console = open(self.console_path, 'ab')
+        self.console_path = os.path.join(
+            self.outdir, f'{self.name}.console' if self.boots == 1 else f'{self.name}.boot{self.boots}.console')
+        self.console_paths.append(self.console_path)
+        console = open(self.console_path, 'wb')
         console.write(f'\n===== {self.name}: boot {self.boots} =====\n'.encode())
         console.flush()
         self.proc = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT,
@@ -243,9 +247,7 @@ class VM:
                 self.run(f'echo {sh(tag)} > /dev/kmsg', timeout=10)
                 deadline = time.monotonic() + timeout
                 while time.monotonic() < deadline:
-                    with open(self.console_path, 'rb') as f:
-                        f.seek(self.slice_pos)
-                        text = f.read()
+                    text = self._console_bytes()[self.slice_pos:]
                     at = text.find(tag.encode())
                     if at >= 0:
                         end = text.find(b'\n', at)
@@ -259,11 +261,20 @@ class VM:
 
     def rest_of_console(self):
         """The console from the current case's start to its end so far."""
-        with open(self.console_path, 'rb') as f:
-            f.seek(self.slice_pos)
-            text = f.read()
+        text = self._console_bytes()[self.slice_pos:]
         self.slice_pos += len(text)
         return text.decode(errors='replace')
+
+    def _console_bytes(self):
+        """Every boot's console, one after the other."""
+        data = b''
+        for p in self.console_paths:
+            try:
+                with open(p, 'rb') as f:
+                    data += f.read()
+            except OSError:
+                pass
+        return data
 
     # --- commands --------------------------------------------------------
     def _recv(self, deadline):
@@ -319,8 +330,7 @@ class VM:
 
     # --- console ---------------------------------------------------------
     def console(self):
-        with open(self.console_path, 'rb') as f:
-            return f.read().decode(errors='replace')
+        return self._console_bytes().decode(errors='replace')
 
     def kernel_problems(self, text=None):
         """Kernel warnings, bugs, oopses, lockdep and sanitizer reports in

@@ -15,6 +15,7 @@ import argparse
 import fnmatch
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -70,6 +71,7 @@ def main():
     print(f'vm: {len(cases)} cases in {len(kinds)} kinds, {jobs} at a time, '
           f'{"VMs reused between cases" if reuse else "a boot per case"}', flush=True)
 
+    shutil.rmtree(os.path.join(args.out, '_vms'), ignore_errors=True)
     totals = {'passed': 0, 'failed': 0, 'boots': 0}
     results = []
     out_lock = threading.Lock()
