@@ -148,8 +148,6 @@ class VM:
             self.outdir, f'{self.name}.console' if self.boots == 1 else f'{self.name}.boot{self.boots}.console')
         self.console_paths.append(self.console_path)
         console = open(self.console_path, 'wb')
-        console.write(f'\n===== {self.name}: boot {self.boots} =====\n'.encode())
-        console.flush()
         self.proc = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
                                      cwd=ROOT, env=env)
