@@ -29,6 +29,16 @@ build_lock() {
 	}
 }
 
+# apt options for the private apt setup under $FERRY_CACHE/apt (the
+# trixie-backports lists kernel.sh reads), one per line: the system's apt
+# configuration is never touched.
+apt_opts() {
+	local apt=$FERRY_CACHE/apt
+	printf '%s\n' -o "Dir::Etc::sourcelist=$apt/sources.list" -o Dir::Etc::sourceparts=/nonexistent \
+		-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache::archives=$apt/archives" \
+		-o APT::Get::List-Cleanup=0 -o APT::Sandbox::User=root
+}
+
 # Make variables every kernel and module build needs.
 kmake_vars() {
 	printf '%s\n' "LLVM=$FERRY_LLVM" "RUSTC=$FERRY_RUSTC" "BINDGEN=$FERRY_BINDGEN"

@@ -17,13 +17,6 @@ SUITE=trixie
 # The toolchain of Debian 13's kernel, and what `make` needs around it.
 PACKAGES=rustc,rust-src,bindgen,rust-clippy,gcc-14,make,flex,bison,bc,libelf-dev,libssl-dev,cpio,kmod,dwarves,python3,xz-utils
 
-apt_opts() { # the private apt setup kernel.sh made (trixie-backports lists)
-	local apt=$FERRY_CACHE/apt
-	printf '%s\n' -o "Dir::Etc::sourcelist=$apt/sources.list" -o Dir::Etc::sourceparts=/nonexistent \
-		-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache::archives=$apt/archives" \
-		-o APT::Get::List-Cleanup=0 -o APT::Sandbox::User=root
-}
-
 # The test kernel's source without its test patches; kernel.sh fetches it
 # and reads the trixie-backports package lists.
 src=$(bash "$(dirname "$0")/kernel.sh" --source)

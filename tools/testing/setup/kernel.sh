@@ -38,9 +38,8 @@ fetch_source() {
 		"add a Debian entry to /etc/apt/sources.list, or set KDIR"
 	mkdir -p "$apt/lists/partial" "$apt/archives/partial"
 	echo "deb $uri trixie-backports main" >"$apt/sources.list"
-	local opts=(-o "Dir::Etc::sourcelist=$apt/sources.list"
-		-o Dir::Etc::sourceparts=/nonexistent -o "Dir::State::Lists=$apt/lists"
-		-o "Dir::Cache::archives=$apt/archives" -o APT::Get::List-Cleanup=0 -o APT::Sandbox::User=root)
+	local opts
+	mapfile -t opts < <(apt_opts)
 	# Look for a newer 7.3 at most once a day; the cached lists serve meanwhile.
 	if [ -z "$(find "$apt/lists" -name '*_InRelease' -mmin -1440 2>/dev/null)" ]; then
 		step "reading trixie-backports from $uri"
