@@ -23,6 +23,7 @@ def sequence(t, *cases):
     finally:
         pool.discard()
     t.boots += sum(r.boots for r in results)
+    t.boot_seconds += sum(r.boot_seconds for r in results)
     for r in results:
         t.log(f'{r.name}: ok={r.ok} boots={r.boots} {r.seconds:.0f} s {r.reasons}')
     return results

@@ -102,6 +102,8 @@ class VM:
         self.seq = 0
         self.info = {}
         self.boots = 0
+        # Seconds spent booting, from QEMU's start to the agent's baseline.
+        self.boot_seconds = 0.0
         # One console file per boot: QEMU reopens its output and truncates
         # it, so a VM started again must not write over its earlier boot.
         self.console_path = os.path.join(outdir, f'{name}.console')
@@ -133,6 +135,13 @@ class VM:
         if self.proc:
             raise VMError(f'{self.name}: already running')
         self.boots += 1
+        began = time.monotonic()
+        try:
+            return self._boot()
+        finally:
+            self.boot_seconds += time.monotonic() - began
+
+    def _boot(self):
         sockpath = os.path.join(self.outdir, f'{self.name}.ctl')
         if os.path.exists(sockpath):
             os.unlink(sockpath)

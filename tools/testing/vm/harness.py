@@ -68,6 +68,7 @@ class Test:
         self.subresults = []     # (name, ok, detail) counted as separate tests
         self.resets = []         # what resetting its VMs undid after the case
         self.boots = 0           # boots of VMs a 'none' case started itself
+        self.boot_seconds = 0.0  # and the seconds they took
         self.prefix = ''         # names the case in its log lines when cases run side by side
         self.ferry_ko = env['ferry_ko']
         self.ferryctl = env['ferryctl']
@@ -206,9 +207,10 @@ def parse_ktap(ksrc, path):
 
 
 class Result:
-    def __init__(self, name, ok, reasons, seconds, subresults, boots=0):
+    def __init__(self, name, ok, reasons, seconds, subresults, boots=0, boot_seconds=0.0):
         self.name = name
         self.boots = boots
+        self.boot_seconds = boot_seconds
         self.ok = ok
         self.reasons = reasons
         self.seconds = seconds
@@ -217,6 +219,7 @@ class Result:
     def as_dict(self):
         return {'name': self.name, 'ok': self.ok, 'reasons': self.reasons,
                 'seconds': round(self.seconds, 1), 'boots': self.boots,
+                'boot_seconds': round(self.boot_seconds, 1),
                 'subresults': [{'name': n, 'ok': o, 'detail': d} for n, o, d in self.subresults]}
 
 
@@ -345,8 +348,16 @@ def run_case(c, env, outroot, pool=None):
     watchdog = threading.Timer(timeout, expire)
     watchdog.start()
     reusable = False
+    # Boot time: the wall time of the boot before the case (a pair boots at
+    # once), then each VM start in the case itself.
+    first_boot = 0.0
+    booted = sum(vm.boot_seconds for vm in vms)
     try:
+        began = time.monotonic()
         boot_errors = _parallel(lambda vm: vm.running() or vm.start(), vms)
+        if sum(vm.boot_seconds for vm in vms) > booted:
+            first_boot = time.monotonic() - began
+            booted = sum(vm.boot_seconds for vm in vms)
         if boot_errors:
             raise VMError('; '.join(boot_errors))
         c.fn(t)
@@ -390,6 +401,7 @@ def run_case(c, env, outroot, pool=None):
     if not ok or not reusable or own_pool:
         pool.discard()
     boots = sum(vm.boots for vm in vms) - boots_before + t.boots
-    r = Result(c.name, ok, reasons, time.monotonic() - start, t.subresults, boots)
+    boot_seconds = first_boot + sum(vm.boot_seconds for vm in vms) - booted + t.boot_seconds
+    r = Result(c.name, ok, reasons, time.monotonic() - start, t.subresults, boots, boot_seconds)
     r.resets = t.resets
     return r

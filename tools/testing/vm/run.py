@@ -72,7 +72,7 @@ def main():
           f'{"VMs reused between cases" if reuse else "a boot per case"}', flush=True)
 
     shutil.rmtree(os.path.join(args.out, '_vms'), ignore_errors=True)
-    totals = {'passed': 0, 'failed': 0, 'boots': 0}
+    totals = {'passed': 0, 'failed': 0, 'boots': 0, 'boot_seconds': 0.0}
     results = []
     out_lock = threading.Lock()
 
@@ -99,12 +99,15 @@ def main():
         for name, ok, detail in r.subresults:
             print(f'{"ok  " if ok else "FAIL"} {c.name}/{name}' + ('' if ok else f': {detail}'))
             totals['passed' if ok else 'failed'] += 1
-        print(f'{"ok  " if r.ok else "FAIL"} {c.name} ({r.seconds:.0f} s, '
-              f'{r.boots} boot{"" if r.boots == 1 else "s"})', flush=True)
+        boots = f'{r.boots} boot{"" if r.boots == 1 else "s"}'
+        if r.boots:
+            boots += f' in {r.boot_seconds:.0f} s'
+        print(f'{"ok  " if r.ok else "FAIL"} {c.name} ({r.seconds:.0f} s, {boots})', flush=True)
         for reason in r.reasons:
             print('      ' + reason.replace('\n', '\n      '))
         totals['passed' if r.ok else 'failed'] += 1
         totals['boots'] += r.boots
+        totals['boot_seconds'] += r.boot_seconds
 
     start = time.monotonic()
     threads = [threading.Thread(target=run_lane, args=(lane,)) for lane in lanes]
@@ -116,12 +119,17 @@ def main():
     passed, failed = totals['passed'], totals['failed']
     # Boots inside a case (a VM killed and started again) count too; self-test
     # cases that boot VMs of their own report theirs.
+    # Side by side, boot time of one lane overlaps work in the other: the
+    # share is of the lanes' summed time then.
+    share = totals['boot_seconds'] / max(1.0, seconds * jobs)
     print(f'vm: {len(cases)} cases in {seconds:.0f} s from the first VM start, '
-          f'{totals["boots"]} VM boots', flush=True)
+          f'{totals["boots"]} VM boots taking {totals["boot_seconds"]:.0f} s '
+          f'({share:.0%})', flush=True)
     if args.results:
         with open(args.results, 'w') as f:
             json.dump({'passed': passed, 'failed': failed, 'seconds': round(seconds),
-                       'boots': totals['boots'], 'cases': results}, f, indent=1)
+                       'boots': totals['boots'], 'boot_seconds': round(totals['boot_seconds']),
+                       'cases': results}, f, indent=1)
     print(f'vm: {passed} passed, {failed} failed')
     return 1 if failed else 0
 
