@@ -137,9 +137,13 @@ def device_hotplug(t):
     t.check('rxe0: removed' in vm.run('dmesg').out, 'ferry logged the removal')
 
 
-def nl(t, vm, flags, *attrs):
-    r = vm.run(f'{t.nlraw} {FAMILY} {CMD_DEVICE_GET} {flags} ' + ' '.join(sh(a) for a in attrs))
-    return json.loads(r.out)
+def nl(t, vm, *requests):
+    """Sends device-get requests, each (flags, attr...), in one nlraw run;
+    returns the kernel's answers in order."""
+    args = ' -- '.join(' '.join(sh(a) for a in req) for req in requests)
+    lines = vm.run(f'{t.nlraw} {FAMILY} {CMD_DEVICE_GET} {args}').out.splitlines()
+    t.require(len(lines) == len(requests), f'{len(lines)} answers to {len(requests)} requests')
+    return [json.loads(x) for x in lines]
 
 
 @case(timeout=240)
@@ -168,8 +172,10 @@ def netlink_malformed(t):
         ('index and name of different devices', [f'{A_INDEX}:u32:4242', f'{A_NAME}:str:rxe0'],
          ENODEV, None, None, 'no RDMA device has this index and name'),
     ]
-    for what, attrs, errno, bad, missing, msg in cases:
-        r = nl(t, vm, 'do', *attrs)
+    # The bad requests, then good ones: by name and as a dump.
+    answers = nl(t, vm, *[['do'] + attrs for _, attrs, *_ in cases],
+                 ['do', f'{A_NAME}:str:rxe0'], ['dump'])
+    for (what, attrs, errno, bad, missing, msg), r in zip(cases, answers):
         t.log(f'{what}: {r}')
         t.eq(r['errno'], errno, f'{what}: errno')
         t.check(r['msg'], f'{what}: no extack message ({r})')
@@ -179,10 +185,9 @@ def netlink_malformed(t):
             t.eq(r['bad_attr'], bad, f'{what}: offending attribute')
         if missing is not None:
             t.eq(r['missing_attr'], missing, f'{what}: missing attribute')
-    # Still serving, by name and by index, and as a dump.
-    good = nl(t, vm, 'do', f'{A_NAME}:str:rxe0')
+    # Still serving, by name and as a dump.
+    good, dump = answers[-2:]
     t.eq((good['errno'], good['replies']), (0, 1), 'a good request after the bad ones')
-    dump = nl(t, vm, 'dump')
     t.eq((dump['errno'], dump['replies']), (0, 1), 'a dump after the bad requests')
     # ferryctl reports the kernel's extack, naming the attribute, with exit 2.
     r = vm.run(f'{t.ferryctl} device show {"x" * 64}', check=False)

@@ -120,7 +120,7 @@ def runner_reuses_vms(t):
         inner(taint_n, 'taint-N'), inner(taint_u, 'taint-U'),
         inner(nothing, 'after-taint'), inner(leave_state, 'leaves-state'),
         inner(find_none, 'finds-none'), inner(hang_a_task, 'hung-task'),
-        inner(nothing, 'after-hung-task'), inner(hang, 'planted-timeout', timeout=30),
+        inner(nothing, 'after-hung-task'), inner(hang, 'planted-timeout', timeout=10),
         inner(nothing, 'after-timeout'), inner(slow_command, 'command-timeout')))
 
     def rule(name, ok, detail):
@@ -165,7 +165,7 @@ def runner_reuses_vms(t):
          and any('blocked for more than' in x for x in r['hung-task'].reasons), r['hung-task'].reasons)
     rule('case_after_a_hung_task_gets_a_fresh_vm', ran('after-hung-task', True, 1),
          f'{r["after-hung-task"].reasons}, boots {r["after-hung-task"].boots}')
-    limit = 30 * t.slow  # case timeouts stretch on the debug kernel
+    limit = 10 * t.slow  # case timeouts stretch on the debug kernel
     x = r['planted-timeout']
     rule('timeout_fails_its_case', not x.ok and x.seconds < limit + 90 * t.slow
          and any(f'timed out after {limit} s' in y for y in x.reasons),

@@ -5,9 +5,11 @@ the kernel's answer as JSON: errno, extack message, offending attribute and
 missing attribute. Used by the tests to check that ferry's family rejects bad
 input with the right errno and an extack that names the attribute.
 
-usage: nlraw.py FAMILY CMD FLAGS ATTR...
-  ATTR is TYPE:KIND:VALUE with KIND one of u32, u16, u64, str (NUL-terminated),
-  raw (hex bytes), or TYPE:len=N:HEX to put a lying length in the header.
+usage: nlraw.py FAMILY CMD FLAGS ATTR... [-- FLAGS ATTR...]...
+  FLAGS is do or dump. ATTR is TYPE:KIND:VALUE with KIND one of u32, u16, u64,
+  str (NUL-terminated), raw (hex bytes), or TYPE:len=N:HEX to put a lying
+  length in the header. Requests separated by -- are sent one after another,
+  each answered on a line of its own.
 """
 import json
 import os
@@ -89,11 +91,9 @@ def request(sock, fam, cmd, flags, attrs):
             res['replies'].append(m[20:])
 
 
-def main(argv):
-    fam_name, cmd, flags = argv[0], int(argv[1]), argv[2]
-    fl = NLM_F_DUMP if flags == 'dump' else 0
+def encode(specs):
     body = b''
-    for a in argv[3:]:
+    for a in specs:
         ty, kind, val = a.split(':', 2)
         ty = int(ty)
         if kind == 'u32':
@@ -110,6 +110,17 @@ def main(argv):
             body += attr(ty, bytes.fromhex(val), lie=int(kind[4:]))
         else:
             raise SystemExit(f'unknown kind {kind}')
+    return body
+
+
+def main(argv):
+    fam_name, cmd = argv[0], int(argv[1])
+    requests = [[]]
+    for a in argv[2:]:
+        if a == '--':
+            requests.append([])
+        else:
+            requests[-1].append(a)
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
     sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
     sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
@@ -118,9 +129,10 @@ def main(argv):
     if fam is None:
         print(json.dumps({'errno': 'nofamily'}))
         return 1
-    res = request(sock, fam, cmd, fl, body)
-    res['replies'] = len(res['replies'])
-    print(json.dumps(res))
+    for flags, *specs in requests:
+        res = request(sock, fam, cmd, NLM_F_DUMP if flags == 'dump' else 0, encode(specs))
+        res['replies'] = len(res['replies'])
+        print(json.dumps(res), flush=True)
     return 0
 
 
