@@ -165,7 +165,7 @@ done < <(cat "${FRAGMENTS[@]}")
 # --- 4. build --------------------------------------------------------------
 build_lock # one kernel build at a time on this machine
 jobs=${FERRY_JOBS:-$(($(nproc) + 1))}
-step "building the test kernel with -j$jobs (about 10 min on 2 cores; log: $OUT/build.log)"
+step "building the test kernel with -j$jobs (10 to 50 min on 2 cores; log: $OUT/build.log)"
 start=$SECONDS
 if ! make -C "$SRCDIR" O="$OUT" "${KV[@]}" -j"$jobs" >"$OUT/build.log" 2>&1; then
 	grep -E 'error|Error' "$OUT/build.log" | head -20 >&2
