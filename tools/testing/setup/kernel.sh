@@ -150,7 +150,8 @@ make -s -C "$SRCDIR" O="$OUT" "${KV[@]}" tinyconfig >/dev/null
 KCONFIG_CONFIG=$OUT/.config "$SRCDIR/scripts/kconfig/merge_config.sh" -m -O "$OUT" \
 	"$OUT/.config" "${FRAGMENTS[@]}" >/dev/null
 make -s -C "$SRCDIR" O="$OUT" "${KV[@]}" olddefconfig >/dev/null
-# Every option the fragment asks for must have survived Kconfig's dependencies.
+# Every option the fragments ask for must have survived Kconfig's dependencies
+# (a later fragment's word on an option is the one that counts).
 bad=0
 while read -r line; do
 	case "$line" in
@@ -158,7 +159,10 @@ while read -r line; do
 	"# CONFIG_"*" is not set") opt=${line#\# } opt=${opt%% *}
 		grep -q "^$opt=" "$OUT/.config" && { echo "  still set: $opt" >&2; bad=1; } ;;
 	esac
-done < <(cat "${FRAGMENTS[@]}")
+done < <(cat "${FRAGMENTS[@]}" | awk '
+	/^CONFIG_[A-Za-z0-9_]+=/ { o = $0; sub(/=.*/, "", o); last[o] = $0; order[o] = NR }
+	/^# CONFIG_[A-Za-z0-9_]+ is not set/ { o = $2; last[o] = $0; order[o] = NR }
+	END { for (o in last) print order[o] "\t" last[o] }' | sort -n | cut -f2-)
 [ $bad = 0 ] || die "the config fragments do not apply cleanly to $SRCVER" \
 	"fix the dependencies of the options above in ${FRAGMENTS[*]}"
 
