@@ -123,8 +123,12 @@ class VM:
         for i, nic in enumerate(self.nics):
             ident = f'fnet{i}'
             if nic is None:
-                # A hub with one port: the NIC's link is up and leads nowhere.
-                opts += ['-netdev', f'hubport,id={ident},hubid={100 + i}']
+                # The NIC's link is up and leads nowhere: its frames go to
+                # the discard port, where nobody listens. (A hub with one port
+                # instead keeps them, and the guest's transmit watchdog fires
+                # every 5 s.)
+                opts += ['-netdev', f'socket,id={ident},udp=127.0.0.1:9,'
+                                    f'localaddr=127.0.0.1:{free_udp_port()}']
             else:
                 link, side = nic
                 opts += ['-netdev', link.netdev(side, ident)]
