@@ -159,10 +159,10 @@ while read -r line; do
 	"# CONFIG_"*" is not set") opt=${line#\# } opt=${opt%% *}
 		grep -q "^$opt=" "$OUT/.config" && { echo "  still set: $opt" >&2; bad=1; } ;;
 	esac
-done < <(cat "${FRAGMENTS[@]}" | awk '
+done < <(awk '
 	/^CONFIG_[A-Za-z0-9_]+=/ { o = $0; sub(/=.*/, "", o); last[o] = $0; order[o] = NR }
 	/^# CONFIG_[A-Za-z0-9_]+ is not set/ { o = $2; last[o] = $0; order[o] = NR }
-	END { for (o in last) print order[o] "\t" last[o] }' | sort -n | cut -f2-)
+	END { for (o in last) print order[o] "\t" last[o] }' "${FRAGMENTS[@]}" | sort -n | cut -f2-)
 [ $bad = 0 ] || die "the config fragments do not apply cleanly to $SRCVER" \
 	"fix the dependencies of the options above in ${FRAGMENTS[*]}"
 

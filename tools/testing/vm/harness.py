@@ -353,11 +353,11 @@ def run_case(c, env, outroot, pool=None):
     first_boot = 0.0
     booted = sum(vm.boot_seconds for vm in vms)
     try:
+        fresh = not all(vm.running() for vm in vms)
         began = time.monotonic()
         boot_errors = _parallel(lambda vm: vm.running() or vm.start(), vms)
-        if sum(vm.boot_seconds for vm in vms) > booted:
-            first_boot = time.monotonic() - began
-            booted = sum(vm.boot_seconds for vm in vms)
+        first_boot = time.monotonic() - began if fresh else 0.0
+        booted = sum(vm.boot_seconds for vm in vms)
         if boot_errors:
             raise VMError('; '.join(boot_errors))
         c.fn(t)
