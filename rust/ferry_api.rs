@@ -108,6 +108,8 @@ pub struct Params<'a> {
     pub service: &'a CStr,
     /// Channels; 0: one per CPU.
     pub channels: u16,
+    /// Polled channels after them (see [`SessionRef::poll_channel`]).
+    pub poll_channels: u16,
     /// Receive buffers per channel.
     pub queue_depth: u32,
     /// Largest message this side accepts, including ferry's 16-byte header.
@@ -127,6 +129,7 @@ impl<'a> Params<'a> {
             peer,
             service,
             channels: 0,
+            poll_channels: 0,
             queue_depth: 0,
             max_msg: 0,
             heartbeat_ms: 0,
@@ -139,8 +142,10 @@ impl<'a> Params<'a> {
 /// What a session negotiated (`struct ferry_limits`).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Channels of the session.
+    /// Channels of the session, polled ones included.
     pub channels: u16,
+    /// How many of them, the last ones, are polled.
+    pub poll_channels: u16,
     /// The peer's receive buffers per channel.
     pub queue_depth: u32,
     /// Largest message [`SessionRef::send`] takes.
@@ -655,6 +660,7 @@ impl SessionRef {
         to_result(unsafe { ffi::ferry_session_limits(self.as_raw(), &mut l) })?;
         Ok(Limits {
             channels: l.channels,
+            poll_channels: l.poll_channels,
             queue_depth: l.queue_depth,
             max_payload: l.max_payload,
         })
@@ -673,13 +679,45 @@ impl SessionRef {
         })
     }
 
-    /// Processes the session's waiting completions in the calling thread,
-    /// running the callbacks they lead to here, and returns how many; see
-    /// `ferry_poll()`. For a consumer that spins while it waits for an answer.
+    /// Sends `data` as one message on channel `qid`; see `ferry_send_on()`.
+    pub fn send_on(&self, qid: u16, data: &[u8], wait: Wait) -> Result {
+        // SAFETY: A live handle (type invariant); `data` is valid for the call.
+        to_result(unsafe {
+            ffi::ferry_send_on(
+                self.as_raw(),
+                qid,
+                data.as_ptr().cast(),
+                data.len(),
+                wait.flags(),
+            )
+        })
+    }
+
+    /// Processes the polled channels' waiting completions in the calling
+    /// thread, running the callbacks they lead to here, and returns how many;
+    /// see `ferry_poll()`. For a consumer that spins while it waits for an
+    /// answer.
     pub fn poll(&self) -> u32 {
         // SAFETY: A live handle (type invariant).
         let n = unsafe { ffi::ferry_poll(self.as_raw()) };
         u32::try_from(n).unwrap_or(0)
+    }
+
+    /// Fails channel `qid` so the session reconnects; its requests in
+    /// flight complete with `ECONNABORTED`. See `ferry_reset_channel()`.
+    pub fn reset_channel(&self, qid: u16) -> Result {
+        // SAFETY: A live handle (type invariant).
+        to_result(unsafe { ffi::ferry_reset_channel(self.as_raw(), qid) })
+    }
+
+    /// Processes up to `budget` completions of polled channel `qid` in the
+    /// calling thread and returns how many; `EINVAL` if `qid` is not a
+    /// polled channel. See `ferry_poll_channel()`.
+    pub fn poll_channel(&self, qid: u16, budget: u32) -> Result<u32> {
+        // SAFETY: A live handle (type invariant).
+        let n = unsafe { ffi::ferry_poll_channel(self.as_raw(), qid, budget) };
+        to_result(n)?;
+        Ok(u32::try_from(n).unwrap_or(0))
     }
 
     /// Sends a request; see `ferry_submit()`. On success
@@ -687,6 +725,26 @@ impl SessionRef {
     /// answered or the connection has failed; on failure it comes back here.
     pub fn submit<T: Done>(
         &self,
+        req: KBox<Request<T>>,
+        wait: Wait,
+    ) -> core::result::Result<(), (Error, KBox<Request<T>>)> {
+        self.submit_raw(None, req, wait)
+    }
+
+    /// Sends a request on channel `qid`, as [`SessionRef::submit`]; see
+    /// `ferry_submit_on()`.
+    pub fn submit_on<T: Done>(
+        &self,
+        qid: u16,
+        req: KBox<Request<T>>,
+        wait: Wait,
+    ) -> core::result::Result<(), (Error, KBox<Request<T>>)> {
+        self.submit_raw(Some(qid), req, wait)
+    }
+
+    fn submit_raw<T: Done>(
+        &self,
+        on: Option<u16>,
         req: KBox<Request<T>>,
         wait: Wait,
     ) -> core::result::Result<(), (Error, KBox<Request<T>>)> {
@@ -699,7 +757,13 @@ impl SessionRef {
         // it) `Request::done_raw` turns back into the box; `*req` stays put
         // and valid until then, and its buffers and pages with it (see
         // `Request::prepare`).
-        let ret = unsafe { ffi::ferry_submit(self.as_raw(), &raw mut (*req).raw, wait.flags()) };
+        let rq = unsafe { &raw mut (*req).raw };
+        let ret = match on {
+            // SAFETY: As above.
+            None => unsafe { ffi::ferry_submit(self.as_raw(), rq, wait.flags()) },
+            // SAFETY: As above.
+            Some(qid) => unsafe { ffi::ferry_submit_on(self.as_raw(), qid, rq, wait.flags()) },
+        };
         if ret == 0 {
             return Ok(());
         }
@@ -768,6 +832,7 @@ impl<H: Handler> Session<H> {
             peer: p.peer.storage(),
             service: p.service.as_char_ptr(),
             channels: p.channels,
+            poll_channels: p.poll_channels,
             queue_depth: p.queue_depth,
             max_msg: p.max_msg,
             heartbeat_ms: p.heartbeat_ms,

@@ -163,6 +163,10 @@ pub mod channel {
     pub const RTT_US: u32 = bindings::FERRY_A_CHANNEL_RTT_US;
     /// The channel's counters.
     pub const STATS: u32 = bindings::FERRY_A_CHANNEL_STATS;
+    /// The channel's CQ.
+    pub const CQ: u32 = bindings::FERRY_A_CHANNEL_CQ;
+    /// The consumer polls the channel.
+    pub const POLLED: u32 = bindings::FERRY_A_CHANNEL_POLLED;
 }
 
 /// Attribute numbers of the `stats` set.
@@ -277,6 +281,8 @@ pub mod state {
 
 /// `FERRY_POLL_CTX_WORKQUEUE`, as ferry reports a CQ polled from `ib_comp_wq`.
 pub const POLL_WORKQUEUE: u32 = bindings::ferry_poll_ctx_FERRY_POLL_CTX_WORKQUEUE;
+/// `FERRY_POLL_CTX_DIRECT`, as ferry reports a CQ its consumer polls.
+pub const POLL_DIRECT: u32 = bindings::ferry_poll_ctx_FERRY_POLL_CTX_DIRECT;
 
 /// Attribute numbers of the `device` set.
 pub mod device {
@@ -316,8 +322,6 @@ pub mod device {
     pub const PORT: u32 = bindings::FERRY_A_DEVICE_PORT;
     /// ferry's PD id.
     pub const PD_ID: u32 = bindings::FERRY_A_DEVICE_PD_ID;
-    /// One of ferry's CQs (nest, repeated).
-    pub const CQ: u32 = bindings::FERRY_A_DEVICE_CQ;
     /// Padding for 64-bit attributes.
     pub const PAD: u32 = bindings::FERRY_A_DEVICE_PAD;
 }

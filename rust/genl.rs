@@ -465,6 +465,11 @@ impl Writer<'_> {
         })
     }
 
+    /// Adds a flag attribute (no payload).
+    pub fn put_flag(&mut self, ty: u32) -> Result {
+        self.put_bytes(ty, &[])
+    }
+
     /// Adds a NUL-terminated string attribute.
     pub fn put_str(&mut self, ty: u32, value: &CStr) -> Result {
         // SAFETY: `skb` is valid (type invariant); `value` is NUL-terminated.

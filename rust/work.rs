@@ -8,10 +8,7 @@
 //! The kernel crate's [`kernel::workqueue::Queue`] borrows the system queues,
 //! which a module cannot flush at unload. [`OwnedQueue`] allocates a queue and
 //! destroys it on drop, which first runs every work item still queued: once it
-//! is gone, no work of the module runs any more. Two kinds: an unbound one
-//! for slow work ([`OwnedQueue::new`]), and one for completions
-//! ([`OwnedQueue::new_completions`]), made as ib_core makes `ib_comp_wq`,
-//! which it does not export.
+//! is gone, no work of the module runs any more.
 
 use core::ptr::NonNull;
 use kernel::{prelude::*, workqueue::Queue};
@@ -37,14 +34,6 @@ impl OwnedQueue {
     pub fn new(name: &'static CStr) -> Result<Self> {
         // SAFETY: `name` is a valid string; the queue copies it.
         Self::owning(unsafe { bindings::ferry_helper_alloc_workqueue(name.as_char_ptr()) })
-    }
-
-    /// Allocates a queue for completion work called `name`: reclaim-safe,
-    /// high priority, and per CPU (work runs on the CPU that queued it), as
-    /// `ib_comp_wq`.
-    pub fn new_completions(name: &'static CStr) -> Result<Self> {
-        // SAFETY: `name` is a valid string; the queue copies it.
-        Self::owning(unsafe { bindings::ferry_helper_alloc_comp_workqueue(name.as_char_ptr()) })
     }
 
     /// Takes a queue just allocated (null: the allocation failed).

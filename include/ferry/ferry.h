@@ -15,9 +15,9 @@
  * and none may be called in atomic context. Callbacks run in process context:
  *
  * - @accept, @up, @message and @writable run on the completion work of the
- *   channel that caused them: a work item on ferry's completion work queue
- *   (ferry-comp: per CPU and high priority, as ib_comp_wq), or the thread of
- *   a consumer in ferry_poll(). While one runs, that channel processes no
+ *   channel that caused them: ib_core's ``ib_comp_wq`` (per CPU, high
+ *   priority), or for a polled channel the thread of a consumer in
+ *   ferry_poll_channel() or ferry_poll(), or ferry's tick. While one runs, that channel processes no
  *   other completion, so they should be short; they must not wait for a
  *   credit (ferry_send() without %FERRY_NOWAIT fails with -EDEADLK there) and
  *   must not call ferry_session_close().
@@ -162,7 +162,13 @@ struct ferry_request {
  * @service: the peer's service name: 1 to 31 bytes of [a-z0-9._-].
  * @channels: channels (RDMA connections) to open, 1 to 64; 0: one per
  *	online CPU, at most 64. Channels share the device's completion vectors
- *	round robin.
+ *	round robin. Their completions run on ib_core's ``ib_comp_wq``.
+ * @poll_channels: polled channels to open after them (0 to 63; channels and
+ *	polled channels together at most 64): channels @channels to
+ *	@channels + @poll_channels - 1, whose completions nobody processes but
+ *	the caller, through ferry_poll_channel(), as nvme-rdma's poll queues.
+ *	ferry_send() and ferry_submit() never pick them; ferry_send_on() and
+ *	ferry_submit_on() name them.
  * @queue_depth: receive buffers per channel, 2 to 1024; 0: 128.
  * @max_msg: largest message this side accepts, in bytes including ferry's
  *	16-byte header, 256 to 65536; 0: 4096. The session's limit is the
@@ -178,6 +184,7 @@ struct ferry_session_params {
 	struct sockaddr_storage peer;
 	const char *service;
 	u16 channels;
+	u16 poll_channels;
 	u32 queue_depth;
 	u32 max_msg;
 	u32 heartbeat_ms;
@@ -187,13 +194,16 @@ struct ferry_session_params {
 
 /**
  * struct ferry_limits - what a session negotiated
- * @channels: channels of the session.
+ * @channels: channels of the session, polled ones included: a channel
+ *	number (qid) is below this.
+ * @poll_channels: how many of them, the last ones, are polled.
  * @queue_depth: the peer's receive buffers per channel: at most this many
  *	messages per channel are in flight.
  * @max_payload: largest message ferry_send() takes, in bytes.
  */
 struct ferry_limits {
 	u16 channels;
+	u16 poll_channels;
 	u32 queue_depth;
 	u32 max_payload;
 };
@@ -333,6 +343,23 @@ int ferry_send(struct ferry_session *s, const void *data, size_t len,
 	       unsigned int flags);
 
 /**
+ * ferry_send_on() - send a message on a given channel
+ * @s: the session.
+ * @qid: the channel: below &ferry_limits.channels; a polled one too.
+ * @data: the message.
+ * @len: its length, 1 to &ferry_limits.max_payload bytes.
+ * @flags: 0 or %FERRY_NOWAIT.
+ *
+ * As ferry_send(), on channel @qid only: it never spills over to another
+ * channel, so the messages of one caller's channel keep their order and a
+ * consumer can bind a queue of its own to one connection.
+ *
+ * Return: as ferry_send(); -EINVAL if @qid is not a channel of @s.
+ */
+int ferry_send_on(struct ferry_session *s, u16 qid, const void *data,
+		  size_t len, unsigned int flags);
+
+/**
  * ferry_submit() - send a request
  * @s: the session.
  * @rq: the request; it must stay valid until @rq->done has run.
@@ -354,25 +381,80 @@ int ferry_submit(struct ferry_session *s, struct ferry_request *rq,
 		 unsigned int flags);
 
 /**
- * ferry_poll() - process the session's completions in the calling thread
+ * ferry_submit_on() - send a request on a given channel
+ * @s: the session.
+ * @qid: the channel: below &ferry_limits.channels; a polled one too.
+ * @rq: the request; it must stay valid until @rq->done has run.
+ * @flags: 0 or %FERRY_NOWAIT.
+ *
+ * As ferry_submit(), on channel @qid only (a blk-mq hardware queue maps to
+ * one channel this way). Its answer completes on that channel: on a polled
+ * one, in ferry_poll_channel().
+ *
+ * Return: as ferry_submit(); -EINVAL if @qid is not a channel of @s.
+ */
+int ferry_submit_on(struct ferry_session *s, u16 qid, struct ferry_request *rq,
+		    unsigned int flags);
+
+/**
+ * ferry_poll_channel() - process a polled channel's completions
+ * @s: the session.
+ * @qid: a polled channel of @s (see &ferry_session_params.poll_channels).
+ * @budget: the most completions to process.
+ *
+ * Takes up to @budget completions waiting on channel @qid and runs the
+ * callbacks they lead to (@message, @writable, requests' @done, ...) in the
+ * calling thread before it returns, as blk-mq's ``.poll`` and nvme-rdma's
+ * poll queues do. A polled channel gets no completion interrupts: its
+ * completions wait for this call. Heartbeats and credits still flow when the
+ * caller does not poll for a while: ferry's tick polls a polled channel that
+ * nobody polled since its last run (every 100 ms), so a silent consumer
+ * slows its channel down but never loses it.
+ *
+ * A channel's completions are processed by one thread at a time, so
+ * callbacks keep the rules of the calling-context section above; while
+ * another thread processes them (another poller, ferry's tick, or a callback
+ * further up the caller's own stack) this returns 0 at once. Callbacks run
+ * in the caller's thread: it must hold no lock they take, and they see it as
+ * a ferry callback (-EDEADLK for a wait). ``ferryctl -s session show``
+ * counts the completions as ``polled``.
+ *
+ * Context: process context, not atomic (the callbacks may sleep).
+ * Return: the number of completions processed, 0 if none was waiting or the
+ * channel is reconnecting; -EINVAL if @qid is not a polled channel of @s.
+ */
+int ferry_poll_channel(struct ferry_session *s, u16 qid, unsigned int budget);
+
+/**
+ * ferry_reset_channel() - fail a channel, so its session reconnects
+ * @s: the session.
+ * @qid: the channel: below &ferry_limits.channels.
+ *
+ * For a consumer whose request went unanswered too long (blk-mq's
+ * ``.timeout``): fails channel @qid as a failed work request would. A
+ * client session then reconnects, all of its channels (as nvme-rdma's error
+ * recovery resets every queue of a controller), with @down (-ECONNABORTED)
+ * and later @up; a service's session closes (the client reconnects into a
+ * new one). Every request in flight on the failed connections completes
+ * exactly once, with -ECONNABORTED, and only once the peer can no longer
+ * reach its pages. A response or completion of the old connection can never
+ * complete a request of the new one: each connection has its own QP and its
+ * own request tags. Requests whose @done runs were all posted (the peer may
+ * have seen them); one that ferry_submit() refused was never posted.
+ *
+ * Context: process context; does not wait for the reconnect.
+ * Return: 0; -EINVAL if @qid is not a channel of @s; -ENOTCONN if that
+ * channel is not up (the session is reconnecting or closed).
+ */
+int ferry_reset_channel(struct ferry_session *s, u16 qid);
+
+/**
+ * ferry_poll() - process every polled channel's completions
  * @s: the session.
  *
- * Does here and now what the channels' completion work would do later: takes
- * the completions waiting on each channel of @s, at most %FERRY_POLL_BUDGET
- * of each, and runs the callbacks they lead to (@message, @writable, @up,
- * requests' @done, ...) in the calling thread before it returns. A consumer
- * that waits for an answer can spin on this, as nvme's polled queues and
- * ib_send_lat do, and get its answer without waiting for a completion worker
- * to be scheduled.
- *
- * Nothing depends on it: completions that nobody polls are processed by the
- * completion work as always. A channel's completions are processed by one
- * thread at a time, so callbacks keep the rules of the calling-context
- * section above; a channel that another thread is processing (its completion
- * work, another ferry_poll(), or a callback further up the caller's own
- * stack) is skipped. Callbacks run in the caller's thread: it must hold no
- * lock they take, and they see it as a ferry callback (-EDEADLK for a wait).
- * ``ferryctl -s session show`` counts the completions as ``polled``.
+ * ferry_poll_channel() with %FERRY_POLL_BUDGET on each polled channel of @s,
+ * for a consumer that waits for an answer on any of them. Channels that are
+ * not polled are ib_core's (``ib_comp_wq``): this does nothing for them.
  *
  * Context: process context, not atomic (the callbacks may sleep).
  * Return: the number of completions processed, 0 if none was waiting.

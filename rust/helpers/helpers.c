@@ -207,11 +207,6 @@ int ferry_helper_ib_destroy_qp(struct ib_qp *qp)
 	return ib_destroy_qp(qp);
 }
 
-int ferry_helper_ib_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
-{
-	return ib_req_notify_cq(cq, flags);
-}
-
 int ferry_helper_ib_dma_map_sg(struct ib_device *dev, struct scatterlist *sg,
 			       int nents, int dir)
 {
@@ -303,12 +298,6 @@ void ferry_helper_put_net(struct net *net)
 struct workqueue_struct *ferry_helper_alloc_workqueue(const char *name)
 {
 	return alloc_workqueue("%s", WQ_UNBOUND | WQ_MEM_RECLAIM, 0, name);
-}
-
-/* As ib_core's ib_comp_wq, which it does not export. */
-struct workqueue_struct *ferry_helper_alloc_comp_workqueue(const char *name)
-{
-	return alloc_workqueue("%s", WQ_HIGHPRI | WQ_MEM_RECLAIM | WQ_PERCPU, 0, name);
 }
 
 int ferry_helper_genlmsg_multicast_netns(const struct genl_family *family,

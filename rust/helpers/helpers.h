@@ -45,7 +45,6 @@ int ferry_helper_ib_port_netdev_name(struct ib_device *device, u32 port,
 int ferry_helper_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *wr);
 int ferry_helper_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr);
 int ferry_helper_ib_destroy_qp(struct ib_qp *qp);
-int ferry_helper_ib_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags);
 u64 ferry_helper_ib_dma_map_single(struct ib_device *dev, void *cpu_addr,
 				   size_t size, int direction);
 int ferry_helper_ib_dma_mapping_error(struct ib_device *dev, u64 dma_addr);
@@ -77,7 +76,6 @@ void ferry_helper_put_net(struct net *net);
 
 /* linux/workqueue.h */
 struct workqueue_struct *ferry_helper_alloc_workqueue(const char *name);
-struct workqueue_struct *ferry_helper_alloc_comp_workqueue(const char *name);
 
 /* net/netlink.h, net/genetlink.h */
 struct sk_buff *ferry_helper_genlmsg_new(size_t payload);

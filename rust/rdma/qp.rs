@@ -5,8 +5,8 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 //! (`struct ib_qp`, `struct ib_cqe`, `ib_post_send`, `ib_post_recv`).
 //!
-//! A [`Qp`] owns an RC QP, the CQ both its queues complete on (a
-//! [`PolledCq`]: polled from a completion work queue, and by any thread that asks through
+//! A [`Qp`] owns an RC QP, the CQ both its queues complete on (a [`Cq`]
+//! that ib_core polls from `ib_comp_wq`, or one its users poll through
 //! [`Qp::poller`]), and one DMA-mapped buffer per work request *slot*: slots
 //! `0..recv_slots` receive, the rest send. Every posted work request carries the
 //! `ib_cqe` of its slot; whoever polls the CQ calls [`Completion`] with the
@@ -48,12 +48,12 @@ use kernel::{
 };
 
 use super::{
-    cq::{PolledCq, Poller},
+    cq::{Cq, PollCtx, Poller},
     device::Registered,
     mr::{DmaDir, Mr, Remote, SgList},
     Pd,
 };
-use crate::{bindings, work::OwnedQueue};
+use crate::bindings;
 
 /// Most registrations one send may carry.
 pub const MAX_REGS: usize = 8;
@@ -141,8 +141,8 @@ const TAG_OPS: u32 = 4;
 
 /// Handles the completions of a [`Qp`]'s requests.
 ///
-/// Called from the CQ's work item on its completion work queue, or in a thread that polls
-/// the CQ ([`Qp::poller`]), never from two at once: process context, may take
+/// Called from `ib_comp_wq`, or in a thread that polls the CQ
+/// ([`Qp::poller`]), never from two at once: process context, may take
 /// mutexes, should not block for long. Completions of one queue arrive in
 /// posting order.
 pub trait Completion: Send + Sync + 'static {
@@ -285,7 +285,7 @@ struct Inner<H: Completion> {
     port: u32,
     /// Whether the QP ever left RESET (a QP in RESET has nothing to drain).
     initialized: AtomicBool,
-    cq: Option<PolledCq>,
+    cq: Option<Cq>,
     pd: Arc<Pd>,
 }
 
@@ -361,16 +361,15 @@ unsafe impl<H: Completion> Sync for Qp<H> {}
 
 impl<H: Completion> Qp<H> {
     /// Creates the QP (in RESET) on `pd`'s device, its CQ sized for every
-    /// request that can be outstanding (plus the drain's), and its buffers;
-    /// attributed to `owner` in `rdma res show`, its completion work queued
-    /// on `wq`. Fails with `EINVAL` if the device cannot hold that many
-    /// requests. May sleep.
+    /// request that can be outstanding (plus the drain's), polled as `ctx`
+    /// says, and its buffers; attributed to `owner` in `rdma res show`. Fails
+    /// with `EINVAL` if the device cannot hold that many requests. May sleep.
     pub fn new(
         pd: &Arc<Pd>,
         cfg: QpConfig,
         handler: Arc<H>,
         owner: &'static CStr,
-        wq: &Arc<OwnedQueue>,
+        ctx: PollCtx,
     ) -> Result<Self> {
         let device = pd.device();
         let caps = device.caps();
@@ -404,7 +403,7 @@ impl<H: Completion> Qp<H> {
         {
             return Err(EINVAL);
         }
-        let cq = PolledCq::new(device, rq + sq, cfg.comp_vector, owner, wq)?;
+        let cq = Cq::new(device, rq + sq, cfg.comp_vector, ctx, owner)?;
         let total = (cfg.recv_slots + cfg.send_slots) as usize;
         let mut bufs = KVec::with_capacity(total, GFP_KERNEL)?;
         let mut busy = KVec::with_capacity(cfg.recv_slots as usize, GFP_KERNEL)?;
@@ -527,13 +526,19 @@ impl<H: Completion> Qp<H> {
 
     /// The completion vector of the QP's CQ.
     pub fn comp_vector(&self) -> u32 {
-        self.inner.cq.as_ref().map_or(0, PolledCq::comp_vector)
+        self.inner.cq.as_ref().map_or(0, Cq::comp_vector)
     }
 
-    /// What polls the QP's CQ in a caller's thread; see [`Poller::poll`].
-    /// Once the QP is gone, polling it does nothing.
+    /// The QP's CQ.
+    pub fn cq(&self) -> Option<&Cq> {
+        self.inner.cq.as_ref()
+    }
+
+    /// What polls the QP's CQ in a caller's thread, if its users poll it
+    /// ([`PollCtx::Direct`]); see [`Poller::poll`]. Once the QP is gone,
+    /// polling it does nothing.
     pub fn poller(&self) -> Option<Arc<Poller>> {
-        self.inner.cq.as_ref().map(|cq| cq.poller().clone())
+        self.inner.cq.as_ref().and_then(Cq::poller).cloned()
     }
 
     /// The number of receive slots.
@@ -994,11 +999,16 @@ impl Wc {
 impl<H: Completion> Drop for Inner<H> {
     fn drop(&mut self) {
         let qp = self.qp.as_ptr();
+        // `ib_drain_qp` polls an `IB_POLL_DIRECT` CQ itself: nobody else
+        // may from here on.
+        if let Some(cq) = &self.cq {
+            cq.stop_polling();
+        }
         if self.initialized.load(Ordering::Acquire) {
-            // SAFETY: `qp` is live (type invariant) and its CQ is polled from a
-            // work queue (and says so in `poll_ctx`), as `ib_drain_qp`
-            // requires; after it returns every posted request has completed
-            // and been handled.
+            // SAFETY: `qp` is live (type invariant); its CQ is ib_core's, and
+            // either polled by ib_core or, for `IB_POLL_DIRECT`, by nobody but
+            // the drain itself, as `ib_drain_qp` requires. After it returns
+            // every posted request has completed and been handled.
             unsafe { bindings::ib_drain_qp(qp) };
         }
         // Transfers whose completion handler did not release them.
@@ -1008,7 +1018,7 @@ impl<H: Completion> Drop for Inner<H> {
         }
         // SAFETY: `qp` is live and idle; nothing uses it after this.
         unsafe { bindings::ferry_helper_ib_destroy_qp(qp) };
-        // The CQ goes after its QP, once nobody polls it; the buffers are
+        // The CQ goes after its QP; the buffers are
         // unmapped when the fields drop, the PD last.
         drop(self.cq.take());
     }

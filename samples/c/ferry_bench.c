@@ -164,7 +164,7 @@ static int wait_answers(struct client *c, int n)
 
 /*
  * Spins until @n answers are in, as ib_send_lat polls its completion queue:
- * ferry_poll() processes the session's completions in this thread, so the
+ * ferry_poll() processes the polled channel's completions in this thread, so the
  * answer's callback runs here, with no worker to wake and no wakeup of this
  * thread. It yields whenever nothing came and the scheduler asks.
  */
@@ -191,8 +191,8 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* Ping-pong: writes the one-way latency's median and 99th percentile. */
-static int bench_lat(struct ferry_session *s, struct client *c, u8 *buf, u32 warm,
-		     char *out, size_t room)
+static int bench_lat(struct ferry_session *s, u16 qid, struct client *c, u8 *buf,
+		     u32 warm, char *out, size_t room)
 {
 	u64 *rtt, t0;
 	u32 i;
@@ -204,7 +204,8 @@ static int bench_lat(struct ferry_session *s, struct client *c, u8 *buf, u32 war
 	buf[0] = MSG_PING;
 	for (i = 0; i < warm + iters; i++) {
 		t0 = ktime_get_ns();
-		ret = ferry_send(s, buf, size, 0);
+		/* With poll=1 the last channel is polled: ping on it. */
+		ret = poll ? ferry_send_on(s, qid, buf, size, 0) : ferry_send(s, buf, size, 0);
 		if (!ret)
 			ret = poll ? spin_answers(s, c, i + 1) : wait_answers(c, i + 1);
 		if (ret)
@@ -410,6 +411,9 @@ static int bench_run(const char *mode)
 	/* Messages up to ferry's largest; the header rides in front. */
 	if (sysfs_streq(mode, "lat") || sysfs_streq(mode, "send"))
 		p.max_msg = clamp_t(u32, size + 16, 256, 65536);
+	/* A polled channel for the ping-pong, after the others. */
+	if (sysfs_streq(mode, "lat") && poll)
+		p.poll_channels = 1;
 	c = kzalloc(sizeof(*c), GFP_KERNEL);
 	if (!c)
 		return -ENOMEM;
@@ -437,7 +441,7 @@ static int bench_run(const char *mode)
 		goto close;
 	}
 	if (sysfs_streq(mode, "lat"))
-		ret = bench_lat(s, c, buf, warm, result, sizeof(result));
+		ret = bench_lat(s, limits.channels - 1, c, buf, warm, result, sizeof(result));
 	else if (sysfs_streq(mode, "send"))
 		ret = bench_send(s, c, buf, warm, result, sizeof(result));
 	else

@@ -65,18 +65,38 @@ MODULE_PARM_DESC(rq_max, "The largest request data, in bytes (4 KiB to 4 MiB)");
 static uint rq_dir;
 module_param(rq_dir, uint, 0444);
 MODULE_PARM_DESC(rq_dir, "0: writes and reads by turns, 1: writes only, 2: reads only");
+static uint rq_reset;
+module_param(rq_reset, uint, 0444);
+MODULE_PARM_DESC(rq_reset, "Reset the client's channel (ferry_reset_channel()) after this many requests, with a window in flight; 0: never");
 static bool refuse;
 module_param(refuse, bool, 0444);
 MODULE_PARM_DESC(refuse, "The service refuses every session (to see the client's error)");
 static bool poll;
 module_param(poll, bool, 0444);
-MODULE_PARM_DESC(poll, "The client waits by polling its session (ferry_poll()), not asleep");
+MODULE_PARM_DESC(poll, "The client sends on a polled channel and waits by polling it (ferry_poll()), not asleep");
 
 #define CHECK_LEN	16	/* seq, length, FNV-1a hash */
 #define DRAIN_MS	20000	/* how long the client waits for an echo */
 
 /* With poll=1: completions the client's ferry_poll() calls processed. */
 static u64 polled;
+/* With poll=1: the polled channel the client sends on. */
+static u16 poll_qid;
+
+/* The client's sends: on its polled channel with poll=1. */
+static int client_send(struct ferry_session *s, const void *data, size_t len,
+		       unsigned int flags)
+{
+	return poll ? ferry_send_on(s, poll_qid, data, len, flags) :
+		      ferry_send(s, data, len, flags);
+}
+
+static int client_submit(struct ferry_session *s, struct ferry_request *rq,
+			 unsigned int flags)
+{
+	return poll ? ferry_submit_on(s, poll_qid, rq, flags) :
+		      ferry_submit(s, rq, flags);
+}
 
 /*
  * Waits up to @ms for @cond: asleep on @wq until a callback wakes it, or with
@@ -470,6 +490,12 @@ static void rq_done(struct ferry_request *rq)
 	struct rq_client *rc = rq->priv;
 	bool ok = true;
 
+	if (!READ_ONCE(sl->busy)) {
+		/* ferry promises one @done per request: a second is a bug. */
+		pr_err("client: a request completed twice\n");
+		atomic_inc(&rc->wrong);
+		return;
+	}
 	if (rq->status) {
 		pr_warn("client: request failed: %d\n", rq->status);
 		atomic_inc(&rc->failed);
@@ -538,7 +564,7 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window)
 			.priv = rc,
 		};
 		sl->busy = true;
-		ret = ferry_submit(s, &sl->rq, 0);
+		ret = client_submit(s, &sl->rq, 0);
 		if (ret) {
 			pr_err("client: submit %u failed: %d\n", i, ret);
 			free_data(&sl->data);
@@ -547,6 +573,13 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window)
 		}
 		sent++;
 		bytes += len;
+		if (rq_reset && sent == rq_reset) {
+			/* As a blk-mq .timeout would: the requests in flight fail. */
+			ret = ferry_reset_channel(s, poll ? poll_qid : 0);
+			pr_info("client: reset after %u requests: %d\n", sent, ret);
+			if (ret)
+				break;
+		}
 	}
 	/* Every request ferry took completes, error or not. */
 	client_wait(s, rc->wq, atomic_read(&rc->done) == sent, DRAIN_MS);
@@ -554,7 +587,9 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window)
 	pr_info("client: %u requests, %d done, %d wrong, %d failed, %llu bytes\n",
 		sent, atomic_read(&rc->done), atomic_read(&rc->wrong),
 		atomic_read(&rc->failed), bytes);
-	if (!ret && (sent != n || atomic_read(&rc->wrong) || atomic_read(&rc->failed)))
+	/* A reset fails what was in flight then, and nothing else. */
+	if (!ret && (sent != n || atomic_read(&rc->wrong) ||
+		     atomic_read(&rc->failed) > (rq_reset ? window : 0U)))
 		ret = -EIO;
 	kfree(rc);
 	return ret;
@@ -566,6 +601,7 @@ static int run_client(void)
 		.service = service,
 		.max_msg = max_msg,
 		.queue_depth = depth,
+		.poll_channels = poll ? 1 : 0,
 	};
 	struct ferry_limits limits;
 	struct ferry_session *s;
@@ -595,6 +631,7 @@ static int run_client(void)
 	if (ret)
 		goto close;
 	c->max = limits.max_payload;
+	poll_qid = limits.channels - limits.poll_channels;
 	buf = kmalloc(c->max, GFP_KERNEL);
 	if (!buf) {
 		ret = -ENOMEM;
@@ -610,7 +647,7 @@ static int run_client(void)
 			goto close;
 		}
 		fill(buf, len, seq);
-		ret = ferry_send(s, buf, len, 0);
+		ret = client_send(s, buf, len, 0);
 		if (ret) {
 			pr_err("client: send %u failed: %d\n", seq, ret);
 			goto close;

@@ -18,13 +18,14 @@
 //! their pattern (a write), or writes the pattern into them (a read). With
 //! `requests=N` the client sends N of them, by turns, after its messages.
 //!
-//! With `poll=1` the client waits by polling its session
-//! ([`SessionRef::poll`]): the callbacks then mostly run in its own thread.
+//! With `poll=1` the client opens a polled channel, sends on it and waits
+//! by polling it ([`SessionRef::poll`]): the callbacks then mostly run in its
+//! own thread.
 
 #[path = "../../rust/ferry_api.rs"]
 pub mod ferry_api;
 
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use ferry_api::{
     Data, Dir, Done, Handler, Incoming, Params, Peer, Registration, Request, Service, Session,
     SessionRef, Transferred, Wait,
@@ -70,7 +71,7 @@ module! {
         },
         poll: bool {
             default: false,
-            description: "The client waits by polling its session, not asleep",
+            description: "The client sends on a polled channel and waits by polling it",
         },
     },
 }
@@ -373,8 +374,10 @@ struct Client {
     changed: CondVar,
     /// The session's largest payload, once open.
     max: AtomicUsize,
-    /// Whether it waits by polling the session.
+    /// Whether it sends on a polled channel and waits by polling it.
     poll: bool,
+    /// That channel, once the session is open.
+    poll_qid: AtomicU16,
     /// Completions its polls processed.
     polled: AtomicU64,
 }
@@ -513,7 +516,12 @@ fn run_requests(s: &SessionRef, client: &Arc<Client>, n: u32) -> Result {
         };
         let mut req = Request::new(&hdr.bytes(), 0, ctx, GFP_KERNEL)?;
         req.set_data(dir, data);
-        s.submit(req, Wait::Yes).map_err(|(e, _)| {
+        let sent = if client.poll {
+            s.submit_on(client.poll_qid.load(Relaxed), req, Wait::Yes)
+        } else {
+            s.submit(req, Wait::Yes)
+        };
+        sent.map_err(|(e, _)| {
             pr_err!("client: submit {} failed: {:?}\n", i, e);
             e
         })?;
@@ -549,6 +557,8 @@ fn run_client(
 ) -> Result {
     let mut p = Params::new(peer, service);
     p.max_msg = max_msg;
+    // Polling, the client sends on a polled channel after the others.
+    p.poll_channels = u16::from(poll);
     let client = Arc::pin_init(
         pin_init!(Client {
             tally <- new_mutex!(Tally::default()),
@@ -556,12 +566,15 @@ fn run_client(
             // No echo comes before the first send.
             max: AtomicUsize::new(CHECK_LEN),
             poll,
+            poll_qid: AtomicU16::new(0),
             polled: AtomicU64::new(0),
         }),
         GFP_KERNEL,
     )?;
     let s = Session::open(&p, client.clone())?;
     let limits = s.limits()?;
+    let qid = poll.then(|| limits.channels - limits.poll_channels);
+    client.poll_qid.store(qid.unwrap_or(0), Relaxed);
     let max = limits.max_payload as usize;
     client.max.store(max, Relaxed);
     let mut buf = KVec::from_elem(0u8, max, GFP_KERNEL)?;
@@ -577,7 +590,10 @@ fn run_client(
         // (`get_mut`, not indexing: no panic path in module init.)
         let msg = buf.get_mut(..client.size_of(seq)).ok_or(EINVAL)?;
         fill(msg, seq);
-        s.send(msg, Wait::Yes)?;
+        match qid {
+            Some(q) => s.send_on(q, msg, Wait::Yes)?,
+            None => s.send(msg, Wait::Yes)?,
+        }
     }
     let t = client
         .wait_until(&s, |t| t.received >= count)

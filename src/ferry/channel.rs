@@ -3,8 +3,9 @@
 //! One channel of a session: an RC connection, its QP, credits and heartbeats.
 //!
 //! A channel is driven from three contexts: rdma_cm events (its [`Handler`]),
-//! completions on `ferry-comp` or in a consumer's thread that polls (its
-//! [`Completion`], never two at once) and the session's tick.
+//! completions (its [`Completion`], never two at once: on `ib_comp_wq`, or for
+//! a polled channel in a consumer's thread or the tick) and the session's
+//! tick.
 //! All of them take the channel's lock briefly; none of them tears anything
 //! down. A failure only marks the channel failed, moves its QP to the error
 //! state and tells the session, whose work item later calls
@@ -30,6 +31,7 @@ use crate::{
     credits::Credits,
     device::{Ferry, OWNER},
     rdma::{
+        cq::PollCtx,
         device::{Caps, DeviceName},
         mr::{DmaDir, SgList},
         pd::Pd,
@@ -76,6 +78,17 @@ pub(crate) enum ChanState {
     Closed,
 }
 
+/// Whether the peer counts as dead: no message from it for `timeout_ms`,
+/// and, while requests are at work (`busy`), no acknowledgement of its
+/// adapter either (see `Inner::last_ack`). Times in milliseconds ago.
+fn peer_silent(rx_ms: i64, ack_ms: i64, busy: bool, timeout_ms: u32) -> bool {
+    let silent = |ms: i64| ms > i64::from(timeout_ms);
+    silent(rx_ms) && (!busy || silent(ack_ms))
+}
+
+/// Completions the tick processes on a polled channel nobody polls, per run.
+const TICK_POLL_BUDGET: u32 = 256;
+
 /// RDMA READs a channel has in flight each way, at most.
 const RDMA_READS: u32 = 16;
 
@@ -104,10 +117,17 @@ struct Inner {
     peer_depth: u32,
     /// When the current state began (for timeouts).
     since: Instant<Monotonic>,
-    /// The last sign of the peer's life: a message from it, or a completed
-    /// send or RDMA, which its adapter acknowledged. Bulk data in the queue
-    /// ahead of a heartbeat delays the heartbeat, not these.
+    /// The last message from the peer: the sign of life that counts while
+    /// no request is at work.
     last_rx: Instant<Monotonic>,
+    /// The last completed send or RDMA, which the peer's adapter
+    /// acknowledged: a sign of life too while requests are at work. A peer
+    /// that moves megabytes for this side's requests may answer a heartbeat
+    /// only after them (its answer waits behind its RDMA on its send queue),
+    /// so heartbeats are always signaled: an idle send queue still completes
+    /// one per interval. Whether the peer's ferry still answers is then the
+    /// requests' own timeout to tell (the consumer's).
+    last_ack: Instant<Monotonic>,
     last_heartbeat: Instant<Monotonic>,
     heartbeat_seq: u64,
     /// The heartbeat in flight and when it left.
@@ -140,6 +160,9 @@ pub(crate) struct ChannelInfo {
     pub(crate) index: u32,
     pub(crate) qp_num: Option<u32>,
     pub(crate) comp_vector: Option<u32>,
+    /// The CQ's id, entries and poll context (`enum ib_poll_context`).
+    pub(crate) cq: Option<(u32, u32, u32)>,
+    pub(crate) polled: bool,
     pub(crate) device: Option<DeviceName>,
     pub(crate) credits: u32,
     pub(crate) rtt_us: u32,
@@ -169,6 +192,7 @@ impl Channel {
                     peer_depth: 0,
                     since: now,
                     last_rx: now,
+                    last_ack: now,
                     last_heartbeat: now,
                     heartbeat_seq: 0,
                     heartbeat_out: None,
@@ -282,8 +306,12 @@ impl Channel {
             caps.max_fast_reg_page_list_len.min(MAX_REG_PAGES),
         )
         .map_err(|_| Reason::NoResources)?;
-        let qp = Qp::new(&pd, cfg, self.clone(), OWNER, ferry.completions())
-            .map_err(|_| Reason::NoResources)?;
+        let ctx = if p.polled(self.index) {
+            PollCtx::Direct
+        } else {
+            PollCtx::Workqueue
+        };
+        let qp = Qp::new(&pd, cfg, self.clone(), OWNER, ctx).map_err(|_| Reason::NoResources)?;
         id.modify_qp(&qp, QpState::Init)
             .map_err(|_| Reason::TransportError)?;
         for slot in 0..qp.recv_slots() {
@@ -319,6 +347,12 @@ impl Channel {
             index: u32::from(self.index),
             qp_num: inner.qp.as_ref().map(Qp::qp_num),
             comp_vector: inner.qp.as_ref().map(Qp::comp_vector),
+            cq: inner
+                .qp
+                .as_ref()
+                .and_then(Qp::cq)
+                .map(|cq| (cq.id(), cq.entries(), cq.poll_ctx())),
+            polled: self.session.params.polled(self.index),
             device: inner.device.as_ref().map(|d| d.1),
             credits: inner.credits.available(),
             rtt_us: inner.rtt_us,
@@ -352,6 +386,16 @@ impl Channel {
         drop(inner);
         self.session
             .channel_failed(self.index, self.generation, reason);
+    }
+
+    /// Fails the channel at its consumer's request (a request that timed
+    /// out): as [`Channel::fail`]. `ENOTCONN` unless it is up.
+    pub(crate) fn reset(&self) -> Result {
+        if self.inner.lock().state != ChanState::Up {
+            return Err(ENOTCONN);
+        }
+        self.fail(Reason::Reset);
+        Ok(())
     }
 
     /// Tears the channel down: disconnects, drains and destroys the QP, then
@@ -389,6 +433,12 @@ impl Channel {
     /// Periodic work: connect and heartbeat timeouts, heartbeats. Called from
     /// the session's tick with the session's lock not held.
     pub(crate) fn tick(&self, heartbeat_ms: u32, timeout_ms: u32, connect_timeout_ms: u32) {
+        // A polled channel its consumer left alone since the last tick:
+        // its heartbeats, credits and answers must still flow.
+        let idle = self.inner.lock().qp.as_ref().and_then(Qp::poller);
+        if let Some(p) = idle {
+            p.poll_if_idle(TICK_POLL_BUDGET);
+        }
         let mut inner = self.inner.lock();
         let timed_out = match inner.state {
             ChanState::Resolving
@@ -397,7 +447,12 @@ impl Channel {
             | ChanState::Refusing(_) => {
                 inner.since.elapsed().as_millis() > i64::from(connect_timeout_ms)
             }
-            ChanState::Up => inner.last_rx.elapsed().as_millis() > i64::from(timeout_ms),
+            ChanState::Up => peer_silent(
+                inner.last_rx.elapsed().as_millis(),
+                inner.last_ack.elapsed().as_millis(),
+                inner.xfer.as_ref().is_some_and(Xfer::busy),
+                timeout_ms,
+            ),
             ChanState::Failed | ChanState::Closed => false,
         };
         if timed_out {
@@ -437,7 +492,10 @@ impl Channel {
             }
             Ok(n)
         };
-        let res = if matches!(kind, Kind::Hello | Kind::HelloReply) {
+        // A heartbeat's completion is a sign of life even when its answer
+        // waits behind the peer's own RDMA on the peer's send queue: the
+        // peer's adapter acknowledged it (see `Inner::last_ack`).
+        let res = if matches!(kind, Kind::Hello | Kind::HelloReply | Kind::Heartbeat) {
             qp.send_signaled(fill)
         } else {
             qp.send(fill)
@@ -943,7 +1001,7 @@ impl Completion for Channel {
                 let mut guard = this.inner.lock();
                 let inner = &mut *guard;
                 if wc.ok() {
-                    inner.last_rx = Instant::now();
+                    inner.last_ack = Instant::now();
                 }
                 // While the channel shuts down its QP is being drained: the
                 // teardown completes the transfer once the QP is gone.
@@ -994,7 +1052,7 @@ impl Completion for Channel {
             return;
         }
         let mut inner = this.inner.lock();
-        inner.last_rx = Instant::now();
+        inner.last_ack = Instant::now();
         let state = inner.state;
         drop(inner);
         if let ChanState::Refusing(reason) = state {
@@ -1157,4 +1215,27 @@ impl Channel {
 /// The current task, as a number to compare.
 fn current_task() -> usize {
     kernel::task::Task::current_raw().addr()
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kunit_tests(ferry_channel_liveness)]
+mod tests {
+    use super::peer_silent;
+
+    #[test]
+    fn idle_needs_a_message() {
+        // Acknowledged sends alone do not keep an idle peer alive.
+        assert!(peer_silent(5001, 10, false, 5000));
+        assert!(!peer_silent(4999, 9000, false, 5000));
+    }
+
+    #[test]
+    fn busy_lives_on_acknowledgements() {
+        // A long transfer: the peer's answers wait behind its RDMA, but its
+        // adapter acknowledged a heartbeat a second ago.
+        assert!(!peer_silent(30_000, 1000, true, 5000));
+        // Neither for the whole timeout: dead, busy or not.
+        assert!(peer_silent(5001, 5001, true, 5000));
+        assert!(!peer_silent(100, 9000, true, 5000));
+    }
 }

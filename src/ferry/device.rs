@@ -3,8 +3,9 @@
 //! RDMA devices as ferry sees them: the ib_core client and the resources ferry
 //! holds on each device.
 //!
-//! On `add`, ferry allocates the device's protection domain and a completion
-//! queue; on `remove` it frees them before returning, as ib_core requires. The
+//! On `add`, ferry allocates the device's protection domain; on `remove` it
+//! tears down every channel on the device (with their CQs, each channel has
+//! its own) and frees the PD before returning, as ib_core requires. The
 //! control plane reads devices through [`Ferry::devices`] and fills replies under
 //! the device's resource lock, so it never touches a device that is gone.
 
@@ -15,22 +16,19 @@ use kernel::{
 };
 
 use crate::{
-    ferry_nl::{cq as cq_attr, device as attr, port as port_attr},
+    ferry_nl::{device as attr, port as port_attr},
     genl::Writer,
     netns::Net,
     rdma::{
         client::{Client, ClientStatic},
         device::Registered,
-        Cq, Device, Pd,
+        Device, Pd,
     },
     transport::Transport,
 };
 
 /// The name ferry's RDMA resources are attributed to (`rdma res show`).
 pub(crate) const OWNER: &CStr = c"ferry";
-
-/// Entries of the per-device CQ, capped by the device's limit.
-const CQ_ENTRIES: u32 = 4096;
 
 /// ferry's ib_core client, reached from ib_core and netlink callbacks.
 pub(crate) static FERRY: ClientStatic<Ferry> = ClientStatic::new();
@@ -106,18 +104,14 @@ impl Ferry {
 
 /// What ferry holds on one device. Freed by `remove`, before the device goes.
 struct Resources {
-    // Field order is teardown order: the CQ before the PD. Channels hold the PD
-    // too; `remove` tears them down first.
-    cq: Cq,
+    // Channels hold the PD too; `remove` tears them down first.
     pd: Arc<Pd>,
 }
 
 impl Resources {
     fn new(device: &Registered) -> Result<Self> {
         let pd = Arc::new(Pd::new(device, OWNER)?, GFP_KERNEL)?;
-        let entries = CQ_ENTRIES.min(device.caps().max_cqe);
-        let cq = Cq::new(device, entries, 0, OWNER)?;
-        Ok(Self { cq, pd })
+        Ok(Self { pd })
     }
 }
 
@@ -154,7 +148,7 @@ impl FerryDevice {
 
     /// Room a netlink message describing this device needs.
     pub(crate) fn message_size(&self) -> usize {
-        const BASE: usize = 512; // device attributes, PD, CQ and headers
+        const BASE: usize = 512; // device attributes, PD and headers
         const PER_PORT: usize = 128; // one nested port with its netdev name
         let ports = self.device.ports().count();
         BASE + PER_PORT * ports
@@ -211,13 +205,7 @@ impl FerryDevice {
                 Ok(())
             })?;
         }
-        w.put_u32(attr::PD_ID, res.pd.id())?;
-        w.nest(attr::CQ, |w| {
-            w.put_u32(cq_attr::ID, res.cq.id())?;
-            w.put_u32(cq_attr::CQE, res.cq.entries())?;
-            w.put_u32(cq_attr::COMP_VECTOR, res.cq.comp_vector())?;
-            w.put_u32(cq_attr::POLL_CTX, res.cq.poll_ctx())
-        })
+        w.put_u32(attr::PD_ID, res.pd.id())
     }
 }
 
@@ -236,7 +224,7 @@ impl Client for Ferry {
                 e
             )
         })?;
-        let (pd_id, cq_id) = (resources.pd.id(), resources.cq.id());
+        let pd_id = resources.pd.id();
         let fdev = Arc::pin_init(
             pin_init!(FerryDevice {
                 device: ARef::<Device>::from(&**device),
@@ -246,12 +234,7 @@ impl Client for Ferry {
         )?;
         self.devices.lock().push(fdev.clone(), GFP_KERNEL)?;
         crate::netlink::notify_device(true, device.index(), device.name().as_cstr());
-        pr_info!(
-            "{}: added (pd {}, cq {})\n",
-            device.name().as_cstr(),
-            pd_id,
-            cq_id
-        );
+        pr_info!("{}: added (pd {})\n", device.name().as_cstr(), pd_id);
         Ok(fdev)
     }
 
@@ -261,8 +244,8 @@ impl Client for Ferry {
         // first; their sessions recover on other devices or close.
         self.device_removed(fdev.index());
         crate::netlink::notify_device(false, fdev.index(), device.name().as_cstr());
-        // Waits for any netlink reader of this device, then frees the CQ and PD
-        // (and their registration references) before ib_core goes on.
+        // Waits for any netlink reader of this device, then frees the PD (and
+        // its registration reference) before ib_core goes on.
         drop(fdev.resources.lock().take());
         pr_info!("{}: removed\n", device.name().as_cstr());
     }
@@ -272,39 +255,47 @@ impl Client for Ferry {
 #[kunit_tests(ferry_device)]
 mod tests {
     use super::*;
+    use crate::rdma::cq::{Cq, PollCtx};
 
     /// Runs when ferry loads after an RDMA device exists (the test harness
-    /// creates rxe0 first): every device ferry tracks holds a PD and a CQ that
+    /// creates rxe0 first): every device ferry tracks holds a PD that
     /// ib_core attributes to ferry.
     #[test]
-    fn every_device_holds_a_pd_and_a_cq() -> Result {
+    fn every_device_holds_a_pd() -> Result {
         let ferry = Ferry::get().ok_or(ENODEV)?;
         let devices = ferry.devices()?;
         assert!(!devices.is_empty());
         for d in devices.iter() {
             let guard = d.resources.lock();
             let res = guard.as_ref().ok_or(ENODEV)?;
-            assert!(res.cq.entries() >= CQ_ENTRIES.min(d.device.caps().max_cqe));
             assert_eq!(res.pd.device().index(), d.index());
-            assert_eq!(res.cq.device().index(), d.index());
-            assert_eq!(res.cq.comp_vector(), 0);
-            assert_eq!(res.cq.poll_ctx(), crate::ferry_nl::POLL_WORKQUEUE);
         }
         Ok(())
     }
 
-    /// A second CQ on a live device gets its own restrack id and at least the
-    /// entries asked for.
+    /// CQs come from ib_core in the poll context asked for, each with its
+    /// own restrack id and at least the entries asked for; only a direct one
+    /// has a poller, and polling an empty one finds nothing.
     #[test]
-    fn cq_ids_are_distinct() -> Result {
+    fn cqs_in_both_poll_contexts() -> Result {
         let ferry = Ferry::get().ok_or(ENODEV)?;
         let devices = ferry.devices()?;
         let d = devices.first().ok_or(ENODEV)?;
         let guard = d.resources.lock();
         let res = guard.as_ref().ok_or(ENODEV)?;
-        let extra = Cq::new(res.pd.device(), 16, 0, OWNER)?;
-        assert!(extra.id() != res.cq.id());
-        assert!(extra.entries() >= 16);
+        let wq = Cq::new(res.pd.device(), 16, 0, PollCtx::Workqueue, OWNER)?;
+        let direct = Cq::new(res.pd.device(), 16, 0, PollCtx::Direct, OWNER)?;
+        assert!(wq.id() != direct.id());
+        assert!(wq.entries() >= 16 && direct.entries() >= 16);
+        assert_eq!(wq.poll_ctx(), crate::ferry_nl::POLL_WORKQUEUE);
+        assert_eq!(direct.poll_ctx(), crate::ferry_nl::POLL_DIRECT);
+        assert!(wq.poller().is_none());
+        let p = direct.poller().ok_or(EINVAL)?;
+        assert_eq!(p.poll(16), 0);
+        // Nobody polled since: the tick's poll runs, and finds nothing too.
+        assert_eq!(p.poll_if_idle(16), 0);
+        direct.stop_polling();
+        assert_eq!(p.poll(16), 0);
         Ok(())
     }
 }

@@ -54,8 +54,12 @@ checked!(
     ferry_session_id,
     ferry_session_limits,
     ferry_send,
+    ferry_send_on,
     ferry_poll,
+    ferry_poll_channel,
+    ferry_reset_channel,
     ferry_submit,
+    ferry_submit_on,
     ferry_incoming_header,
     ferry_incoming_dir,
     ferry_incoming_data_len,
@@ -161,6 +165,7 @@ fn session_params(
     let default_channels = ferry.default_channels(net).unwrap_or(1);
     let params = Params::checked(
         p.channels,
+        p.poll_channels,
         // CAST: `default_channels` is at most `MAX_CHANNELS`.
         default_channels as u16,
         p.queue_depth,
@@ -334,10 +339,12 @@ pub(crate) unsafe extern "C" fn ferry_session_limits(
     out: *mut ferry_limits,
 ) -> c_int {
     // SAFETY: The caller holds a reference (the contract).
-    match unsafe { Handle::<Session>::borrow(s) }.limits() {
+    let s = unsafe { Handle::<Session>::borrow(s) };
+    match s.limits() {
         Ok((channels, queue_depth, max_payload)) => {
             let l = ferry_limits {
                 channels,
+                poll_channels: s.params.poll_channels,
                 queue_depth,
                 max_payload,
             };
@@ -361,6 +368,39 @@ pub(crate) unsafe extern "C" fn ferry_send(
     len: usize,
     flags: c_uint,
 ) -> c_int {
+    // SAFETY: As this function's contract.
+    unsafe { send(s, None, data, len, flags) }
+}
+
+/// See `ferry_send_on()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// The caller holds a reference to `s`; `data` is valid for `len` bytes.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_send_on(
+    s: *mut ferry_session,
+    qid: u16,
+    data: *const c_void,
+    len: usize,
+    flags: c_uint,
+) -> c_int {
+    // SAFETY: As this function's contract.
+    unsafe { send(s, Some(qid), data, len, flags) }
+}
+
+/// `ferry_send()` and `ferry_send_on()`.
+///
+/// # Safety
+///
+/// The caller holds a reference to `s`; `data` is valid for `len` bytes.
+unsafe fn send(
+    s: *mut ferry_session,
+    on: Option<u16>,
+    data: *const c_void,
+    len: usize,
+    flags: c_uint,
+) -> c_int {
     if flags & !NOWAIT != 0 {
         return EINVAL.to_errno();
     }
@@ -370,7 +410,7 @@ pub(crate) unsafe extern "C" fn ferry_send(
     if data.is_empty() {
         return EMSGSIZE.to_errno();
     }
-    match s.send(data, flags & NOWAIT != 0) {
+    match s.send(on, data, flags & NOWAIT != 0) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }
@@ -389,6 +429,39 @@ pub(crate) unsafe extern "C" fn ferry_poll(s: *mut ferry_session) -> c_int {
     c_int::try_from(n).unwrap_or(c_int::MAX)
 }
 
+/// See `ferry_reset_channel()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// The caller holds a reference to `s`.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_reset_channel(s: *mut ferry_session, qid: u16) -> c_int {
+    // SAFETY: The caller holds a reference (the contract).
+    match unsafe { Handle::<Session>::borrow(s) }.reset_channel(qid) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// See `ferry_poll_channel()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// The caller holds a reference to `s`.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_poll_channel(
+    s: *mut ferry_session,
+    qid: u16,
+    budget: c_uint,
+) -> c_int {
+    // SAFETY: The caller holds a reference (the contract).
+    let s = unsafe { Handle::<Session>::borrow(s) };
+    match s.poll_channel(qid, budget) {
+        Ok(n) => c_int::try_from(n).unwrap_or(c_int::MAX),
+        Err(e) => e.to_errno(),
+    }
+}
+
 /// See `ferry_submit()` in `include/ferry/ferry.h`.
 ///
 /// # Safety
@@ -398,6 +471,39 @@ pub(crate) unsafe extern "C" fn ferry_poll(s: *mut ferry_session) -> c_int {
 #[no_mangle]
 pub(crate) unsafe extern "C" fn ferry_submit(
     s: *mut ferry_session,
+    rq: *mut ferry_request,
+    flags: c_uint,
+) -> c_int {
+    // SAFETY: As this function's contract.
+    unsafe { submit(s, None, rq, flags) }
+}
+
+/// See `ferry_submit_on()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// The caller holds a reference to `s`; `rq` is valid, with its header and
+/// pages, as the header says.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_submit_on(
+    s: *mut ferry_session,
+    qid: u16,
+    rq: *mut ferry_request,
+    flags: c_uint,
+) -> c_int {
+    // SAFETY: As this function's contract.
+    unsafe { submit(s, Some(qid), rq, flags) }
+}
+
+/// `ferry_submit()` and `ferry_submit_on()`.
+///
+/// # Safety
+///
+/// The caller holds a reference to `s`; `rq` is valid, with its header and
+/// pages, as the header says.
+unsafe fn submit(
+    s: *mut ferry_session,
+    on: Option<u16>,
     rq: *mut ferry_request,
     flags: c_uint,
 ) -> c_int {
@@ -426,7 +532,7 @@ pub(crate) unsafe extern "C" fn ferry_submit(
         Err(_) => return ENOMEM.to_errno(),
     };
     // SAFETY: The caller holds a reference (the contract).
-    match unsafe { Handle::<Session>::borrow(s) }.request(req, data, flags & NOWAIT != 0) {
+    match unsafe { Handle::<Session>::borrow(s) }.request(on, req, data, flags & NOWAIT != 0) {
         Ok(()) => 0,
         // The request comes back unused: `done` is not called.
         Err((e, _req, _data)) => e.to_errno(),

@@ -13,8 +13,9 @@ use crate::{
     cm::SockAddr,
     device::Ferry,
     ferry_nl::{
-        self, channel as ch_attr, device as attr, device_event as dev_ev, listener as l_attr,
-        service as sv_attr, session as s_attr, stats as st_attr, wc_status as wc_attr,
+        self, channel as ch_attr, cq as cq_attr, device as attr, device_event as dev_ev,
+        listener as l_attr, service as sv_attr, session as s_attr, stats as st_attr,
+        wc_status as wc_attr,
     },
     genl::{Dump, Request, Writer},
     listener::Listener,
@@ -236,6 +237,17 @@ fn fill_session(w: &mut Writer<'_>, s: &Session) -> Result {
             if let Some(v) = c.comp_vector {
                 w.put_u32(ch_attr::COMP_VECTOR, v)?;
             }
+            if let (Some((id, entries, ctx)), Some(v)) = (c.cq, c.comp_vector) {
+                w.nest(ch_attr::CQ, |w| {
+                    w.put_u32(cq_attr::ID, id)?;
+                    w.put_u32(cq_attr::CQE, entries)?;
+                    w.put_u32(cq_attr::COMP_VECTOR, v)?;
+                    w.put_u32(cq_attr::POLL_CTX, ctx)
+                })?;
+            }
+            if c.polled {
+                w.put_flag(ch_attr::POLLED)?;
+            }
             w.put_u32(ch_attr::CREDITS, c.credits)?;
             w.put_u32(ch_attr::RTT_US, c.rtt_us)?;
             w.nest(ch_attr::STATS, |w| put_counters(w, &c.counters))
@@ -364,6 +376,8 @@ pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
     let params = Params {
         // CAST: at most `MAX_CHANNELS`, checked above.
         channels: channels as u16,
+        // Nobody would poll them: a session without a consumer has none.
+        poll_channels: 0,
         queue_depth,
         max_msg,
         heartbeat_ms,

@@ -56,8 +56,10 @@ const SERVER_RX_BUDGET: u32 = 4 << 20;
 /// What a session was asked for (client) or runs with (server).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Params {
-    /// Channel count.
+    /// Channel count, polled channels included.
     pub(crate) channels: u16,
+    /// Channels the consumer polls: the last `poll_channels` of them.
+    pub(crate) poll_channels: u16,
     /// Receive buffers per channel on this side.
     pub(crate) queue_depth: u32,
     /// Largest message this side accepts.
@@ -74,6 +76,7 @@ impl Params {
     /// Server defaults, and the client's where the caller says nothing.
     pub(crate) const DEFAULT: Self = Self {
         channels: 1,
+        poll_channels: 0,
         queue_depth: 128,
         max_msg: 4096,
         heartbeat_ms: 1000,
@@ -82,9 +85,12 @@ impl Params {
     };
 
     /// Client parameters from a kernel caller: 0 picks the default (for
-    /// `channels`, `default_channels`); anything out of range is `EINVAL`.
+    /// `channels`, `default_channels`); `poll_channels` polled channels come
+    /// after the others; anything out of range is `EINVAL`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn checked(
         channels: u16,
+        poll_channels: u16,
         default_channels: u16,
         queue_depth: u32,
         max_msg: u32,
@@ -99,7 +105,9 @@ impl Params {
                 default_channels
             } else {
                 channels
-            },
+            }
+            .saturating_add(poll_channels),
+            poll_channels,
             queue_depth: or(queue_depth, d.queue_depth),
             max_msg: or(max_msg, d.max_msg),
             heartbeat_ms: or(heartbeat_ms, d.heartbeat_ms),
@@ -107,6 +115,7 @@ impl Params {
             give_up_s: or(give_up_s, d.give_up_s),
         };
         let ok = (1..=wire::MAX_CHANNELS).contains(&p.channels)
+            && p.poll_channels < p.channels
             && (wire::MIN_QUEUE_DEPTH..=wire::MAX_QUEUE_DEPTH).contains(&p.queue_depth)
             && (wire::MIN_MSG_SIZE..=wire::MAX_MSG_SIZE).contains(&p.max_msg)
             && wire::HEARTBEAT_MS.contains(&p.heartbeat_ms)
@@ -117,6 +126,13 @@ impl Params {
         } else {
             Err(EINVAL)
         }
+    }
+}
+
+impl Params {
+    /// Whether channel `index` is one the consumer polls.
+    pub(crate) fn polled(&self, index: u16) -> bool {
+        index >= self.channels - self.poll_channels
     }
 }
 
@@ -874,12 +890,14 @@ impl Session {
         }
     }
 
-    /// Sends request `req` (with `data`) on the calling CPU's channel, or
-    /// another one with a credit and a free tag; waits like [`Session::send`]
-    /// unless `nowait`. On failure, the request and its data come back.
+    /// Sends request `req` (with `data`) on channel `on`, or if `None` on
+    /// the calling CPU's channel or another ordinary one with a credit and a
+    /// free tag; waits like [`Session::send`] unless `nowait`. On failure,
+    /// the request and its data come back.
     #[allow(clippy::type_complexity)]
     pub(crate) fn request(
         &self,
+        on: Option<u16>,
         req: KBox<dyn Request>,
         data: Option<SgList>,
         nowait: bool,
@@ -889,7 +907,7 @@ impl Session {
         let start = Instant::<Monotonic>::now();
         loop {
             let (req, data) = item;
-            match self.try_request(req, data) {
+            match self.try_request(on, req, data) {
                 Ok(()) => return Ok(()),
                 Err((e, req, data)) if e == EAGAIN && !nowait => {
                     if self.in_callback() {
@@ -903,7 +921,7 @@ impl Session {
                     self.waiters.fetch_add(1, SeqCst);
                     // A credit that came back meanwhile woke nobody: try
                     // again under the lock before sleeping.
-                    let again = self.try_request(req, data);
+                    let again = self.try_request(on, req, data);
                     let (req, data) = match again {
                         Ok(()) => {
                             self.waiters.fetch_sub(1, SeqCst);
@@ -933,24 +951,28 @@ impl Session {
     #[allow(clippy::type_complexity)]
     fn try_request(
         &self,
+        on: Option<u16>,
         req: KBox<dyn Request>,
         data: Option<SgList>,
     ) -> Result<(), (Error, KBox<dyn Request>, Option<SgList>)> {
+        if on.is_some_and(|q| q >= self.params.channels) {
+            return Err((EINVAL, req, data));
+        }
         let inner = self.inner.lock();
-        match inner.state {
-            SessionState::Connected => {}
-            SessionState::Connecting | SessionState::Reconnecting if inner.connected_once => {
-                self.want_writable.store(true, SeqCst);
-                return Err((EAGAIN, req, data));
-            }
-            _ => return Err((ENOTCONN, req, data)),
+        if let Err(e) = self.check_sendable(&inner) {
+            return Err((e, req, data));
         }
         let n = inner.channels.len();
-        let start = kernel::cpu::CpuId::current().as_u32() as usize;
+        let start = self.first_pick(&inner, on);
         let mut item = (req, data);
         for i in 0..n {
             let (req, data) = item;
-            match inner.channels[(start + i) % n].submit(req, data) {
+            let c = &inner.channels[(start + i) % n];
+            if !self.picks(on, c) {
+                item = (req, data);
+                continue;
+            }
+            match c.submit(req, data) {
                 Ok(()) => return Ok(()),
                 Err((e, req, data)) if e == EAGAIN || e == ENOTCONN => item = (req, data),
                 Err(e) => return Err(e),
@@ -1013,11 +1035,15 @@ impl Session {
         Ok((self.params.channels, depth, max - Header::LEN as u32))
     }
 
-    /// Sends `data` as one message on the calling CPU's channel, or another
-    /// one with a credit. Without `nowait`, waits up to the session's timeout
-    /// for a credit or a reconnect; see `ferry_send()`.
-    pub(crate) fn send(&self, data: &[u8], nowait: bool) -> Result {
-        let first = self.try_send(data);
+    /// Sends `data` as one message on channel `on`, or if `None` on the
+    /// calling CPU's channel or another ordinary one with a credit. Without
+    /// `nowait`, waits up to the session's timeout for a credit or a
+    /// reconnect; see `ferry_send()`.
+    pub(crate) fn send(&self, on: Option<u16>, data: &[u8], nowait: bool) -> Result {
+        if on.is_some_and(|q| q >= self.params.channels) {
+            return Err(EINVAL);
+        }
+        let first = self.try_send(on, data);
         if nowait || first != Err(EAGAIN) {
             return first;
         }
@@ -1028,7 +1054,7 @@ impl Session {
         let mut guard = self.wait.lock();
         loop {
             self.waiters.fetch_add(1, SeqCst);
-            let res = self.try_send(data);
+            let res = self.try_send(on, data);
             let left = i64::from(self.params.timeout_ms) - start.elapsed().as_millis();
             let res = match res {
                 Err(e) if e == EAGAIN && left <= 0 => Err(ETIMEDOUT),
@@ -1049,20 +1075,17 @@ impl Session {
         }
     }
 
-    fn try_send(&self, data: &[u8]) -> Result {
+    fn try_send(&self, on: Option<u16>, data: &[u8]) -> Result {
         let inner = self.inner.lock();
-        match inner.state {
-            SessionState::Connected => {}
-            SessionState::Connecting | SessionState::Reconnecting if inner.connected_once => {
-                self.want_writable.store(true, SeqCst);
-                return Err(EAGAIN);
-            }
-            _ => return Err(ENOTCONN),
-        }
+        self.check_sendable(&inner)?;
         let n = inner.channels.len();
-        let start = kernel::cpu::CpuId::current().as_u32() as usize;
+        let start = self.first_pick(&inner, on);
         for i in 0..n {
-            match inner.channels[(start + i) % n].send_message(data) {
+            let c = &inner.channels[(start + i) % n];
+            if !self.picks(on, c) {
+                continue;
+            }
+            match c.send_message(data) {
                 Ok(()) => return Ok(()),
                 Err(e) if e == EMSGSIZE => return Err(e),
                 Err(_) => {}
@@ -1072,8 +1095,82 @@ impl Session {
         Err(EAGAIN)
     }
 
-    /// Processes up to `budget` completions of each channel in the calling
-    /// thread; returns how many. See `ferry_poll()`.
+    /// Whether the session can take traffic: `EAGAIN` while it reconnects
+    /// (the consumer hears `writable` or `up` later), `ENOTCONN` if it never
+    /// connected or is closing.
+    fn check_sendable(&self, inner: &Inner) -> Result {
+        match inner.state {
+            SessionState::Connected => Ok(()),
+            SessionState::Connecting | SessionState::Reconnecting if inner.connected_once => {
+                self.want_writable.store(true, SeqCst);
+                Err(EAGAIN)
+            }
+            _ => Err(ENOTCONN),
+        }
+    }
+
+    /// Whether a send for channel `on` may go out on `c`: `on` itself, or
+    /// with no channel named, any ordinary (not polled) channel, and from a
+    /// callback the callback's own channel.
+    fn picks(&self, on: Option<u16>, c: &Channel) -> bool {
+        match on {
+            Some(q) => c.index() == q,
+            None => !self.params.polled(c.index()) || c.in_callback(),
+        }
+    }
+
+    /// Where in `inner.channels` a send with no channel named starts
+    /// looking: from a callback, at the callback's own channel, so an answer
+    /// goes back the way its question came (to a consumer that polls that
+    /// channel); else at the calling CPU's.
+    fn first_pick(&self, inner: &Inner, on: Option<u16>) -> usize {
+        let own = match on {
+            None => inner.channels.iter().position(|c| c.in_callback()),
+            Some(_) => None,
+        };
+        // CAST: a CPU number fits a `usize`.
+        own.unwrap_or(kernel::cpu::CpuId::current().as_u32() as usize)
+    }
+
+    /// Fails channel `qid` for its consumer, so the session reconnects (a
+    /// service's closes); see `ferry_reset_channel()`. `EINVAL` for a `qid`
+    /// that is not a channel of the session, `ENOTCONN` if that channel is
+    /// not up.
+    pub(crate) fn reset_channel(&self, qid: u16) -> Result {
+        if qid >= self.params.channels {
+            return Err(EINVAL);
+        }
+        let c = self
+            .inner
+            .lock()
+            .channels
+            .iter()
+            .find(|c| c.index() == qid)
+            .cloned()
+            .ok_or(ENOTCONN)?;
+        c.reset()
+    }
+
+    /// Processes up to `budget` completions of polled channel `qid` in the
+    /// calling thread; returns how many. `EINVAL` if `qid` is not a polled
+    /// channel of the session. See `ferry_poll_channel()`.
+    pub(crate) fn poll_channel(&self, qid: u16, budget: u32) -> Result<u32> {
+        if qid >= self.params.channels || !self.params.polled(qid) {
+            return Err(EINVAL);
+        }
+        // The handlers take the session's lock: poll without it.
+        let c = self
+            .inner
+            .lock()
+            .channels
+            .iter()
+            .find(|c| c.index() == qid)
+            .cloned();
+        Ok(c.map_or(0, |c| c.poll(budget)))
+    }
+
+    /// Processes up to `budget` completions of each polled channel in the
+    /// calling thread; returns how many. See `ferry_poll()`.
     pub(crate) fn poll(&self, budget: u32) -> u32 {
         // The handlers take the session's lock: poll without it, on copies of
         // the channel list (no allocation: this runs in a consumer's loop).

@@ -102,9 +102,6 @@ pub(crate) struct Transport {
     listeners: Mutex<KVec<Arc<Listener>>>,
     #[pin]
     queue: Mutex<Option<OwnedQueue>>,
-    /// Where the channels' completion work runs (`ferry-comp`, made as
-    /// `ib_comp_wq`); destroyed with the last channel's CQ and the module.
-    completions: Arc<OwnedQueue>,
     ticker: Arc<Ticker>,
     #[pin]
     services: Services,
@@ -117,13 +114,11 @@ impl Transport {
     /// The transport of a module being loaded; [`Ferry::start`] starts it.
     pub(crate) fn new() -> Result<impl PinInit<Self, Error>> {
         let queue = OwnedQueue::new(c"ferry")?;
-        let completions = Arc::new(OwnedQueue::new_completions(c"ferry-comp")?, GFP_KERNEL)?;
         let ticker = Ticker::new()?;
         Ok(try_pin_init!(Self {
             sessions <- new_mutex!(KVec::new()),
             listeners <- new_mutex!(KVec::new()),
             queue <- new_mutex!(Some(queue)),
-            completions,
             ticker,
             services <- Services::new(),
             next_session: AtomicU32::new(1),
@@ -154,11 +149,6 @@ impl Ferry {
         for s in sessions.iter() {
             s.tick();
         }
-    }
-
-    /// The queue the channels' completion work runs on.
-    pub(crate) fn completions(&self) -> &Arc<OwnedQueue> {
-        &self.transport.completions
     }
 
     /// Runs `f` on ferry's work queue; fails once the module is unloading.

@@ -91,6 +91,8 @@ pub(crate) enum Reason {
     CmRejected = 18,
     /// The service refused the session.
     Refused = 19,
+    /// The consumer reset a channel (`ferry_reset_channel()`).
+    Reset = 20,
 }
 
 impl Reason {
@@ -117,6 +119,7 @@ impl Reason {
             16 => Self::LocalClose,
             17 => Self::GaveUp,
             19 => Self::Refused,
+            20 => Self::Reset,
             _ => Self::CmRejected,
         }
     }
@@ -144,6 +147,7 @@ impl Reason {
             Self::GaveUp => c"gave up reconnecting",
             Self::CmRejected => c"the peer's connection manager refused",
             Self::Refused => c"the service refused the session",
+            Self::Reset => c"reset by its consumer",
         }
     }
 
@@ -163,7 +167,7 @@ impl Reason {
             Self::BadParams => EINVAL,
             Self::Unreachable => EHOSTUNREACH,
             Self::Timeout | Self::GaveUp => ETIMEDOUT,
-            Self::PeerClosed | Self::TransportError => ECONNABORTED,
+            Self::PeerClosed | Self::TransportError | Self::Reset => ECONNABORTED,
             Self::DeviceRemoved => ENODEV,
             Self::LocalClose => EINTR,
         }

@@ -377,6 +377,12 @@ impl Xfer {
         done
     }
 
+    /// Whether requests are at work: this side's wait for the peer's answer,
+    /// or this side moves the data of the peer's by RDMA.
+    pub(crate) fn busy(&self) -> bool {
+        self.in_flight > 0 || self.incoming.iter().any(|s| s.rdma.is_some())
+    }
+
     /// Responder: a free tag for an incoming request.
     pub(crate) fn take_incoming(&mut self) -> Option<u32> {
         let i = self.incoming.iter().position(|s| !s.used)?;

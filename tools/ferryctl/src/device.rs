@@ -23,15 +23,6 @@ pub struct Port {
     pub netdev: Option<String>,
 }
 
-/// A completion queue of ferry's.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Cq {
-    pub id: u32,
-    pub cqe: u32,
-    pub comp_vector: u32,
-    pub poll_ctx: Option<u32>,
-}
-
 /// An RDMA device as ferry reports it.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Device {
@@ -45,7 +36,6 @@ pub struct Device {
     pub cap_flags: Option<u64>,
     pub ports: Vec<Port>,
     pub pd_id: Option<u32>,
-    pub cqs: Vec<Cq>,
 }
 
 const CAPS: [(u32, &str); 9] = [
@@ -96,7 +86,6 @@ impl Device {
                 }
                 FERRY_A_DEVICE_PD_ID => d.pd_id = Some(u32_of(p, "pd-id")?),
                 FERRY_A_DEVICE_PORT => d.ports.push(decode_port(p)?),
-                FERRY_A_DEVICE_CQ => d.cqs.push(decode_cq(p)?),
                 t => {
                     if let Some((_, key)) = CAPS.iter().find(|(a, _)| *a == t) {
                         d.caps.push((key, u32_of(p, key)?));
@@ -129,21 +118,6 @@ impl Device {
         if let Some(pd) = self.pd_id {
             o.insert("pd".into(), json!({ "id": pd }));
         }
-        let cqs: Vec<Value> = self
-            .cqs
-            .iter()
-            .map(|c| {
-                let mut o = Map::new();
-                o.insert("id".into(), json!(c.id));
-                o.insert("cqe".into(), json!(c.cqe));
-                o.insert("comp_vector".into(), json!(c.comp_vector));
-                if let Some(p) = c.poll_ctx {
-                    o.insert("poll_ctx".into(), json!(poll_ctx_name(p)));
-                }
-                Value::Object(o)
-            })
-            .collect();
-        o.insert("cqs".into(), Value::Array(cqs));
         let mut caps = Map::new();
         for (k, v) in &self.caps {
             caps.insert((*k).into(), json!(v));
@@ -198,16 +172,6 @@ impl Device {
             }
             s.push('\n');
         }
-        for c in &self.cqs {
-            s += &format!(
-                "    cq {} cqe {} comp_vector {}",
-                c.id, c.cqe, c.comp_vector
-            );
-            if let Some(p) = c.poll_ctx {
-                s += &format!(" poll_ctx {}", poll_ctx_name(p));
-            }
-            s.push('\n');
-        }
         if details {
             s += "    caps";
             for (k, v) in &self.caps {
@@ -241,20 +205,6 @@ fn decode_port(p: &[u8]) -> Result<Port, Error> {
         }
     }
     Ok(port)
-}
-
-fn decode_cq(p: &[u8]) -> Result<Cq, Error> {
-    let mut cq = Cq::default();
-    for (ty, v) in Attrs::new(p) {
-        match u32::from(ty) {
-            FERRY_A_CQ_ID => cq.id = u32_of(v, "cq id")?,
-            FERRY_A_CQ_CQE => cq.cqe = u32_of(v, "cq cqe")?,
-            FERRY_A_CQ_COMP_VECTOR => cq.comp_vector = u32_of(v, "cq comp-vector")?,
-            FERRY_A_CQ_POLL_CTX => cq.poll_ctx = Some(u32_of(v, "cq poll-ctx")?),
-            _ => {}
-        }
-    }
-    Ok(cq)
 }
 
 fn port_json(p: &Port) -> Value {
@@ -341,15 +291,6 @@ pub fn phys_state_name(v: u32) -> String {
             "PHY_TEST",
         ],
         1,
-        v,
-    )
-}
-
-/// CQ poll context names.
-pub fn poll_ctx_name(v: u32) -> String {
-    name_or_num(
-        &["softirq", "workqueue", "unbound_workqueue", "direct"],
-        FERRY_POLL_CTX_SOFTIRQ,
         v,
     )
 }
@@ -449,11 +390,6 @@ mod tests {
             .u32(FERRY_A_PORT_ACTIVE_MTU, 1024)
             .u32(FERRY_A_PORT_LINK_LAYER, FERRY_LINK_LAYER_ETHERNET)
             .str(FERRY_A_PORT_NETDEV, "eth0");
-        let cq = Builder::new()
-            .u32(FERRY_A_CQ_ID, 3)
-            .u32(FERRY_A_CQ_CQE, 4095)
-            .u32(FERRY_A_CQ_COMP_VECTOR, 0)
-            .u32(FERRY_A_CQ_POLL_CTX, FERRY_POLL_CTX_WORKQUEUE);
         let mut b = Builder::new()
             .u32(FERRY_A_DEVICE_INDEX, 0)
             .str(FERRY_A_DEVICE_NAME, "rxe0")
@@ -468,7 +404,6 @@ mod tests {
         b.extend_from_slice(&(FERRY_A_DEVICE_NODE_GUID as u16).to_ne_bytes());
         b.extend_from_slice(&0x5054_00ff_fef0_1000u64.to_ne_bytes());
         b.extend(nest(FERRY_A_DEVICE_PORT, &port));
-        b.extend(nest(FERRY_A_DEVICE_CQ, &cq));
         b
     }
 
@@ -482,15 +417,6 @@ mod tests {
         );
         assert_eq!(d.ports.len(), 1);
         assert_eq!(d.ports[0].netdev.as_deref(), Some("eth0"));
-        assert_eq!(
-            d.cqs,
-            vec![Cq {
-                id: 3,
-                cqe: 4095,
-                comp_vector: 0,
-                poll_ctx: Some(FERRY_POLL_CTX_WORKQUEUE),
-            }]
-        );
         assert_eq!(d.caps, vec![("max_qp", 1048560)]);
     }
 
@@ -505,8 +431,8 @@ mod tests {
         assert_eq!(j["ports"][0]["physical_state"], "LINK_UP");
         assert_eq!(j["ports"][0]["link_layer"], "ethernet");
         assert_eq!(j["pd"]["id"], 2);
-        assert_eq!(j["cqs"][0]["cqe"], 4095);
-        assert_eq!(j["cqs"][0]["poll_ctx"], "workqueue");
+        // CQs are the channels' now (see session.rs), not the device's.
+        assert!(j.get("cqs").is_none(), "{j}");
         let t = d.to_text(false);
         assert!(
             t.starts_with("0: rxe0: node_type ca node_guid 5054:00ff:fef0:1000 pd 2\n"),
@@ -517,6 +443,8 @@ mod tests {
             "{t}"
         );
         assert!(d.to_text(true).contains("caps max_qp 1048560"));
+        let t = d.to_text(true);
+        assert!(!t.lines().any(|l| l.trim_start().starts_with("cq ")), "{t}");
     }
 
     #[test]

@@ -26,6 +26,21 @@ pub struct Channel {
     pub rtt_us: Option<u32>,
     /// The channel's counters, as for a session.
     pub stats: Option<Vec<(&'static str, u64)>>,
+    /// The channel's completion queue.
+    pub cq: Option<Cq>,
+    /// The consumer polls the channel itself (its CQ's poll context is then
+    /// `direct`).
+    pub polled: bool,
+}
+
+/// A channel's completion queue, from ib_core.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Cq {
+    /// Resource-tracking id, as `cqn` in `rdma res show cq`.
+    pub id: u32,
+    pub cqe: u32,
+    pub comp_vector: u32,
+    pub poll_ctx: Option<u32>,
 }
 
 /// A session as ferry reports it (in replies and in notifications).
@@ -133,6 +148,12 @@ pub fn state_name(v: u32) -> String {
 /// `none`, `unknown-service`, `timeout`, ...
 pub fn reason_name(v: u32) -> String {
     enum_name(enum_names::FERRY_REASON, v)
+}
+
+/// A CQ's poll context: `softirq`, `workqueue`, `unbound_workqueue`, `direct`
+/// (the spec's names, with underscores as in the other keys and values).
+pub fn poll_ctx_name(v: u32) -> String {
+    enum_name(enum_names::FERRY_POLL_CTX, v).replace('-', "_")
 }
 
 impl Session {
@@ -299,6 +320,15 @@ impl Session {
                         s += &format!(" {key} {v}");
                     }
                 }
+                if let Some(cq) = &c.cq {
+                    s += &format!(" cq {} cqe {}", cq.id, cq.cqe);
+                    if let Some(v) = cq.poll_ctx {
+                        s += &format!(" poll_ctx {}", poll_ctx_name(v));
+                    }
+                }
+                if c.polled {
+                    s += " polled";
+                }
                 s.push('\n');
                 if let Some(counters) = c.stats.as_ref().filter(|_| stats) {
                     s += &counters_line("        ", counters);
@@ -334,10 +364,28 @@ fn decode_channel(p: &[u8]) -> Result<Channel, Error> {
             FERRY_A_CHANNEL_CREDITS => c.credits = Some(val()?),
             FERRY_A_CHANNEL_RTT_US => c.rtt_us = Some(val()?),
             FERRY_A_CHANNEL_STATS => c.stats = Some(decode_stats(v)?),
+            FERRY_A_CHANNEL_CQ => c.cq = Some(decode_cq(v)?),
+            FERRY_A_CHANNEL_POLLED if v.is_empty() => c.polled = true,
+            FERRY_A_CHANNEL_POLLED => return Err(bad("channel polled")),
             _ => {}
         }
     }
     Ok(c)
+}
+
+fn decode_cq(p: &[u8]) -> Result<Cq, Error> {
+    let mut cq = Cq::default();
+    for (ty, v) in Attrs::new(p) {
+        let val = |what| attr::u32(v).ok_or_else(|| bad(what));
+        match u32::from(ty) {
+            FERRY_A_CQ_ID => cq.id = val("cq id")?,
+            FERRY_A_CQ_CQE => cq.cqe = val("cq cqe")?,
+            FERRY_A_CQ_COMP_VECTOR => cq.comp_vector = val("cq comp-vector")?,
+            FERRY_A_CQ_POLL_CTX => cq.poll_ctx = Some(val("cq poll-ctx")?),
+            _ => {}
+        }
+    }
+    Ok(cq)
 }
 
 fn decode_stats(p: &[u8]) -> Result<Vec<(&'static str, u64)>, Error> {
@@ -390,8 +438,23 @@ fn channel_json(c: &Channel, stats: bool) -> Value {
     if let Some(v) = c.rtt_us {
         o.insert("rtt_us".into(), json!(v));
     }
+    if let Some(cq) = &c.cq {
+        o.insert("cq".into(), cq_json(cq));
+    }
+    o.insert("polled".into(), json!(c.polled));
     if let Some(v) = c.stats.as_ref().filter(|_| stats) {
         o.insert("stats".into(), stats_json(v));
+    }
+    Value::Object(o)
+}
+
+fn cq_json(cq: &Cq) -> Value {
+    let mut o = Map::new();
+    o.insert("id".into(), json!(cq.id));
+    o.insert("cqe".into(), json!(cq.cqe));
+    o.insert("comp_vector".into(), json!(cq.comp_vector));
+    if let Some(v) = cq.poll_ctx {
+        o.insert("poll_ctx".into(), json!(poll_ctx_name(v)));
     }
     Value::Object(o)
 }
@@ -752,6 +815,7 @@ pub mod tests {
         assert_eq!(reason_name(FERRY_REASON_UNKNOWN_SERVICE), "unknown-service");
         assert_eq!(reason_name(FERRY_REASON_NONE), "none");
         assert_eq!(reason_name(FERRY_REASON_CM_REJECTED), "cm-rejected");
+        assert_eq!(reason_name(FERRY_REASON_RESET), "reset");
         assert_eq!(reason_name(4242), "4242");
         assert_eq!(state_name(FERRY_SESSION_STATE_CONNECTED), "connected");
         assert_eq!(state_name(FERRY_SESSION_STATE_CLOSED), "closed");
@@ -760,7 +824,7 @@ pub mod tests {
         // Every entry of every table, not just the ones above.
         assert_eq!(
             enum_names::FERRY_REASON.len(),
-            FERRY_REASON_REFUSED as usize + 1
+            FERRY_REASON_RESET as usize + 1
         );
         for (_, name) in enum_names::FERRY_REASON {
             assert!(
@@ -787,6 +851,8 @@ pub mod tests {
                 credits: Some(127),
                 rtt_us: Some(201),
                 stats: Some(vec![("registrations", 7), ("inv_remote", 7)]),
+                cq: None,
+                polled: false,
             }
         );
         assert_eq!(s.channel_list[0].stats, None);
@@ -908,7 +974,7 @@ pub mod tests {
         assert_eq!(
             j["channel_list"][0],
             json!({"index": 0, "qp_num": 17, "device": "rxe0", "comp_vector": 0,
-                   "credits": 127, "rtt_us": 200})
+                   "credits": 127, "rtt_us": 200, "polled": false})
         );
         let j = s.to_json(true);
         assert_eq!(j["stats"]["tx_bytes"], 20);
@@ -920,6 +986,104 @@ pub mod tests {
         // A session reported with only its id still has a channel list.
         let s = Session::decode(Builder::new().u32(FERRY_A_SESSION_ID, 9).bytes()).unwrap();
         assert_eq!(s.to_json(true), json!({"id": 9, "channel_list": []}));
+    }
+
+    /// A session with an ordinary channel and a polled one, each with its CQ.
+    fn sample_with_cqs() -> Vec<u8> {
+        let mut b = Builder::new().u32(FERRY_A_SESSION_ID, 5).bytes().to_vec();
+        for (i, cq_id, poll_ctx, polled) in [
+            (0, 12, FERRY_POLL_CTX_WORKQUEUE, false),
+            (1, 13, FERRY_POLL_CTX_DIRECT, true),
+        ] {
+            let cq = Builder::new()
+                .u32(FERRY_A_CQ_ID, cq_id)
+                .u32(FERRY_A_CQ_CQE, 513)
+                .u32(FERRY_A_CQ_COMP_VECTOR, i)
+                .u32(FERRY_A_CQ_POLL_CTX, poll_ctx)
+                .u32(999, 7); // an attribute from a newer kernel
+            let mut ch = Builder::new()
+                .u32(FERRY_A_CHANNEL_INDEX, i)
+                .u32(FERRY_A_CHANNEL_QP_NUM, 17 + i)
+                .u32(FERRY_A_CHANNEL_COMP_VECTOR, i)
+                .bytes()
+                .to_vec();
+            ch.extend(nest(FERRY_A_CHANNEL_CQ, cq.bytes()));
+            if polled {
+                ch.extend(Builder::new().binary(FERRY_A_CHANNEL_POLLED, &[]).bytes());
+            }
+            b.extend(nest(FERRY_A_SESSION_CHANNEL, &ch));
+        }
+        b
+    }
+
+    #[test]
+    fn channel_cq_and_polled() {
+        let s = Session::decode(&sample_with_cqs()).unwrap();
+        assert_eq!(
+            s.channel_list[1],
+            Channel {
+                index: 1,
+                qp_num: Some(18),
+                comp_vector: Some(1),
+                cq: Some(Cq {
+                    id: 13,
+                    cqe: 513,
+                    comp_vector: 1,
+                    poll_ctx: Some(FERRY_POLL_CTX_DIRECT),
+                }),
+                polled: true,
+                ..Default::default()
+            }
+        );
+        assert!(!s.channel_list[0].polled);
+
+        assert_eq!(
+            s.to_text(true, false),
+            "session 5\n    \
+             channel 0 qp 17 comp_vector 0 cq 12 cqe 513 poll_ctx workqueue\n    \
+             channel 1 qp 18 comp_vector 1 cq 13 cqe 513 poll_ctx direct polled\n"
+        );
+        assert_eq!(s.to_text(false, false), "session 5\n");
+
+        let j = s.to_json(false);
+        assert_eq!(
+            j["channel_list"],
+            json!([
+                {"index": 0, "qp_num": 17, "comp_vector": 0,
+                 "cq": {"id": 12, "cqe": 513, "comp_vector": 0, "poll_ctx": "workqueue"},
+                 "polled": false},
+                {"index": 1, "qp_num": 18, "comp_vector": 1,
+                 "cq": {"id": 13, "cqe": 513, "comp_vector": 1, "poll_ctx": "direct"},
+                 "polled": true},
+            ])
+        );
+        let keys: Vec<&str> = j["channel_list"][1]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        assert_eq!(keys, ["index", "qp_num", "comp_vector", "cq", "polled"]);
+
+        assert_eq!(poll_ctx_name(FERRY_POLL_CTX_SOFTIRQ), "softirq");
+        assert_eq!(
+            poll_ctx_name(FERRY_POLL_CTX_UNBOUND_WORKQUEUE),
+            "unbound_workqueue"
+        );
+        assert_eq!(poll_ctx_name(42), "42");
+    }
+
+    #[test]
+    fn malformed_channel_cq_and_polled() {
+        let session = |ch: &[u8]| {
+            let mut b = Builder::new().u32(FERRY_A_SESSION_ID, 1).bytes().to_vec();
+            b.extend(nest(FERRY_A_SESSION_CHANNEL, ch));
+            Session::decode(&b)
+        };
+        let polled_with_payload = Builder::new().u32(FERRY_A_CHANNEL_POLLED, 1);
+        assert!(session(polled_with_payload.bytes()).is_err());
+        let short_cqe = Builder::new().u16(FERRY_A_CQ_CQE, 1);
+        assert!(session(&nest(FERRY_A_CHANNEL_CQ, short_cqe.bytes())).is_err());
     }
 
     #[test]

@@ -81,16 +81,13 @@ def device_show(t):
         t.eq(d['caps'][key], caps.get(key), f'{key} vs ibv_devinfo')
     t.eq(d['caps']['max_send_sge'], caps.get('max_sge'), 'max_send_sge vs ibv_devinfo max_sge')
     t.check(d['num_comp_vectors'] >= 1, f'completion vectors: {d["num_comp_vectors"]}')
-    # ferry's PD and CQ, attributed to ferry by resource tracking.
+    # ferry's PD, attributed to ferry by resource tracking; no CQ before a
+    # channel needs one (each channel has its own).
     pds = [x for x in json.loads(vm.run('rdma -j res show pd').out) if x.get('comm') == 'ferry']
     cqs = [x for x in json.loads(vm.run('rdma -j res show cq').out) if x.get('comm') == 'ferry']
     t.eq([x['pdn'] for x in pds], [d['pd']['id']], 'ferry PDs in rdma res show pd')
-    t.eq([(x['cqn'], x['cqe']) for x in cqs], [(c['id'], c['cqe']) for c in d['cqs']],
-         'ferry CQs in rdma res show cq')
-    t.eq(d['cqs'][0]['cqe'] >= 4095, True, 'CQ entries')
-    # Polled from ib_comp_wq. (iproute2 before 6.x names poll contexts off by one:
-    # it shows IB_POLL_WORKQUEUE as "SOFTIRQ", so ferry's own report is checked.)
-    t.eq(d['cqs'][0]['poll_ctx'], 'workqueue', 'CQ poll context')
+    t.eq(cqs, [], 'ferry CQs in rdma res show cq with no session')
+    t.check('cqs' not in d, f'no device CQ: {d.get("cqs")}')
     # Text output and a single-device query agree with the dump.
     text = vm.run(f'{t.ferryctl} device show rxe0').out
     t.check(text.startswith(f'{d["index"]}: rxe0: node_type ca node_guid {d["node_guid"]}'),

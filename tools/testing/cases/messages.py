@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """Message cases: the samples use ferry's kernel API from Rust and from C."""
+import json
 import re
 import time
 
@@ -121,6 +122,39 @@ def check_polled(t, vm, module, who, count, n):
     return polled
 
 
+def check_poll_channels(t, vm):
+    """The held C client's session has one polled channel, the last, on a
+    CQ of poll context direct; every other channel of both sessions is on
+    ib_core's ib_comp_wq; the CQs are those `rdma res show cq` lists under
+    ferry. With nobody polling it any more, the polled channel keeps its
+    session alive: ferry's tick polls it, so heartbeats and their answers
+    flow for longer than the peer's timeout."""
+    def channels():
+        return {s['role']: s['channel_list'] for s in t.ferryctl_json(vm, '-s -d session show')}
+    ch = channels()
+    client, server = ch['client'], ch['server']
+    t.eq([c['polled'] for c in client], [False] * (len(client) - 1) + [True],
+         'polled channels of the client (the last)')
+    t.eq([c['cq']['poll_ctx'] for c in client],
+         ['workqueue'] * (len(client) - 1) + ['direct'], 'client CQ poll contexts')
+    t.eq({c['cq']['poll_ctx'] for c in server}, {'workqueue'}, 'service CQ poll contexts')
+    t.eq(any(c['polled'] for c in server), False, 'the service polls no channel')
+    res = {x['cqn']: x for x in json.loads(vm.run('rdma -j res show cq').out)
+           if x.get('comm') == 'ferry'}
+    t.eq(sorted(res), sorted(c['cq']['id'] for c in client + server),
+         'ferry CQs in rdma res show cq: one per channel')
+    t.eq([res[c['cq']['id']]['cqe'] for c in client + server if c['cq']['id'] in res],
+         [c['cq']['cqe'] for c in client + server], 'CQ entries vs rdma res show cq')
+    before = client[-1]['stats']['heartbeats_rx']
+    vm.run('sleep 7')
+    after = channels()['client']
+    t.eq(len(after), len(client), 'channels after 7 s unpolled')
+    t.check(after[-1]['stats']['heartbeats_rx'] > before,
+            f'heartbeats on the unpolled channel: {before} -> {after[-1]["stats"]["heartbeats_rx"]}')
+    t.eq([(s['state'], s['reconnects']) for s in t.ferryctl_json(vm, 'session show')],
+         [('connected', 0)] * 2, 'sessions still connected, never reconnected')
+
+
 @case(timeout=500)
 def messages_polled(t):
     """Clients that wait by polling their session (ferry_poll(), Rust
@@ -142,6 +176,7 @@ def messages_polled(t):
     sessions = {s['role']: s['stats'] for s in t.ferryctl_json(vm, '-s session show')}
     t.eq(sessions['client']['polled'], polled, 'the client session counts what its polls did')
     t.eq(sessions['server']['polled'], 0, 'the service did not poll')
+    check_poll_channels(t, vm)
     vm.run('rmmod ferry_cecho')
     vm.run('rmmod ferry_echo')
     vm.run(f'insmod {t.sample("ferry_cecho")}')
@@ -151,6 +186,43 @@ def messages_polled(t):
     bad = vm.run('dmesg | grep -c "failed its check"', check=False).out.strip()
     t.eq(bad, '0', 'messages that failed the services\' check')
     vm.run('rmmod ferry_echo ferry_cecho ferry')
+
+
+@case(timeout=400)
+def requests_reset(t):
+    """A consumer resets its channel (ferry_reset_channel(), as a blk-mq
+    .timeout would) with 8 requests of 4 KiB to 4 MiB in flight: those fail
+    with -ECONNABORTED, each exactly once, the session reconnects once and
+    every later request succeeds, byte for byte; then the same on a polled
+    channel."""
+    vm = t.vm
+    t.net_up(vm, 0, 1)
+    t.rxe_add(vm)
+    t.insmod(vm)
+    vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+    n, at = 60, 20
+    for poll in (0, 1):
+        vm.run('dmesg -C')
+        vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=cecho '
+               f'count=10 requests={n} rq_window=8 rq_reset={at} poll={poll} hold=1',
+               timeout=300 * t.slow)
+        log = vm.run('dmesg | grep "ferry_cecho: client"').out
+        t.check(f'client: reset after {at} requests: 0' in log, f'poll={poll}: reset: {log!r}')
+        t.check('completed twice' not in log, f'poll={poll}: a request completed twice')
+        m = RQ_SUMMARY.search(log)
+        t.require(m is not None, f'no request summary: {log!r}')
+        sent, done, wrong, failed, _ = (int(x) for x in m.groups())
+        t.eq((sent, done, wrong), (n, n, 0), f'poll={poll}: requests sent, done, wrong')
+        t.check(1 <= failed <= 8, f'poll={poll}: requests failed by the reset: {failed}')
+        t.eq(len(re.findall(r'request failed: -103\b', log)), failed,
+             f'poll={poll}: every failed request got -ECONNABORTED')
+        t.check(re.search(r'client session \d+: down \(-103\)', log) is not None,
+                f'poll={poll}: the consumer heard down (-ECONNABORTED): {log!r}')
+        client = [s for s in t.ferryctl_json(vm, 'session show') if s['role'] == 'client']
+        t.eq([(s['state'], s['reconnects']) for s in client], [('connected', 1)],
+             f'poll={poll}: the client session reconnected once')
+        vm.run('rmmod ferry_cecho')
+    vm.run('rmmod ferry')
 
 
 @case(timeout=400)
