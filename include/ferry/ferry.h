@@ -17,7 +17,9 @@
  * - @accept, @up, @message and @writable run on the completion work of the
  *   channel that caused them: ib_core's ``ib_comp_wq`` (per CPU, high
  *   priority), or for a polled channel the thread of a consumer in
- *   ferry_poll_channel() or ferry_poll(), or ferry's tick. While one runs, that channel processes no
+ *   ferry_poll_channel() or ferry_poll(), or an idle-poll work item of
+ *   ferry's work queue, or the thread that tears the channel down (its
+ *   drain processes what is left). While one runs, that channel processes no
  *   other completion, so they should be short; they must not wait for a
  *   credit (ferry_send() without %FERRY_NOWAIT fails with -EDEADLK there) and
  *   must not call ferry_session_close().
@@ -167,8 +169,11 @@ struct ferry_request {
  *	polled channels together at most 64): channels @channels to
  *	@channels + @poll_channels - 1, whose completions nobody processes but
  *	the caller, through ferry_poll_channel(), as nvme-rdma's poll queues.
- *	ferry_send() and ferry_submit() never pick them; ferry_send_on() and
- *	ferry_submit_on() name them.
+ *	ferry_send() and ferry_submit() pick them only from a callback of that
+ *	very channel (an answer goes back the way its question came);
+ *	ferry_send_on() and ferry_submit_on() name them. The peer does not know
+ *	which channels are polled: what it sends on one of them on its own
+ *	waits for the next poll.
  * @queue_depth: receive buffers per channel, 2 to 1024; 0: 128.
  * @max_msg: largest message this side accepts, in bytes including ferry's
  *	16-byte header, 256 to 65536; 0: 4096. The session's limit is the

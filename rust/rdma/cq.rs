@@ -16,7 +16,13 @@
 //!   once), so its handlers see them one by one, in order.
 //!
 //! Either way the completion handlers (`ib_cqe.done`) run in process
-//! context, one at a time per CQ. ib_core's private fields are never written.
+//! context, one at a time per CQ. Of the CQ's fields only `event_handler`
+//! is written, once, right after allocation (`ib_alloc_cq` leaves it to its
+//! caller); ib_core's own (`poll_ctx`, `cq_context`, ...) never are.
+//!
+//! Whoever creates QPs on a [`Cq`] must post only work requests whose
+//! `wr_cqe` stays valid until its completion has been handled (or the QP is
+//! drained): the pollers call `wr_cqe->done` of every completion.
 
 use core::{
     ffi::c_void,
@@ -176,8 +182,9 @@ impl Cq {
     /// Stops the CQ's pollers for good and waits until none is inside: from
     /// then on the caller alone processes its completions (`ib_drain_qp`
     /// polls an `IB_POLL_DIRECT` CQ itself). Does nothing for a CQ ib_core
-    /// polls. May sleep.
-    pub fn stop_polling(&self) {
+    /// polls. May sleep; must not be called from a completion handler of
+    /// this CQ (it would wait for itself).
+    pub(crate) fn stop_polling(&self) {
         if let Some(p) = &self.poller {
             p.owner.close();
             while p.owner.held() {
@@ -253,7 +260,9 @@ impl Owner {
 /// # Invariants
 ///
 /// `cq` is live until `owner` is closed and no thread holds it: the [`Cq`]
-/// waits for that before it frees the CQ.
+/// waits for that before it frees the CQ. Every completion on it carries the
+/// `wr_cqe` of a request that is still live (the [`Cq`]'s contract with its
+/// QPs' owner).
 pub struct Poller {
     cq: NonNull<bindings::ib_cq>,
     owner: Owner,
@@ -275,29 +284,37 @@ impl Poller {
     ///
     /// Process context: the handlers may sleep.
     pub fn poll(&self, budget: u32) -> u32 {
-        self.polled.store(true, Relaxed);
-        if budget == 0 || !self.owner.take() {
-            return 0;
+        let n = self.process(budget);
+        if n.is_some() {
+            self.polled.store(true, Relaxed);
         }
-        let budget = c_int::try_from(budget).unwrap_or(c_int::MAX);
-        // SAFETY: The CQ is live while this thread holds it (type invariant).
-        // Each of its completions carries the `ib_cqe` of a live request,
-        // whose owner handles it in process context.
-        let n = unsafe { bindings::ib_process_cq_direct(self.cq.as_ptr(), budget) };
-        self.owner.release();
-        u32::try_from(n).unwrap_or(0)
+        n.unwrap_or(0)
     }
 
-    /// Polls as [`Poller::poll`] if nobody did since the last call, so that
-    /// a CQ its users left alone still makes progress. Returns how many
-    /// completions it processed.
+    /// Polls as [`Poller::poll`] if none of the CQ's users did since the last
+    /// call, so that a CQ its users left alone still makes progress. Returns
+    /// how many completions it processed. Its own polls do not count as a
+    /// user's.
     pub fn poll_if_idle(&self, budget: u32) -> u32 {
         if self.polled.swap(false, Relaxed) {
             return 0;
         }
-        let n = self.poll(budget);
-        self.polled.store(false, Relaxed);
-        n
+        self.process(budget).unwrap_or(0)
+    }
+
+    /// Processes up to `budget` completions unless another thread holds the
+    /// CQ (`None` then, or with a zero budget).
+    fn process(&self, budget: u32) -> Option<u32> {
+        if budget == 0 || !self.owner.take() {
+            return None;
+        }
+        let budget = c_int::try_from(budget).unwrap_or(c_int::MAX);
+        // SAFETY: The CQ is live while this thread holds it, and each of its
+        // completions carries the `ib_cqe` of a live request (type
+        // invariants), whose owner handles it in process context.
+        let n = unsafe { bindings::ib_process_cq_direct(self.cq.as_ptr(), budget) };
+        self.owner.release();
+        Some(u32::try_from(n).unwrap_or(0))
     }
 }
 

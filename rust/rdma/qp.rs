@@ -161,6 +161,11 @@ pub trait Completion: Send + Sync + 'static {
     /// Work of tag `tag` completed. For [`TagOp::Rdma`], the handler calls
     /// [`Qp::rdma_done`] once it is done with the transfer.
     fn tag_done(_this: ArcBorrow<'_, Self>, _tag: u32, _op: TagOp, _wc: &Wc) {}
+
+    /// Called with `true` before each completion's handler runs and with
+    /// `false` after it returned, in the same thread: whoever calls back into
+    /// the QP's owner from a handler can be told apart from other threads.
+    fn handling(_this: ArcBorrow<'_, Self>, _on: bool) {}
 }
 
 /// Sizes of a [`Qp`].
@@ -1048,8 +1053,9 @@ unsafe extern "C" fn qp_event(ev: *mut bindings::ib_event, _ctx: *mut c_void) {
 ///
 /// # Safety
 ///
-/// Only the CQ's polling (`ib_process_cq_direct`) calls this, with a valid `wc` whose `wr_cqe` is the
-/// `cqe` field of a [`Cqe<H>`] of a live [`Inner<H>`].
+/// Only the CQ's polling (ib_core's `ib_comp_wq` work, or
+/// `ib_process_cq_direct`) calls this, with a valid `wc` whose `wr_cqe` is
+/// the `cqe` field of a [`Cqe<H>`] of a live [`Inner<H>`].
 unsafe extern "C" fn done<H: Completion>(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
     // SAFETY: `wc` is valid for the call.
     let wc = unsafe { &*wc };
@@ -1061,6 +1067,7 @@ unsafe extern "C" fn done<H: Completion>(_cq: *mut bindings::ib_cq, wc: *mut bin
     let slot = unsafe { &*cqe.cast::<Cqe<H>>() };
     // SAFETY: `owner` points to the live `Inner` (type invariant of `Inner`).
     let inner = unsafe { &*slot.owner };
+    H::handling(inner.handler.as_arc_borrow(), true);
     match slot.op {
         None => inner.complete(slot.slot, wc),
         Some(op) => H::tag_done(
@@ -1070,6 +1077,7 @@ unsafe extern "C" fn done<H: Completion>(_cq: *mut bindings::ib_cq, wc: *mut bin
             &Wc::from_raw(wc),
         ),
     }
+    H::handling(inner.handler.as_arc_borrow(), false);
 }
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]

@@ -20,10 +20,11 @@ use core::sync::atomic::{
     Ordering::{Acquire, Release},
 };
 use kernel::{
-    new_mutex,
+    new_mutex, new_work,
     prelude::*,
     sync::{Arc, ArcBorrow, Mutex},
     time::{Instant, Monotonic},
+    workqueue::{impl_has_work, Work, WorkItem},
 };
 
 use crate::{
@@ -78,12 +79,19 @@ pub(crate) enum ChanState {
     Closed,
 }
 
+/// How many timeouts a busy peer's adapter may stand in for the peer: its
+/// acknowledgements keep a channel alive at most this long without a
+/// message from the peer (a wedged peer whose adapter still acknowledges is
+/// found then, at the latest).
+const BUSY_TIMEOUTS: i64 = 4;
+
 /// Whether the peer counts as dead: no message from it for `timeout_ms`,
 /// and, while requests are at work (`busy`), no acknowledgement of its
-/// adapter either (see `Inner::last_ack`). Times in milliseconds ago.
+/// adapter either (see `Inner::last_ack`), for at most [`BUSY_TIMEOUTS`]
+/// timeouts. Times in milliseconds ago.
 fn peer_silent(rx_ms: i64, ack_ms: i64, busy: bool, timeout_ms: u32) -> bool {
-    let silent = |ms: i64| ms > i64::from(timeout_ms);
-    silent(rx_ms) && (!busy || silent(ack_ms))
+    let timeout = i64::from(timeout_ms);
+    rx_ms > timeout && (!busy || ack_ms > timeout || rx_ms > BUSY_TIMEOUTS * timeout)
 }
 
 /// Completions the tick processes on a polled channel nobody polls, per run.
@@ -153,6 +161,26 @@ pub(crate) struct Channel {
     /// The task handling a completion of the channel (0 when none), so that a
     /// consumer's callback cannot wait for a credit only this task can return.
     cb_task: AtomicUsize,
+    /// Polls a polled channel that its consumer left alone (queued by the
+    /// tick on ferry's work queue, so that the callbacks it runs delay no
+    /// other session's tick).
+    #[pin]
+    idle_poll: Work<Channel>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Channel { self.idle_poll }
+}
+
+impl WorkItem for Channel {
+    type Pointer = Arc<Channel>;
+
+    fn run(this: Arc<Channel>) {
+        let poller = this.inner.lock().qp.as_ref().and_then(Qp::poller);
+        if let Some(p) = poller {
+            p.poll_if_idle(TICK_POLL_BUDGET);
+        }
+    }
 }
 
 /// A snapshot for netlink.
@@ -204,6 +232,7 @@ impl Channel {
                 }),
                 stats: Stats::default(),
                 cb_task: AtomicUsize::new(0),
+                idle_poll <- new_work!("ferry::Channel::idle_poll"),
             }),
             GFP_KERNEL,
         )
@@ -432,12 +461,18 @@ impl Channel {
 
     /// Periodic work: connect and heartbeat timeouts, heartbeats. Called from
     /// the session's tick with the session's lock not held.
-    pub(crate) fn tick(&self, heartbeat_ms: u32, timeout_ms: u32, connect_timeout_ms: u32) {
-        // A polled channel its consumer left alone since the last tick:
-        // its heartbeats, credits and answers must still flow.
-        let idle = self.inner.lock().qp.as_ref().and_then(Qp::poller);
-        if let Some(p) = idle {
-            p.poll_if_idle(TICK_POLL_BUDGET);
+    pub(crate) fn tick(
+        self: &Arc<Self>,
+        heartbeat_ms: u32,
+        timeout_ms: u32,
+        connect_timeout_ms: u32,
+    ) {
+        // A polled channel its consumer may have left alone since the last
+        // tick: its heartbeats, credits and answers must still flow.
+        if self.session.params.polled(self.index) {
+            if let Some(ferry) = Ferry::get() {
+                ferry.queue_work(self.clone());
+            }
         }
         let mut inner = self.inner.lock();
         let timed_out = match inner.state {
@@ -1036,6 +1071,13 @@ impl Completion for Channel {
         }
     }
 
+    fn handling(this: ArcBorrow<'_, Self>, on: bool) {
+        // Completions of one CQ never run concurrently: this is the only task
+        // that stores here.
+        this.cb_task
+            .store(if on { current_task() } else { 0 }, Release);
+    }
+
     fn recv_reposted(this: ArcBorrow<'_, Self>, _slot: u32) {
         let mut inner = this.inner.lock();
         if inner.credits.reposted() && inner.state == ChanState::Up {
@@ -1070,14 +1112,10 @@ impl Channel {
             self.wc_failed(wc);
             return false;
         }
-        // Completions of one CQ never run concurrently: this is the only task
-        // that stores here.
-        self.cb_task.store(current_task(), Release);
         let res = self.receive(data, wc.invalidated());
         if res == Ok(true) {
             self.unblocked();
         }
-        self.cb_task.store(0, Release);
         match res {
             Ok(_) => true,
             Err(r) => {
@@ -1233,9 +1271,16 @@ mod tests {
     fn busy_lives_on_acknowledgements() {
         // A long transfer: the peer's answers wait behind its RDMA, but its
         // adapter acknowledged a heartbeat a second ago.
-        assert!(!peer_silent(30_000, 1000, true, 5000));
+        assert!(!peer_silent(19_000, 1000, true, 5000));
         // Neither for the whole timeout: dead, busy or not.
         assert!(peer_silent(5001, 5001, true, 5000));
         assert!(!peer_silent(100, 9000, true, 5000));
+    }
+
+    #[test]
+    fn acknowledgements_stand_in_for_four_timeouts_at_most() {
+        // A wedged peer whose adapter still acknowledges is dead all the same.
+        assert!(!peer_silent(20_000, 10, true, 5000));
+        assert!(peer_silent(20_001, 10, true, 5000));
     }
 }

@@ -292,10 +292,13 @@ mod tests {
         assert!(wq.poller().is_none());
         let p = direct.poller().ok_or(EINVAL)?;
         assert_eq!(p.poll(16), 0);
-        // Nobody polled since: the tick's poll runs, and finds nothing too.
+        // A user polled since the last look: the idle poll does nothing
+        // (and finds nothing), and the next one polls, as nobody did since.
+        assert_eq!(p.poll_if_idle(16), 0);
         assert_eq!(p.poll_if_idle(16), 0);
         direct.stop_polling();
         assert_eq!(p.poll(16), 0);
+        assert_eq!(p.poll_if_idle(16), 0);
         Ok(())
     }
 }

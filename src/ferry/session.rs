@@ -101,8 +101,9 @@ impl Params {
         let d = Self::DEFAULT;
         let or = |v: u32, d: u32| if v == 0 { d } else { v };
         let p = Self {
+            // By default one per CPU, less room for the polled ones.
             channels: if channels == 0 {
-                default_channels
+                default_channels.min(wire::MAX_CHANNELS.saturating_sub(poll_channels))
             } else {
                 channels
             }
@@ -1128,8 +1129,10 @@ impl Session {
             None => inner.channels.iter().position(|c| c.in_callback()),
             Some(_) => None,
         };
+        // The ordinary channels come first: a CPU picks one of them.
+        let ordinary = usize::from(self.params.channels - self.params.poll_channels).max(1);
         // CAST: a CPU number fits a `usize`.
-        own.unwrap_or(kernel::cpu::CpuId::current().as_u32() as usize)
+        own.unwrap_or(kernel::cpu::CpuId::current().as_u32() as usize % ordinary)
     }
 
     /// Fails channel `qid` for its consumer, so the session reconnects (a
@@ -1140,15 +1143,17 @@ impl Session {
         if qid >= self.params.channels {
             return Err(EINVAL);
         }
-        let c = self
-            .inner
+        self.channel(qid).ok_or(ENOTCONN)?.reset()
+    }
+
+    /// Channel `qid` of the current connection, if it has one.
+    fn channel(&self, qid: u16) -> Option<Arc<Channel>> {
+        self.inner
             .lock()
             .channels
             .iter()
             .find(|c| c.index() == qid)
             .cloned()
-            .ok_or(ENOTCONN)?;
-        c.reset()
     }
 
     /// Processes up to `budget` completions of polled channel `qid` in the
@@ -1159,14 +1164,7 @@ impl Session {
             return Err(EINVAL);
         }
         // The handlers take the session's lock: poll without it.
-        let c = self
-            .inner
-            .lock()
-            .channels
-            .iter()
-            .find(|c| c.index() == qid)
-            .cloned();
-        Ok(c.map_or(0, |c| c.poll(budget)))
+        Ok(self.channel(qid).map_or(0, |c| c.poll(budget)))
     }
 
     /// Processes up to `budget` completions of each polled channel in the

@@ -22,6 +22,7 @@ use kernel::{
 };
 
 use crate::{
+    channel::Channel,
     cm::SockAddr,
     device::Ferry,
     listener::Listener,
@@ -148,6 +149,15 @@ impl Ferry {
         };
         for s in sessions.iter() {
             s.tick();
+        }
+    }
+
+    /// Queues channel `c`'s idle poll on ferry's work queue (nothing happens
+    /// if it is queued already, or the module is unloading).
+    pub(crate) fn queue_work(&self, c: Arc<Channel>) {
+        let q = self.transport.queue.lock();
+        if let Some(q) = q.as_ref() {
+            let _ = q.queue().enqueue(c);
         }
     }
 
