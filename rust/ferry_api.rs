@@ -150,6 +150,16 @@ pub struct Limits {
     pub queue_depth: u32,
     /// Largest message [`SessionRef::send`] takes.
     pub max_payload: u32,
+    /// Most bytes of data one request carries.
+    pub max_data: u32,
+    /// Most scatterlist entries one request's data has.
+    pub max_segments: u32,
+    /// The gaps the data may not have (see `struct ferry_limits`).
+    pub virt_boundary_mask: u32,
+    /// The alignment mask the data's address and length need.
+    pub dma_alignment: u32,
+    /// The most bytes of data to the peer sent inline (0: none).
+    pub inline_size: u32,
 }
 
 /// Whether a send may wait for a credit (or a send buffer).
@@ -663,6 +673,11 @@ impl SessionRef {
             poll_channels: l.poll_channels,
             queue_depth: l.queue_depth,
             max_payload: l.max_payload,
+            max_data: l.max_data,
+            max_segments: l.max_segments,
+            virt_boundary_mask: l.virt_boundary_mask,
+            dma_alignment: l.dma_alignment,
+            inline_size: l.inline_size,
         })
     }
 

@@ -205,12 +205,33 @@ struct ferry_session_params {
  * @queue_depth: the peer's receive buffers per channel: at most this many
  *	messages per channel are in flight.
  * @max_payload: largest message ferry_send() takes, in bytes.
+ * @max_data: most bytes of data one request carries.
+ * @max_segments: most scatterlist entries one request's data has.
+ * @virt_boundary_mask: the data of a request may have no gap at this mask
+ *	(a page less one): every scatterlist entry but the first starts, and
+ *	every entry but the last ends, on a multiple of @virt_boundary_mask + 1,
+ *	so its pages go into the registrations' page lists as they are (blk-mq's
+ *	virt_boundary_mask, as nvme-rdma sets it).
+ * @dma_alignment: the alignment mask the data's address and length need:
+ *	0, as registrations map any byte offset.
+ * @inline_size: the most bytes of data to the peer that travel in the
+ *	request message itself, with no registration: 0 in this version.
+ *
+ * A request within @max_data, @max_segments and @virt_boundary_mask always
+ * fits the session's registrations: a block driver sizes its queue limits
+ * by them (max_hw_sectors, max_segments, virt_boundary_mask, dma_alignment),
+ * its hardware queues by @channels and their depth by @queue_depth.
  */
 struct ferry_limits {
 	u16 channels;
 	u16 poll_channels;
 	u32 queue_depth;
 	u32 max_payload;
+	u32 max_data;
+	u32 max_segments;
+	u32 virt_boundary_mask;
+	u32 dma_alignment;
+	u32 inline_size;
 };
 
 /* ferry_send() flags */

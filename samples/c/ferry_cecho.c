@@ -61,7 +61,7 @@ module_param(rq_min, uint, 0444);
 MODULE_PARM_DESC(rq_min, "The smallest request data, in bytes (4 KiB to rq_max)");
 static uint rq_max = 4 << 20;
 module_param(rq_max, uint, 0444);
-MODULE_PARM_DESC(rq_max, "The largest request data, in bytes (4 KiB to 4 MiB)");
+MODULE_PARM_DESC(rq_max, "The largest request data, in bytes (4 KiB to the session's max_data)");
 static uint rq_dir;
 module_param(rq_dir, uint, 0444);
 MODULE_PARM_DESC(rq_dir, "0: writes and reads by turns, 1: writes only, 2: reads only");
@@ -511,10 +511,10 @@ static void rq_done(struct ferry_request *rq)
 }
 
 /* Sends @n requests with data, @window at a time; checks every byte. */
-static int run_requests(struct ferry_session *s, u32 n, u32 window)
+static int run_requests(struct ferry_session *s, u32 n, u32 window, u32 max_data)
 {
 	struct rq_client *rc;
-	u32 i, sent = 0, max = clamp_t(u32, rq_max, 4096, 4 << 20);
+	u32 i, sent = 0, max = clamp_t(u32, rq_max, 4096, max_data);
 	u32 smallest = clamp_t(u32, rq_min, 4096, max);
 	u64 bytes = 0;
 	int ret = 0;
@@ -632,6 +632,10 @@ static int run_client(void)
 		goto close;
 	c->max = limits.max_payload;
 	poll_qid = limits.channels - limits.poll_channels;
+	pr_info("client: limits: channels %u poll_channels %u queue_depth %u max_payload %u max_data %u max_segments %u virt_boundary_mask %#x dma_alignment %u inline_size %u\n",
+		limits.channels, limits.poll_channels, limits.queue_depth,
+		limits.max_payload, limits.max_data, limits.max_segments,
+		limits.virt_boundary_mask, limits.dma_alignment, limits.inline_size);
 	buf = kmalloc(c->max, GFP_KERNEL);
 	if (!buf) {
 		ret = -ENOMEM;
@@ -660,7 +664,7 @@ static int run_client(void)
 	if (atomic_read(&c->received) != count || atomic_read(&c->wrong))
 		ret = -EIO;
 	if (!ret && requests)
-		ret = run_requests(s, requests, rq_window);
+		ret = run_requests(s, requests, rq_window, limits.max_data);
 	if (poll)
 		pr_info("client: %llu completions polled\n", polled);
 	if (!ret && hold) {

@@ -400,6 +400,15 @@ impl Channel {
         (inner.peer_depth, inner.peer_max_msg)
     }
 
+    /// The most pages one of the channel's registrations maps (0 before
+    /// the channel has a device).
+    pub(crate) fn reg_pages(&self) -> u32 {
+        let inner = self.inner.lock();
+        inner
+            .caps
+            .map_or(0, |c| c.max_fast_reg_page_list_len.min(MAX_REG_PAGES))
+    }
+
     /// Marks the channel failed for `reason` (the first reason wins), makes its
     /// QP flush and tells the session. Callable from any of the channel's
     /// contexts; tears nothing down itself.

@@ -339,14 +339,18 @@ pub(crate) unsafe extern "C" fn ferry_session_limits(
     out: *mut ferry_limits,
 ) -> c_int {
     // SAFETY: The caller holds a reference (the contract).
-    let s = unsafe { Handle::<Session>::borrow(s) };
-    match s.limits() {
-        Ok((channels, queue_depth, max_payload)) => {
+    match unsafe { Handle::<Session>::borrow(s) }.limits() {
+        Ok(l) => {
             let l = ferry_limits {
-                channels,
-                poll_channels: s.params.poll_channels,
-                queue_depth,
-                max_payload,
+                channels: l.channels,
+                poll_channels: l.poll_channels,
+                queue_depth: l.queue_depth,
+                max_payload: l.max_payload,
+                max_data: l.data.max_data,
+                max_segments: l.data.max_segments,
+                virt_boundary_mask: l.data.virt_boundary_mask,
+                dma_alignment: 0,
+                inline_size: 0,
             };
             // SAFETY: `out` is valid for writes (the contract).
             unsafe { out.write(l) };

@@ -44,7 +44,7 @@ use crate::{
     stats::{Counter, Counters, Stats},
     wire::{self, Header, Hello, Reason, ServiceName},
     work,
-    xfer::{Incoming, Request},
+    xfer::{DataLimits, Incoming, Request},
 };
 
 /// How long one connect attempt may take before it counts as failed.
@@ -135,6 +135,20 @@ impl Params {
     pub(crate) fn polled(&self, index: u16) -> bool {
         index >= self.channels - self.poll_channels
     }
+}
+
+/// What a connected session can carry (see `ferry_session_limits()`).
+pub(crate) struct Limits {
+    /// Channels, polled ones included.
+    pub(crate) channels: u16,
+    /// How many of them, the last ones, are polled.
+    pub(crate) poll_channels: u16,
+    /// The peer's receive buffers per channel.
+    pub(crate) queue_depth: u32,
+    /// The largest message.
+    pub(crate) max_payload: u32,
+    /// What one request's data may be.
+    pub(crate) data: DataLimits,
 }
 
 /// The consumer's view of the session so far: what it was told last.
@@ -1021,19 +1035,27 @@ impl Session {
 
     /// The negotiated limits: (channels, the peer's queue depth, largest
     /// payload). `ENOTCONN` unless connected.
-    pub(crate) fn limits(&self) -> Result<(u16, u32, u32)> {
+    pub(crate) fn limits(&self) -> Result<Limits> {
         let inner = self.inner.lock();
         if inner.state != SessionState::Connected {
             return Err(ENOTCONN);
         }
-        let (mut depth, mut max) = (u32::MAX, u32::MAX);
+        let (mut depth, mut max, mut pages) = (u32::MAX, u32::MAX, u32::MAX);
         for c in inner.channels.iter() {
             let (d, m) = c.peer_limits();
             depth = depth.min(d);
             max = max.min(m);
+            pages = pages.min(c.reg_pages());
         }
-        // CAST: `Header::LEN` is 16; `max` is at least `MIN_MSG_SIZE`.
-        Ok((self.params.channels, depth, max - Header::LEN as u32))
+        Ok(Limits {
+            channels: self.params.channels,
+            poll_channels: self.params.poll_channels,
+            queue_depth: depth,
+            // CAST: `Header::LEN` is 16; `max` is at least `MIN_MSG_SIZE`.
+            max_payload: max - Header::LEN as u32,
+            // CAST: a page is a few KiB.
+            data: DataLimits::new(pages, kernel::page::PAGE_SIZE as u32),
+        })
     }
 
     /// Sends `data` as one message on channel `on`, or if `None` on the

@@ -59,6 +59,40 @@ pub(crate) trait RdmaDone: Send {
     fn done(self: KBox<Self>, status: i32);
 }
 
+/// What one request's data may be so that it always fits the registrations
+/// of a channel whose regions map `reg_pages` pages each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DataLimits {
+    /// Bytes.
+    pub(crate) max_data: u32,
+    /// Scatterlist entries.
+    pub(crate) max_segments: u32,
+    /// A mask of the gaps an entry may not have: every entry but the first
+    /// starts, and every entry but the last ends, at a multiple of it plus
+    /// one (a page), so the pages go into a region's page list as they are.
+    pub(crate) virt_boundary_mask: u32,
+}
+
+impl DataLimits {
+    /// The limits for regions of `reg_pages` pages of `page_size` bytes.
+    /// A request gets at most `MAX_REGS` regions (and descriptors), whose
+    /// page lists hold every page its data touches; data that starts in the
+    /// middle of a page touches one page more than its length fills, so one
+    /// page is kept for that (as nvme-rdma does).
+    pub(crate) fn new(reg_pages: u32, page_size: u32) -> Self {
+        // CAST: `MAX_REGS` and `MAX_DESCS` are 8.
+        let pages = reg_pages.saturating_mul(MAX_REGS.min(MAX_DESCS) as u32);
+        Self {
+            max_data: pages
+                .saturating_sub(1)
+                .saturating_mul(page_size)
+                .min(crate::wire::request::MAX_DATA),
+            max_segments: pages,
+            virt_boundary_mask: page_size - 1,
+        }
+    }
+}
+
 /// Encodes a tag: generation in the high bits, index in the low 16.
 fn cookie(index: usize, generation: u16) -> u64 {
     // CAST: indices are below `MAX_QUEUE_DEPTH`.
@@ -484,5 +518,26 @@ impl Incoming {
 impl Drop for Incoming {
     fn drop(&mut self) {
         self.chan.incoming_dropped(self.tag);
+    }
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kunit_tests(ferry_xfer_limits)]
+mod tests {
+    use super::DataLimits;
+
+    #[test]
+    fn limits_keep_a_page_for_an_offset() {
+        // rxe: 512 pages a region, 8 regions: 4096 pages, less one.
+        let l = DataLimits::new(512, 4096);
+        assert_eq!(l.max_data, 4095 * 4096);
+        assert_eq!(l.max_segments, 4096);
+        assert_eq!(l.virt_boundary_mask, 4095);
+        // A device with short page lists.
+        assert_eq!(DataLimits::new(16, 4096).max_data, 127 * 4096);
+        // Never beyond what the protocol carries.
+        assert_eq!(DataLimits::new(1 << 20, 4096).max_data, 64 << 20);
+        // No device yet: nothing fits.
+        assert_eq!(DataLimits::new(0, 4096).max_data, 0);
     }
 }

@@ -227,6 +227,45 @@ def requests_reset(t):
     vm.run('rmmod ferry')
 
 
+LIMITS = re.compile(r'client: limits: channels (\d+) poll_channels (\d+) queue_depth (\d+) '
+                    r'max_payload (\d+) max_data (\d+) max_segments (\d+) '
+                    r'virt_boundary_mask (0x[0-9a-f]+) dma_alignment (\d+) inline_size (\d+)')
+
+
+@case(timeout=400)
+def requests_limits(t):
+    """ferry_session_limits() states what one request may carry, from the
+    device's registration page lists: at most 8 regions of up to 512 pages,
+    one page kept for data that starts mid-page; no gap within a page
+    (virt_boundary_mask); no inline data yet. Requests of exactly max_data,
+    each way, with one page per scatterlist entry (max_segments less one),
+    all succeed, checked byte for byte."""
+    vm = t.vm
+    t.net_up(vm, 0, 1)
+    t.rxe_add(vm)
+    t.insmod(vm)
+    vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+    frpl = t.ferryctl_json(vm)[0]['caps']['max_fast_reg_page_list_len']
+    n = 4
+    vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=cecho '
+           f'count=10 requests={n} rq_window=2 rq_min={64 << 20} rq_max={64 << 20}',
+           timeout=300 * t.slow)
+    log = vm.run('dmesg | grep "ferry_cecho: client"').out
+    m = LIMITS.search(log)
+    t.require(m is not None, f'no limits line: {log!r}')
+    _, poll, depth, _, max_data, max_segments, mask, align, inline = m.groups()
+    pages = 8 * min(512, frpl)
+    t.eq((int(max_data), int(max_segments), mask, int(align), int(inline), int(poll)),
+         ((pages - 1) * 4096, pages, '0xfff', 0, 0, 0), 'limits from the device')
+    t.eq(int(depth), 128, 'queue depth (the default)')
+    r = RQ_SUMMARY.search(log)
+    t.require(r is not None, f'no request summary: {log!r}')
+    sent, done, wrong, failed, nbytes = (int(x) for x in r.groups())
+    t.eq((sent, done, wrong, failed, nbytes), (n, n, 0, 0, n * int(max_data)),
+         'requests of max_data')
+    vm.run('rmmod ferry_cecho ferry')
+
+
 @case(timeout=400)
 def requests_zero_copy(t):
     """One VM, rxe in loopback: the C client sends requests whose data moves
