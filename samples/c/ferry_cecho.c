@@ -65,6 +65,9 @@ MODULE_PARM_DESC(rq_max, "The largest request data, in bytes (4 KiB to the sessi
 static uint rq_dir;
 module_param(rq_dir, uint, 0444);
 MODULE_PARM_DESC(rq_dir, "0: writes and reads by turns, 1: writes only, 2: reads only");
+static bool nowait;
+module_param(nowait, bool, 0444);
+MODULE_PARM_DESC(nowait, "The client sends with FERRY_NOWAIT and, refused, waits for @writable");
 static uint rq_reset;
 module_param(rq_reset, uint, 0444);
 MODULE_PARM_DESC(rq_reset, "Reset the client's channel (ferry_reset_channel()) after this many requests, with a window in flight; 0: never");
@@ -419,6 +422,7 @@ static const struct ferry_ops cecho_ops = {
 struct client {
 	wait_queue_head_t wq;
 	atomic_t received, wrong;
+	atomic_t writable;	/* @writable calls (nowait=1) */
 	size_t max;		/* the session's largest payload */
 };
 
@@ -455,10 +459,41 @@ static void client_down(struct ferry_session *s, void *priv, int err)
 	pr_info("client session %u: down (%d)\n", ferry_session_id(s), err);
 }
 
+static void client_writable(struct ferry_session *s, void *priv)
+{
+	struct client *c = priv;
+
+	atomic_inc(&c->writable);
+	wake_up(&c->wq);
+}
+
 static const struct ferry_ops client_ops = {
 	.message = client_message,
 	.down = client_down,
+	.writable = client_writable,
 };
+
+/*
+ * nowait=1: sends with FERRY_NOWAIT; refused for want of a credit, waits for
+ * @writable (or 100 ms: a credit that came back just before the refusal
+ * calls nothing) and tries again. Counts the refusals in @refused.
+ */
+static int client_send_nowait(struct ferry_session *s, struct client *c,
+			      const void *data, size_t len, u32 *refused)
+{
+	unsigned long end = jiffies + msecs_to_jiffies(DRAIN_MS);
+	int ret;
+
+	while ((ret = client_send(s, data, len, FERRY_NOWAIT)) == -EAGAIN) {
+		int seen = atomic_read(&c->writable);
+
+		(*refused)++;
+		if (time_after(jiffies, end))
+			return -ETIMEDOUT;
+		client_wait(s, c->wq, atomic_read(&c->writable) != seen, 100);
+	}
+	return ret;
+}
 
 static int parse_peer(struct sockaddr_storage *ss)
 {
@@ -607,7 +642,7 @@ static int run_client(void)
 	struct ferry_session *s;
 	struct client *c;
 	u8 *buf = NULL;
-	u32 seq;
+	u32 seq, refused = 0;
 	int ret;
 
 	ret = parse_peer(&p.peer);
@@ -651,13 +686,18 @@ static int run_client(void)
 			goto close;
 		}
 		fill(buf, len, seq);
-		ret = client_send(s, buf, len, 0);
+		ret = nowait ? client_send_nowait(s, c, buf, len, &refused) :
+			       client_send(s, buf, len, 0);
 		if (ret) {
 			pr_err("client: send %u failed: %d\n", seq, ret);
 			goto close;
 		}
 	}
 	client_wait(s, c->wq, atomic_read(&c->received) >= count, DRAIN_MS);
+	/* (Before the summary, which the tests read as the last line.) */
+	if (nowait)
+		pr_info("client: %u sends refused for want of a credit, %d writable\n",
+			refused, atomic_read(&c->writable));
 	pr_info("client: %u sent, %d echoed, %d wrong, sizes 64..%zu bytes, %u channels\n",
 		count, atomic_read(&c->received), atomic_read(&c->wrong),
 		min_t(size_t, c->max, 65536), limits.channels);

@@ -67,9 +67,10 @@ def messages_samples(t):
 def messages_flow_control(t):
     """Credits are the only brake: the C client keeps 3000 messages in flight
     on a session whose queues hold 4, so its sends wait for credits; nothing
-    is lost or reordered. (The Rust service echoes from its callback, so on
-    the channel each message came on, whose credits the messages themselves
-    return: its `writable` path is seldom needed and not counted on here.)
+    is lost or reordered. Sent again with FERRY_NOWAIT, refused sends wait
+    for `writable`, which comes. (The Rust service echoes from its callback,
+    so on the channel each message came on, whose credits the messages
+    themselves return: its own `writable` path is seldom needed.)
     A service that refuses a session makes the client's open fail with that
     reason, in ferryctl and in a module."""
     vm = t.vm
@@ -89,6 +90,19 @@ def messages_flow_control(t):
     t.require(m is not None, f'tally: {gone[-1]}')
     t.eq(int(m.group(1)), count, 'echoed')
     t.log(f'the service\'s echoes that waited for credits: {m.group(3)}')
+    # The same flood sent with FERRY_NOWAIT: refused sends wait for
+    # `writable`, which comes, and nothing is lost.
+    vm.run('rmmod ferry_cecho')
+    vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=echo '
+           f'count={count} depth=4 window={count} nowait=1', timeout=120 * t.slow)
+    sent, echoed, wrong, _, _ = client_summary(t, vm, 'ferry_cecho')
+    t.eq((sent, echoed, wrong), (count, count, 0), 'flooding client, NOWAIT')
+    line = vm.run('dmesg | grep "ferry_cecho: client: .* refused" | tail -1').out
+    m = re.search(r'(\d+) sends refused for want of a credit, (\d+) writable', line)
+    t.require(m is not None, f'no NOWAIT tally: {line!r}')
+    refused, writable = int(m.group(1)), int(m.group(2))
+    t.log(f'NOWAIT: {refused} sends refused, {writable} writable')
+    t.check(refused > 0 and writable > 0, f'refused sends and writable: {refused}, {writable}')
     # A refusing service.
     vm.run('rmmod ferry_cecho')
     vm.run(f'insmod {t.sample("ferry_cecho")} refuse=1')
