@@ -11,6 +11,7 @@ Besides shell commands it answers three requests of the runner's own:
 brings it back there after a case and reports what it did and what is left,
 and `__exit__` ends the agent (and with it the VM).
 """
+import ctypes
 import glob
 import json
 import os
@@ -37,7 +38,12 @@ def read(path):
         return ''
 
 
+# prctl(2): the orphans of the agent's commands become its children.
+PR_SET_CHILD_SUBREAPER = 36
+
+
 def main():
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     port = find_port('ferry.ctl')
     if not port:
         print('agent: no ferry.ctl port', file=sys.stderr)
@@ -82,6 +88,9 @@ def main():
                 rep['id'] = req['id']
                 send(rep)
                 continue
+            # Orphans of earlier commands that ended (none of the agent's
+            # own commands runs now).
+            guest_state.reap()
             p = subprocess.Popen(['/bin/bash', '-c', req['cmd']],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  stdin=subprocess.DEVNULL, start_new_session=True)

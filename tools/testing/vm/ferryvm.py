@@ -25,6 +25,8 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 AGENT = os.path.join(ROOT, 'tools', 'testing', 'vm', 'agent.py')
+# QEMU as vng starts it, but a guest without udev (see qemu-noudev).
+QEMU = os.path.join(ROOT, 'tools', 'testing', 'vm', 'qemu-noudev')
 
 # Kernel reports that fail a test case wherever they appear in a console. Lines
 # from the kernel carry a printk timestamp, which keeps guest program output out.
@@ -153,6 +155,7 @@ class VM:
         env['PATH'] = os.path.dirname(VNG) + ':' + env.get('PATH', '')
         python = '/usr/bin/python3' if os.path.exists('/usr/bin/python3') else 'python3'
         cmd = [VNG, '--run', self.kernel, '--disable-kvm', '--force-9p', '--verbose',
+               '--qemu', QEMU,
                '--cpus', str(self.cpus), '--memory', self.memory,
                '--append', ' '.join(['net.ifnames=0', 'panic=-1', 'oops=panic'] + self.append),
                '--exec', f'{python} {AGENT}',

@@ -70,6 +70,21 @@ def user_processes():
     return procs
 
 
+def reap():
+    """Collects the exit status of every child of the agent that ended. The
+    agent adopts the orphans of its commands (it is a child subreaper, as
+    virtme-ng's init reaps none when it runs no udev), so a straggler a case
+    left, once killed, goes away instead of staying a zombie. Only while no
+    command of the agent's runs: a command's exit status is its own."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def case_processes(base, own):
     """{pid: (state, command)} of the processes a case started: new ones that
     no daemon of the baseline (udevd's workers) nor the kernel (usermode
@@ -255,6 +270,7 @@ def restore(base):
     # 1. Processes the case started (stragglers in the background), and their
     # process groups. A process stuck in the kernel (D state) stays: reported.
     for attempt in range(3):
+        reap()
         left = case_processes(base['processes'], own)
         if not left:
             break
