@@ -4,8 +4,8 @@
 //!
 //! A channel is driven from three contexts: rdma_cm events (its [`Handler`]),
 //! completions (its [`Completion`], never two at once: on `ib_comp_wq`, or for
-//! a polled channel in a consumer's thread or the tick) and the session's
-//! tick.
+//! a polled channel in a consumer's thread or the channel's idle-poll work)
+//! and the session's tick.
 //! All of them take the channel's lock briefly; none of them tears anything
 //! down. A failure only marks the channel failed, moves its QP to the error
 //! state and tells the session, whose work item later calls
@@ -133,8 +133,10 @@ struct Inner {
     /// that moves megabytes for this side's requests may answer a heartbeat
     /// only after them (its answer waits behind its RDMA on its send queue),
     /// so heartbeats are always signaled: an idle send queue still completes
-    /// one per interval. Whether the peer's ferry still answers is then the
-    /// requests' own timeout to tell (the consumer's).
+    /// one per interval. That stands in for the peer's messages for
+    /// [`BUSY_TIMEOUTS`] timeouts at most; whether the peer's ferry still
+    /// answers a request is the request's own timeout to tell sooner (the
+    /// consumer's).
     last_ack: Instant<Monotonic>,
     last_heartbeat: Instant<Monotonic>,
     heartbeat_seq: u64,
