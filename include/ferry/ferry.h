@@ -433,13 +433,14 @@ int ferry_submit_on(struct ferry_session *s, u16 qid, struct ferry_request *rq,
  * calling thread before it returns, as blk-mq's ``.poll`` and nvme-rdma's
  * poll queues do. A polled channel gets no completion interrupts: its
  * completions wait for this call. Heartbeats and credits still flow when the
- * caller does not poll for a while: ferry's tick polls a polled channel that
- * nobody polled since its last run (every 100 ms), so a silent consumer
+ * caller does not poll for a while: ferry's tick (every 100 ms) queues a
+ * work item that polls a polled channel nobody polled since its last run,
+ * so a silent consumer
  * slows its channel down but never loses it.
  *
  * A channel's completions are processed by one thread at a time, so
  * callbacks keep the rules of the calling-context section above; while
- * another thread processes them (another poller, ferry's tick, or a callback
+ * another thread processes them (another poller, the idle poll, or a callback
  * further up the caller's own stack) this returns 0 at once. Callbacks run
  * in the caller's thread: it must hold no lock they take, and they see it as
  * a ferry callback (-EDEADLK for a wait). ``ferryctl -s session show``
