@@ -235,6 +235,11 @@ impl CRequest {
         Some(unsafe { bytes(rq.hdr, rq.hdr_len as usize) })
     }
 
+    /// The caller's tag (`FERRY_TAGGED`).
+    pub fn tag(&self) -> u32 {
+        self.rq().tag
+    }
+
     /// `enum ferry_dir`, as the caller set it.
     pub fn dir(&self) -> u32 {
         self.rq().dir

@@ -363,6 +363,7 @@ impl<T: Done> Request<T> {
             dir: ffi::ferry_dir_FERRY_DIR_NONE,
             sgl: core::ptr::null_mut(),
             nents: 0,
+            tag: 0,
             resp: core::ptr::null_mut(),
             resp_size: 0,
             done: None,
@@ -422,12 +423,12 @@ impl<T: Done> Request<T> {
         self.raw.moved
     }
 
-    /// Fills in `raw` for `ferry_submit`.
+    /// Fills in `raw` for `ferry_submit`, with `tag` for `FERRY_TAGGED`.
     ///
     /// Every pointer it sets points into heap buffers the request owns, which
     /// stay put while ferry has the request, as the request itself does
     /// (boxed).
-    fn prepare(&mut self) {
+    fn prepare(&mut self, tag: u32) {
         let (dir, (sgl, nents)) = match &self.data {
             Some((dir, d)) => (*dir, d.sgl()),
             None => (Dir::None, (core::ptr::null_mut(), 0)),
@@ -438,6 +439,7 @@ impl<T: Done> Request<T> {
             dir: dir.to_raw(),
             sgl,
             nents,
+            tag,
             resp: self.response.as_mut_ptr().cast(),
             resp_size: u32::try_from(self.response.len()).unwrap_or(u32::MAX),
             done: Some(Self::done_raw),
@@ -743,7 +745,7 @@ impl SessionRef {
         req: KBox<Request<T>>,
         wait: Wait,
     ) -> core::result::Result<(), (Error, KBox<Request<T>>)> {
-        self.submit_raw(None, req, wait)
+        self.submit_raw(None, None, req, wait)
     }
 
     /// Sends a request on channel `qid`, as [`SessionRef::submit`]; see
@@ -754,19 +756,35 @@ impl SessionRef {
         req: KBox<Request<T>>,
         wait: Wait,
     ) -> core::result::Result<(), (Error, KBox<Request<T>>)> {
-        self.submit_raw(Some(qid), req, wait)
+        self.submit_raw(Some(qid), None, req, wait)
+    }
+
+    /// Sends a request on channel `qid` under the caller's own `tag` (below
+    /// the queue depth, not in flight on that channel), as a blk-mq driver
+    /// uses its request's tag; see `FERRY_TAGGED`. With [`Wait::No`]
+    /// callable from atomic context.
+    pub fn submit_tagged<T: Done>(
+        &self,
+        qid: u16,
+        tag: u32,
+        req: KBox<Request<T>>,
+        wait: Wait,
+    ) -> core::result::Result<(), (Error, KBox<Request<T>>)> {
+        self.submit_raw(Some(qid), Some(tag), req, wait)
     }
 
     fn submit_raw<T: Done>(
         &self,
         on: Option<u16>,
+        tag: Option<u32>,
         req: KBox<Request<T>>,
         wait: Wait,
     ) -> core::result::Result<(), (Error, KBox<Request<T>>)> {
         let req = KBox::into_raw(req);
         // SAFETY: `req` is valid (from `into_raw`), and ours until ferry
         // takes it below.
-        unsafe { (*req).prepare() };
+        unsafe { (*req).prepare(tag.unwrap_or(0)) };
+        let flags = wait.flags() | if tag.is_some() { ffi::FERRY_TAGGED } else { 0 };
         // SAFETY: A live handle (type invariant). `raw` is the first field of
         // `*req`, whose pointer (derived from the box, so valid for all of
         // it) `Request::done_raw` turns back into the box; `*req` stays put
@@ -775,9 +793,9 @@ impl SessionRef {
         let rq = unsafe { &raw mut (*req).raw };
         let ret = match on {
             // SAFETY: As above.
-            None => unsafe { ffi::ferry_submit(self.as_raw(), rq, wait.flags()) },
+            None => unsafe { ffi::ferry_submit(self.as_raw(), rq, flags) },
             // SAFETY: As above.
-            Some(qid) => unsafe { ffi::ferry_submit_on(self.as_raw(), qid, rq, wait.flags()) },
+            Some(qid) => unsafe { ffi::ferry_submit_on(self.as_raw(), qid, rq, flags) },
         };
         if ret == 0 {
             return Ok(());

@@ -115,6 +115,129 @@ impl<T: Send + Sync + 'static> Drop for Published<T> {
     }
 }
 
+/// A cell that holds at most one [`Arc<T>`], read under RCU: readers borrow
+/// the value for an RCU read-side critical section without touching its
+/// reference count, from any context; a writer replaces it and waits for a
+/// grace period before the old value's reference is dropped.
+///
+/// # Invariants
+///
+/// `ptr` is null or came from [`Arc::into_raw`]; the cell owns that
+/// reference until it is replaced and a grace period has passed. `retired`
+/// is null or holds such a reference, taken out of `ptr` by
+/// [`RcuCell::clear_all`] and dropped there after its grace period.
+pub struct RcuCell<T> {
+    ptr: AtomicPtr<T>,
+    retired: AtomicPtr<T>,
+    _p: PhantomData<Arc<T>>,
+}
+
+// SAFETY: The cell only lends `&T` and drops `Arc<T>`s, which may cross
+// threads when `T: Send + Sync`.
+unsafe impl<T: Send + Sync> Sync for RcuCell<T> {}
+// SAFETY: As above.
+unsafe impl<T: Send + Sync> Send for RcuCell<T> {}
+
+impl<T: Send + Sync> RcuCell<T> {
+    /// An empty cell.
+    pub const fn new() -> Self {
+        Self {
+            ptr: AtomicPtr::new(ptr::null_mut()),
+            retired: AtomicPtr::new(ptr::null_mut()),
+            _p: PhantomData,
+        }
+    }
+
+    /// Empties every cell of `cells` and drops their values once no reader
+    /// can see them: one RCU grace period for all. May sleep. Concurrent
+    /// calls on the same cells must not happen (the caller's lock).
+    pub fn clear_all(cells: &[Self]) {
+        let mut any = false;
+        for c in cells {
+            let old = c.ptr.swap(ptr::null_mut(), Ordering::AcqRel);
+            if !old.is_null() {
+                // INVARIANT: the reference moves to `retired`, which only
+                // this function uses, under the caller's lock: it was null.
+                c.retired.store(old, Ordering::Release);
+                any = true;
+            }
+        }
+        if !any {
+            return;
+        }
+        rcu::synchronize_rcu();
+        for c in cells {
+            let old = c.retired.swap(ptr::null_mut(), Ordering::AcqRel);
+            if !old.is_null() {
+                // SAFETY: `old` came from `Arc::into_raw` (type invariant);
+                // it left `ptr` before the grace period that just passed, so
+                // no reader holds it.
+                drop(unsafe { Arc::from_raw(old) });
+            }
+        }
+    }
+
+    /// The value, for as long as the read-side critical section `_guard`
+    /// lasts. Allocates nothing and never sleeps.
+    pub fn get<'a>(&'a self, _guard: &'a rcu::Guard) -> Option<&'a T> {
+        let raw = self.ptr.load(Ordering::Acquire);
+        // SAFETY: `raw` is null or came from `Arc::into_raw` (type invariant),
+        // and that reference is dropped only after the pointer was replaced
+        // and a grace period passed, which cannot happen before `_guard`'s
+        // critical section, begun before the load, ends.
+        unsafe { raw.as_ref() }
+    }
+
+    /// A reference to the value, to keep beyond a read-side critical
+    /// section. Never sleeps.
+    pub fn get_arc(&self) -> Option<Arc<T>> {
+        let guard = rcu::read_lock();
+        let raw = self.ptr.load(Ordering::Acquire);
+        if raw.is_null() {
+            return None;
+        }
+        // SAFETY: As in `get`: `raw` came from `Arc::into_raw` and the cell's
+        // reference outlives the critical section `guard` holds.
+        let borrowed = unsafe { ArcBorrow::from_raw(raw) };
+        let arc = borrowed.into();
+        drop(guard);
+        Some(arc)
+    }
+
+    /// Replaces the value with `value`; the old one is dropped once no
+    /// reader can still see it. Waits for an RCU grace period: may sleep.
+    pub fn set(&self, value: Option<Arc<T>>) {
+        let new = value.map_or(ptr::null_mut(), |v| Arc::into_raw(v).cast_mut());
+        let old = self.ptr.swap(new, Ordering::AcqRel);
+        if old.is_null() {
+            return;
+        }
+        rcu::synchronize_rcu();
+        // SAFETY: `old` came from `Arc::into_raw` (type invariant); it is no
+        // longer in the cell and a grace period has passed, so no reader
+        // holds it.
+        drop(unsafe { Arc::from_raw(old) });
+    }
+}
+
+impl<T: Send + Sync> Default for RcuCell<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Drop for RcuCell<T> {
+    fn drop(&mut self) {
+        for raw in [*self.ptr.get_mut(), *self.retired.get_mut()] {
+            if !raw.is_null() {
+                // SAFETY: `raw` came from `Arc::into_raw` (type invariant);
+                // with `&mut self` there is no reader.
+                drop(unsafe { Arc::from_raw(raw) });
+            }
+        }
+    }
+}
+
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 #[kunit_tests(ferry_slot)]
 mod tests {
@@ -135,6 +258,36 @@ mod tests {
         drop(published);
         assert!(SLOT.get().is_none());
         assert_eq!(*held, 7);
+        Ok(())
+    }
+
+    #[test]
+    fn rcu_cell_lends_and_replaces() -> Result {
+        let cell = RcuCell::<u32>::new();
+        let v = Arc::new(1, GFP_KERNEL)?;
+        cell.set(Some(v.clone()));
+        {
+            let g = rcu::read_lock();
+            assert_eq!(cell.get(&g).copied(), Some(1));
+        }
+        cell.set(Some(Arc::new(2, GFP_KERNEL)?));
+        // The old value's reference went back once readers were done.
+        assert!(Arc::into_unique_or_drop(v).is_some());
+        let g = rcu::read_lock();
+        assert_eq!(cell.get(&g).copied(), Some(2));
+        drop(g);
+        cell.set(None);
+        let g = rcu::read_lock();
+        assert!(cell.get(&g).is_none());
+        drop(g);
+        // Several at once, one grace period.
+        let cells = [RcuCell::new(), RcuCell::new(), RcuCell::new()];
+        let w = Arc::new(3, GFP_KERNEL)?;
+        cells[0].set(Some(w.clone()));
+        cells[2].set(Some(w.clone()));
+        RcuCell::clear_all(&cells);
+        assert!(cells.iter().all(|c| c.get_arc().is_none()));
+        assert!(Arc::into_unique_or_drop(w).is_some());
         Ok(())
     }
 }

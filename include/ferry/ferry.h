@@ -126,6 +126,9 @@ enum ferry_dir {
  *	and registers them for the peer alone, for this request alone; the
  *	caller must not touch them until @done runs.
  * @nents: entries of @sgl.
+ * @tag: with %FERRY_TAGGED, the caller's tag for the request on its channel
+ *	(as a blk-mq driver uses its request's tag): below the queue depth,
+ *	and not in flight on that channel. Otherwise ferry picks one.
  * @resp: where the peer's response header goes (may be NULL).
  * @resp_size: room at @resp.
  * @done: called once the request is over, exactly once for each request
@@ -148,6 +151,7 @@ struct ferry_request {
 	enum ferry_dir dir;
 	struct scatterlist *sgl;
 	unsigned int nents;
+	u32 tag;
 	void *resp;
 	u32 resp_size;
 	void (*done)(struct ferry_request *rq);
@@ -234,9 +238,11 @@ struct ferry_limits {
 	u32 inline_size;
 };
 
-/* ferry_send() flags */
-/* Fail with -EAGAIN instead of waiting for a credit. */
+/* ferry_send() and ferry_submit() flags */
+/* Fail with -EAGAIN instead of waiting for a credit: never sleeps. */
 #define FERRY_NOWAIT	0x1
+/* ferry_submit_on(): the request carries its own tag (&ferry_request.tag). */
+#define FERRY_TAGGED	0x2
 
 /* ferry_poll(): the most completions it processes per channel and call. */
 #define FERRY_POLL_BUDGET	16
@@ -359,8 +365,13 @@ int ferry_session_limits(struct ferry_session *s, struct ferry_limits *out);
  * credits return or buffers come free; without it, the call waits (also for
  * a reconnect) for up to the session's @timeout_ms.
  *
+ * Context: with %FERRY_NOWAIT any context, atomic ones included (under a
+ * spinlock, interrupts off): it takes only the channel's spinlock, never
+ * sleeps and allocates nothing. Without it, process context.
+ *
  * Return: 0 when the message is posted; -EMSGSIZE if @len is 0 or above the
- * limit; -EAGAIN (with %FERRY_NOWAIT) without a credit or a send buffer;
+ * limit; -EAGAIN (with %FERRY_NOWAIT) without a credit or a send buffer, and
+ * while the session reconnects (@writable or @up follows);
  * -ETIMEDOUT after waiting @timeout_ms; -EINTR if a fatal signal interrupted
  * the wait; -EDEADLK when asked to wait from a ferry callback; -ENOTCONN if
  * the session is closed.
@@ -392,15 +403,21 @@ int ferry_send_on(struct ferry_session *s, u16 qid, const void *data,
  * @flags: 0 or %FERRY_NOWAIT.
  *
  * Maps and registers the data's pages (FRWR, one registration per up to 512
- * pages, at most 8; send-with-invalidate or LOCAL_INV ends each before
+ * pages, at most 8, from regions each channel registered when it was built:
+ * one per request of its queue depth and 7 more; send-with-invalidate or
+ * LOCAL_INV ends each before
  * @rq->done), and sends the header and the registrations' keys on the calling
  * CPU's channel (another one if it has no credit). The peer moves the data
  * and answers; then @rq->done runs.
  *
+ * Context: as ferry_send(): with %FERRY_NOWAIT any context; it allocates
+ * nothing.
+ *
  * Return: 0 if the request is on its way: @rq->done will run exactly once.
  * Otherwise @rq->done will not run: -EINVAL for a bad @rq, -EMSGSIZE if the
  * header does not fit or the data needs more than 8 registrations, -EAGAIN
- * (with %FERRY_NOWAIT) without a credit or a free tag, -ETIMEDOUT,
+ * (with %FERRY_NOWAIT) without a credit, a free tag or free registrations,
+ * and while the session reconnects, -ETIMEDOUT,
  * -EINTR, -EDEADLK and -ENOTCONN as for ferry_send().
  */
 int ferry_submit(struct ferry_session *s, struct ferry_request *rq,
@@ -411,13 +428,15 @@ int ferry_submit(struct ferry_session *s, struct ferry_request *rq,
  * @s: the session.
  * @qid: the channel: below &ferry_limits.channels; a polled one too.
  * @rq: the request; it must stay valid until @rq->done has run.
- * @flags: 0 or %FERRY_NOWAIT.
+ * @flags: 0, %FERRY_NOWAIT, %FERRY_TAGGED or both.
  *
  * As ferry_submit(), on channel @qid only (a blk-mq hardware queue maps to
  * one channel this way). Its answer completes on that channel: on a polled
- * one, in ferry_poll_channel().
+ * one, in ferry_poll_channel(). With %FERRY_TAGGED the request goes under
+ * @rq->tag.
  *
- * Return: as ferry_submit(); -EINVAL if @qid is not a channel of @s.
+ * Return: as ferry_submit(); -EINVAL if @qid is not a channel of @s or
+ * @rq->tag is not below the queue depth; -EBUSY if @rq->tag is in flight.
  */
 int ferry_submit_on(struct ferry_session *s, u16 qid, struct ferry_request *rq,
 		    unsigned int flags);

@@ -13,7 +13,7 @@
 //! send-with-invalidate ends that. The key's low byte changes with every
 //! mapping, so a peer that kept an old key cannot use it again.
 
-use core::ptr::NonNull;
+use core::{marker::PhantomData, ptr::NonNull};
 use kernel::{error::from_err_ptr, prelude::*, sync::Arc};
 
 use super::{device::Registered, Pd};
@@ -183,15 +183,36 @@ impl SgList {
 ///
 /// # Invariants
 ///
-/// `sg` is mapped on `device` in `dir`; `entries` holds the first `mapped`
-/// entries' addresses.
+/// `sg` is mapped on `device` in `dir`, `mapped` entries of it, which hold
+/// `len` bytes.
 pub struct MappedSg {
     device: Registered,
     sg: SgList,
     mapped: u32,
     dir: DmaDir,
-    entries: KVec<NonNull<bindings::scatterlist>>,
     len: u64,
+}
+
+/// Where in a [`MappedSg`] the next registration starts: its entry and that
+/// entry's index. Made by [`MappedSg::start`], moved on by [`Mr::map`].
+///
+/// # Invariants
+///
+/// `entry` is mapped entry `index` of the list headed by `head`, which the
+/// position was made for, or `index` is its mapped count (the end).
+pub struct MapPos<'a> {
+    head: NonNull<bindings::scatterlist>,
+    entry: NonNull<bindings::scatterlist>,
+    index: u32,
+    /// The list stays mapped while the position exists.
+    _list: PhantomData<&'a MappedSg>,
+}
+
+impl MapPos<'_> {
+    /// How many entries lie before the position.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
 }
 
 // SAFETY: The entries point into the lent scatterlist (see `SgList`); mapping
@@ -202,9 +223,9 @@ unsafe impl Sync for MappedSg {}
 
 impl MappedSg {
     /// Maps `sg` for `dir` on `device`. Fails with `ENOMEM` if the mapping
-    /// fails (the list is dropped).
+    /// fails (the list is dropped). Allocates nothing and never sleeps (the
+    /// DMA API's mapping does not).
     pub fn new(device: &Registered, sg: SgList, dir: DmaDir) -> Result<Self> {
-        let mut entries = KVec::with_capacity(sg.nents as usize, GFP_KERNEL)?;
         // CAST: `nents` counts scatterlist entries, far below `i32::MAX`.
         // SAFETY: `device` is registered; `sg` is valid (type invariant of
         // `SgList`) and nobody else maps it.
@@ -226,20 +247,30 @@ impl MappedSg {
             // CAST: positive and at most `nents`.
             mapped: mapped as u32,
             dir,
-            entries: KVec::new(),
             len: 0,
         };
         let mut e = this.sg.as_raw();
         for _ in 0..this.mapped {
-            let entry = NonNull::new(e).ok_or(EINVAL)?;
+            if e.is_null() {
+                return Err(EINVAL);
+            }
             // SAFETY: `e` is one of the mapped entries.
             this.len += u64::from(unsafe { bindings::ferry_helper_sg_dma_len(e) });
-            entries.push(entry, GFP_KERNEL)?;
             // SAFETY: `e` is a valid entry; `sg_next` follows chains.
             e = unsafe { bindings::ferry_helper_sg_next(e) };
         }
-        this.entries = entries;
         Ok(this)
+    }
+
+    /// The position of the first entry.
+    pub fn start(&self) -> MapPos<'_> {
+        // INVARIANT: the list's head is entry 0, mapped (`mapped` is positive).
+        MapPos {
+            head: self.sg.sg,
+            entry: self.sg.sg,
+            index: 0,
+            _list: PhantomData,
+        }
     }
 
     /// Unmaps the list and gives it back.
@@ -247,9 +278,8 @@ impl MappedSg {
         let this = core::mem::ManuallyDrop::new(self);
         this.do_unmap();
         // SAFETY: `this` is never used or dropped again: each field is moved
-        // out once; `entries` and `device` are dropped here.
+        // out once; `device` is dropped here.
         unsafe {
-            drop(core::ptr::read(&this.entries));
             drop(core::ptr::read(&this.device));
             core::ptr::read(&this.sg)
         }
@@ -349,28 +379,34 @@ impl Mr {
         self.max_pages
     }
 
-    /// Points the region at `sg`'s mapped entries from `first` on, as many as
-    /// fit, with a new key. Returns how many entries it took and what the
-    /// peer needs. The region must not be registered (valid) now.
-    pub fn map(&mut self, sg: &MappedSg, first: u32) -> Result<(u32, Remote)> {
-        let start = *sg.entries.get(first as usize).ok_or(EINVAL)?;
+    /// Points the region at `sg`'s mapped entries from `at` on, as many as
+    /// fit, with a new key, and moves `at` past them. Returns what the peer
+    /// needs. `at` must be a position of `sg` before its end (`EINVAL`
+    /// otherwise). The region must not be registered (valid) now. Allocates
+    /// nothing and never sleeps.
+    pub fn map(&mut self, sg: &MappedSg, at: &mut MapPos<'_>) -> Result<Remote> {
+        if at.head != sg.sg.sg || at.index >= sg.mapped {
+            return Err(EINVAL);
+        }
+        let left = sg.mapped - at.index;
         self.key = self.key.wrapping_add(1);
         // SAFETY: The region is not in use (the caller's promise, and it is
-        // `&mut`); the entries from `first` are mapped (type invariant of
-        // `MappedSg`), `mapped - first` of them.
+        // `&mut`); `at.entry` is mapped entry `at.index` of `sg` (type
+        // invariant of `MapPos`), followed by `left - 1` more.
         let n = unsafe {
             bindings::ferry_helper_ib_update_fast_reg_key(self.as_raw(), self.key);
             bindings::ib_map_mr_sg(
                 self.as_raw(),
-                start.as_ptr(),
+                at.entry.as_ptr(),
                 // CAST: at most `nents`, which is small.
-                (sg.mapped - first) as c_int,
+                left as c_int,
                 core::ptr::null_mut(),
                 // CAST: a page is 4 KiB to 64 KiB.
                 kernel::page::PAGE_SIZE as c_uint,
             )
         };
-        if n <= 0 {
+        // CAST: `n` is checked positive.
+        if n <= 0 || n as u32 > left {
             return Err(EINVAL);
         }
         // SAFETY: `mr` is live; `ib_map_mr_sg` set these fields.
@@ -378,15 +414,24 @@ impl Mr {
             let m = &*self.as_raw();
             (m.iova, m.length, m.rkey)
         };
-        Ok((
-            // CAST: positive and at most `mapped - first`.
-            n as u32,
-            Remote {
-                addr,
-                len: u32::try_from(len).map_err(|_| EINVAL)?,
-                rkey,
-            },
-        ))
+        let remote = Remote {
+            addr,
+            len: u32::try_from(len).map_err(|_| EINVAL)?,
+            rkey,
+        };
+        // CAST: as above.
+        for _ in 0..n as u32 {
+            // SAFETY: `at.entry` is a valid entry of the list; `sg_next`
+            // follows chains (and gives null after the last).
+            let next = unsafe { bindings::ferry_helper_sg_next(at.entry.as_ptr()) };
+            at.index += 1;
+            // INVARIANT: the next mapped entry, or the end (where `entry` is
+            // never used again).
+            if let Some(e) = NonNull::new(next) {
+                at.entry = e;
+            }
+        }
+        Ok(remote)
     }
 
     /// The length of the current mapping.

@@ -18,8 +18,12 @@
 //! in every `send_slots / 4` asks for a completion (and any send made with
 //! [`Qp::send_signaled`]). A send queue completes in order, so that completion
 //! frees its slot and every slot before it. A failed or flushed send completes
-//! whether signaled or not, and frees the same way. Posting takes `&mut Qp`,
-//! so sends are posted in the order their slots were taken.
+//! whether signaled or not, and frees the same way. The ring's head is a
+//! [`SendRing`] apart from the QP, which a send takes as `&mut`: sends are
+//! posted in the order their slots were taken, and the QP itself is only
+//! ever shared (`&Qp`), so its owner can lend it to a thread that moves it
+//! to the error state or posts an RDMA while the ring stays under the
+//! owner's lock.
 //!
 //! Besides its slots, a QP has *tags*, one per request that can be in flight,
 //! each with `ib_cqe`s of its own ([`TagOp`]): registrations
@@ -38,7 +42,7 @@
 use core::{
     cell::UnsafeCell,
     ptr::NonNull,
-    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{
     error::from_err_ptr,
@@ -292,13 +296,26 @@ struct Inner<H: Completion> {
     initialized: AtomicBool,
     cq: Option<Cq>,
     pd: Arc<Pd>,
+    /// Unique among QPs (see [`SendRing`]).
+    id: u64,
 }
 
 /// A reliable-connected QP with its CQ and buffers; see the module docs.
 pub struct Qp<H: Completion> {
     inner: KBox<Inner<H>>,
-    ring: Ring,
 }
+
+/// The head of a [`Qp`]'s send ring: the sends of a QP go through the one
+/// [`Qp::new`] made with it.
+pub struct SendRing {
+    ring: Ring,
+    /// The id of the QP it belongs to.
+    owner: u64,
+}
+
+/// The next QP's id: ids are never reused, so a ring can never pass for
+/// another QP's.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The order of a QP's send slots, and which sends are signaled.
 ///
@@ -359,7 +376,8 @@ impl Ring {
 
 // SAFETY: The QP is used through `ib_post_*` calls, which drivers serialize
 // internally, and per-slot state guarded by the atomic busy flags and the send
-// ring (whose head only `&mut Qp` moves, and whose tail is atomic).
+// ring (whose head only the QP's one `&mut SendRing` moves, and whose tail is
+// atomic).
 unsafe impl<H: Completion> Send for Qp<H> {}
 // SAFETY: As for `Send`.
 unsafe impl<H: Completion> Sync for Qp<H> {}
@@ -367,15 +385,16 @@ unsafe impl<H: Completion> Sync for Qp<H> {}
 impl<H: Completion> Qp<H> {
     /// Creates the QP (in RESET) on `pd`'s device, its CQ sized for every
     /// request that can be outstanding (plus the drain's), polled as `ctx`
-    /// says, and its buffers; attributed to `owner` in `rdma res show`. Fails
-    /// with `EINVAL` if the device cannot hold that many requests. May sleep.
+    /// says, and its buffers; attributed to `owner` in `rdma res show`; and
+    /// the head of its send ring, which every send takes. Fails with `EINVAL`
+    /// if the device cannot hold that many requests. May sleep.
     pub fn new(
         pd: &Arc<Pd>,
         cfg: QpConfig,
         handler: Arc<H>,
         owner: &'static CStr,
         ctx: PollCtx,
-    ) -> Result<Self> {
+    ) -> Result<(Self, SendRing)> {
         let device = pd.device();
         let caps = device.caps();
         // One more on each queue for ib_drain_qp's marker requests; per tag,
@@ -465,6 +484,7 @@ impl<H: Completion> Qp<H> {
                 initialized: AtomicBool::new(false),
                 cq: Some(cq),
                 pd: pd.clone(),
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             },
             GFP_KERNEL,
         )?;
@@ -517,10 +537,11 @@ impl<H: Completion> Qp<H> {
         inner.tag_cqes = tag_cqes;
         inner.rw = rw;
         inner.rw_busy = rw_busy;
-        Ok(Self {
-            inner,
+        let ring = SendRing {
             ring: Ring::new(cfg.send_slots),
-        })
+            owner: inner.id,
+        };
+        Ok((Self { inner }, ring))
     }
 
     /// The QP number.
@@ -581,58 +602,74 @@ impl<H: Completion> Qp<H> {
     /// Fills the next send slot with `fill` (which gets the whole buffer and
     /// returns how many bytes to send) and posts it as a SEND, signaled only
     /// now and then (see the module docs). Returns the slot; fails with
-    /// `EAGAIN` if every send slot is busy.
-    pub fn send(&mut self, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<u32> {
-        self.post_send(fill, SendKind::Plain, false)
+    /// `EAGAIN` if every send slot is busy, `EINVAL` if `ring` is not this
+    /// QP's. Allocates nothing and never sleeps.
+    pub fn send(
+        &self,
+        ring: &mut SendRing,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize>,
+    ) -> Result<u32> {
+        self.post_send(ring, fill, SendKind::Plain, false)
     }
 
     /// As [`Qp::send`], always signaled: [`Completion::send_done`] hears of
     /// this very send.
-    pub fn send_signaled(&mut self, fill: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<u32> {
-        self.post_send(fill, SendKind::Plain, true)
+    pub fn send_signaled(
+        &self,
+        ring: &mut SendRing,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize>,
+    ) -> Result<u32> {
+        self.post_send(ring, fill, SendKind::Plain, true)
     }
 
     /// As [`Qp::send`], as a SEND_WITH_INV that invalidates the peer's `rkey`
     /// when it arrives.
     pub fn send_with_invalidate(
-        &mut self,
+        &self,
+        ring: &mut SendRing,
         rkey: u32,
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
     ) -> Result<u32> {
-        self.post_send(fill, SendKind::Invalidate(rkey), false)
+        self.post_send(ring, fill, SendKind::Invalidate(rkey), false)
     }
 
-    /// As [`Qp::send`], after registering each of `mrs` (unsignaled `REG_MR`
-    /// requests of tag `tag`, chained before the SEND, so the peer has the
-    /// keys before it reads the message): for remote writes if `write`, else
-    /// for remote reads. A failed registration completes on [`TagOp::Reg`].
+    /// As [`Qp::send`], after registering each region of `mrs` (unsignaled
+    /// `REG_MR` requests of tag `tag`, chained before the SEND, so the peer
+    /// has the keys before it reads the message; `None` entries are
+    /// skipped): for remote writes if `write`, else for remote reads. A
+    /// failed registration completes on [`TagOp::Reg`].
     pub fn send_registered(
-        &mut self,
+        &self,
+        ring: &mut SendRing,
         tag: u32,
-        mrs: &[Mr],
+        mrs: &[Option<Mr>],
         write: bool,
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
     ) -> Result<u32> {
         if mrs.len() > MAX_REGS || tag >= self.tags() {
             return Err(EINVAL);
         }
-        self.post_send(fill, SendKind::Registered(tag, mrs, write), false)
+        self.post_send(ring, fill, SendKind::Registered(tag, mrs, write), false)
     }
 
     fn post_send(
-        &mut self,
+        &self,
+        ring: &mut SendRing,
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
         kind: SendKind<'_>,
         signaled: bool,
     ) -> Result<u32> {
         let inner = &*self.inner;
-        let (index, signaled) = self
+        if ring.owner != inner.id {
+            return Err(EINVAL);
+        }
+        let (index, signaled) = ring
             .ring
             .next(inner.tail.load(Ordering::Acquire), signaled)
             .ok_or(EAGAIN)?;
         let slot = inner.recv_slots + index;
         inner.fill_and_send(slot, fill, kind, signaled)?;
-        self.ring.posted(signaled);
+        ring.ring.posted(signaled);
         Ok(slot)
     }
 
@@ -771,7 +808,7 @@ enum SendKind<'a> {
     /// A SEND_WITH_INV of the peer's rkey.
     Invalidate(u32),
     /// Registrations of a tag (for remote writes if `.2`), then a SEND.
-    Registered(u32, &'a [Mr], bool),
+    Registered(u32, &'a [Option<Mr>], bool),
 }
 
 impl<H: Completion> Inner<H> {
@@ -878,8 +915,9 @@ impl<H: Completion> Inner<H> {
     ) -> Result {
         let buf = &self.bufs[slot as usize];
         // SAFETY: The slot's last send has completed (it is behind `tail`) and
-        // the caller holds `&mut Qp`, so neither the device nor another thread
-        // reads or writes its buffer; the buffer is `len` valid bytes.
+        // the caller holds the QP's one `&mut SendRing`, so neither the device
+        // nor another thread reads or writes its buffer; the buffer is `len`
+        // valid bytes.
         let bytes = unsafe { core::slice::from_raw_parts_mut(buf.ptr.as_ptr(), buf.len) };
         let len = fill(bytes)?;
         if len > buf.len {
@@ -917,8 +955,8 @@ impl<H: Completion> Inner<H> {
         let mut first: *const bindings::ib_send_wr = send;
         if let SendKind::Registered(tag, mrs, write) = kind {
             let cqe = self.tag_cqe(tag, TagOp::Reg);
-            let n = mrs.len();
-            for (i, mr) in mrs.iter().enumerate() {
+            let n = mrs.iter().flatten().count();
+            for (i, mr) in mrs.iter().flatten().enumerate() {
                 let access = if write {
                     bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE
                         | bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE

@@ -13,17 +13,26 @@
 //! destroyed, always without the lock held: destroying them waits for the
 //! handlers, which take the lock.
 //!
-//! Lock order: a session's lock, then its channels' locks.
+//! The lock (`inner`) is a spinlock that keeps interrupts off: sends and
+//! requests go out under it from any context, and nothing under it sleeps or
+//! allocates. What may sleep happens outside it: rdma_cm calls (under `cm`,
+//! a mutex the data path never takes), moving the QP between states, and a
+//! responder's RDMA, which rdma_rw prepares with allocations. For those the
+//! QP is lent out (`Arc<Qp>`), counted in `Inner::lent`, and
+//! [`Channel::shutdown`] waits for every loan to end before it destroys the
+//! QP.
+//!
+//! Lock order: a session's locks, then a channel's `cm`, then its `inner`.
 
 use core::sync::atomic::{
     AtomicUsize,
     Ordering::{Acquire, Release},
 };
 use kernel::{
-    new_mutex, new_work,
+    new_mutex, new_spinlock_irq, new_work,
     prelude::*,
-    sync::{Arc, ArcBorrow, Mutex},
-    time::{Instant, Monotonic},
+    sync::{Arc, ArcBorrow, Mutex, SpinLockIrq},
+    time::{delay::fsleep, Delta, Instant, Monotonic},
     workqueue::{impl_has_work, Work, WorkItem},
 };
 
@@ -31,12 +40,13 @@ use crate::{
     cm::{self, CmId, ConnParams, ConnectRequest, Event, EventKind, Handler, Locked},
     credits::Credits,
     device::{Ferry, OWNER},
+    ferry_abi::CRequest,
     rdma::{
         cq::PollCtx,
         device::{Caps, DeviceName},
-        mr::{DmaDir, SgList},
+        mr::{DmaDir, Mr, Remote, SgList},
         pd::Pd,
-        qp::{Completion, Qp, QpConfig, QpState, TagOp, Wc},
+        qp::{Completion, Qp, QpConfig, QpState, SendRing, TagOp, Wc},
     },
     session::Session,
     state::Role,
@@ -46,8 +56,11 @@ use crate::{
         request::{Dir, RequestHead, ResponseHead},
         AcceptData, ConnectData, Header, Hello, HelloReply, Kind, Reason, Refusal, RejectData,
     },
-    xfer::{Incoming, PendingResponse, RdmaDone, RdmaOp, Request, Response, Xfer},
+    xfer::{self, Incoming, PendingResponse, RdmaDone, RdmaOp, Refused, Request, Response, Xfer},
 };
+
+/// The requests channels carry: consumers' `struct ferry_request`s.
+pub(crate) type Req = CRequest;
 
 /// Most pages one registration maps (2 MiB of 4 KiB pages), or fewer if the
 /// device says so.
@@ -117,8 +130,12 @@ fn conn_params<'a>(private_data: &'a [u8], caps: &Caps) -> ConnParams<'a> {
 /// What the channel's lock protects.
 struct Inner {
     state: ChanState,
-    cm: Option<CmId<Channel>>,
-    qp: Option<Qp<Channel>>,
+    /// Shared only with a thread it is lent to (see the module docs).
+    qp: Option<Arc<Qp<Channel>>>,
+    /// The head of the QP's send ring.
+    ring: Option<SendRing>,
+    /// Loans of the QP that have not ended (see the module docs).
+    lent: u32,
     credits: Credits,
     /// Largest message the peer accepts.
     peer_max_msg: u32,
@@ -148,7 +165,20 @@ struct Inner {
     caps: Option<Caps>,
     pd: Option<Arc<Pd>>,
     /// Requests both ways; see [`crate::xfer`].
-    xfer: Option<Xfer>,
+    xfer: Option<Xfer<Req>>,
+}
+
+impl Inner {
+    /// Lends the QP to the calling thread for work that may sleep, unless
+    /// the channel is closed; end the loan with [`Channel::end_loan`].
+    fn lend_qp(&mut self) -> Option<Arc<Qp<Channel>>> {
+        if self.state == ChanState::Closed {
+            return None;
+        }
+        let qp = self.qp.clone()?;
+        self.lent += 1;
+        Some(qp)
+    }
 }
 
 /// One RC connection of a session.
@@ -157,8 +187,11 @@ pub(crate) struct Channel {
     session: Arc<Session>,
     index: u16,
     generation: u32,
+    /// The CM id, which only the control path touches (rdma_cm calls sleep).
     #[pin]
-    inner: Mutex<Inner>,
+    cm: Mutex<Option<CmId<Channel>>>,
+    #[pin]
+    inner: SpinLockIrq<Inner>,
     pub(crate) stats: Stats,
     /// The task handling a completion of the channel (0 when none), so that a
     /// consumer's callback cannot wait for a credit only this task can return.
@@ -168,17 +201,64 @@ pub(crate) struct Channel {
     /// other session's tick).
     #[pin]
     idle_poll: Work<Channel>,
+    /// Grows the region pool (see `Xfer::wants_regions`), queued by the
+    /// tick: registering sleeps, so the data path never does it.
+    #[pin]
+    grow: Work<Channel, 1>,
 }
 
 impl_has_work! {
     impl HasWork<Self> for Channel { self.idle_poll }
+    impl HasWork<Self, 1> for Channel { self.grow }
+}
+
+impl WorkItem<1> for Channel {
+    type Pointer = Arc<Channel>;
+
+    fn run(this: Arc<Channel>) {
+        let (n, pd, pages) = {
+            let inner = this.inner.lock();
+            let n = inner.xfer.as_ref().map_or(0, Xfer::wants_regions);
+            let pages = inner
+                .caps
+                .map_or(0, |c| c.max_fast_reg_page_list_len.min(MAX_REG_PAGES));
+            (n, inner.pd.clone(), pages)
+        };
+        let Some(pd) = pd.filter(|_| n > 0 && pages > 0) else {
+            return;
+        };
+        let mut mrs = KVec::with_capacity(n as usize, GFP_KERNEL).unwrap_or_default();
+        while mrs.len() < mrs.capacity() {
+            match Mr::new(&pd, pages) {
+                Ok(mr) => {
+                    let _ = mrs.push_within_capacity(mr);
+                }
+                Err(_) => break,
+            }
+        }
+        if mrs.is_empty() {
+            return;
+        }
+        {
+            let mut inner = this.inner.lock();
+            if inner.state != ChanState::Closed {
+                if let Some(x) = inner.xfer.as_mut() {
+                    x.add_regions(&mut mrs);
+                }
+            }
+        }
+        // What found no room (the channel closed) is deregistered here.
+        drop(mrs);
+        // Requests that waited for regions may go.
+        this.session.credits_returned();
+    }
 }
 
 impl WorkItem for Channel {
     type Pointer = Arc<Channel>;
 
     fn run(this: Arc<Channel>) {
-        let poller = this.inner.lock().qp.as_ref().and_then(Qp::poller);
+        let poller = this.inner.lock().qp.as_deref().and_then(Qp::poller);
         if let Some(p) = poller {
             p.poll_if_idle(TICK_POLL_BUDGET);
         }
@@ -213,10 +293,12 @@ impl Channel {
                 session: session.clone(),
                 index,
                 generation,
-                inner <- new_mutex!(Inner {
+                cm <- new_mutex!(None),
+                inner <- new_spinlock_irq!(Inner {
                     state,
-                    cm: None,
                     qp: None,
+                    ring: None,
+                    lent: 0,
                     credits: Credits::new(session.params.queue_depth),
                     peer_max_msg: wire::MIN_MSG_SIZE,
                     peer_depth: 0,
@@ -235,6 +317,7 @@ impl Channel {
                 stats: Stats::default(),
                 cb_task: AtomicUsize::new(0),
                 idle_poll <- new_work!("ferry::Channel::idle_poll"),
+                grow <- new_work!("ferry::Channel::grow"),
             }),
             GFP_KERNEL,
         )
@@ -253,11 +336,17 @@ impl Channel {
             Err(_) => return self.fail(Reason::NoResources),
         };
         let _ = id.set_ack_timeout(ACK_TIMEOUT);
-        // Store the id first: its events take the lock and expect to find it.
-        let mut inner = self.inner.lock();
+        // Stored before its first event can fail the channel: the teardown
+        // that follows a failure takes it under the same lock. A channel
+        // closed already stores none (it would never be destroyed).
+        let mut cm = self.cm.lock();
+        if self.inner.lock().state == ChanState::Closed {
+            drop(cm);
+            return;
+        }
         let res = id.resolve_addr(None, &self.session.peer, RESOLVE_TIMEOUT_MS);
-        inner.cm = Some(id);
-        drop(inner);
+        *cm = Some(id);
+        drop(cm);
         if res.is_err() {
             // No device has a route to the peer.
             self.fail(Reason::Unreachable);
@@ -278,7 +367,7 @@ impl Channel {
             ChanState::Connecting,
         )
         .map_err(|_| Reason::NoResources)?;
-        let qp = match chan.create_qp(req.id()) {
+        let (qp, ring) = match chan.create_qp(req.id()) {
             Ok(qp) => qp,
             Err(r) => {
                 let _ = req.reject(&RejectData { reason: r }.encode());
@@ -293,31 +382,42 @@ impl Channel {
             session_id: data.session_id,
         }
         .encode();
-        // Completions may arrive as soon as the accept is out: hold the lock
-        // until the QP and the id are in place.
-        let mut inner = chan.inner.lock();
-        let caps = inner.caps.unwrap_or_default();
+        // Completions may arrive as soon as the accept is out: the QP is in
+        // place before, and the id is stored before any event can fail the
+        // channel (the teardown takes it under the same lock).
+        let mut cm = chan.cm.lock();
+        let caps = {
+            let mut inner = chan.inner.lock();
+            inner.qp = Some(qp.clone());
+            inner.ring = Some(ring);
+            inner.caps.unwrap_or_default()
+        };
         let res = ready.and_then(|()| req.accept(chan.clone(), &qp, &conn_params(&accept, &caps)));
         match res {
             Ok(id) => {
-                inner.cm = Some(id);
-                inner.qp = Some(qp);
-                inner.since = Instant::now();
-                drop(inner);
+                *cm = Some(id);
+                // Before the id's lock goes: a teardown, which takes the id
+                // first, then holds the QP's last reference.
+                drop(qp);
+                drop(cm);
+                chan.inner.lock().since = Instant::now();
                 Ok(chan)
             }
             Err(_) => {
-                drop(inner);
-                // Dropped outside the lock: the drain runs completion handlers.
+                drop(cm);
+                chan.inner.lock().state = ChanState::Closed;
                 drop(qp);
+                // Outside the lock: the drain runs completion handlers.
+                drop(chan.take_qp());
                 Err(Reason::NoResources)
             }
         }
     }
 
     /// Creates the QP on the device `id` is bound to, moves it to INIT and
-    /// posts every receive buffer.
-    fn create_qp(self: &Arc<Self>, id: &Locked<'_>) -> Result<Qp<Self>, Reason> {
+    /// posts every receive buffer; the channel's request state (with its
+    /// registered regions) comes with it.
+    fn create_qp(self: &Arc<Self>, id: &Locked<'_>) -> Result<(Arc<Qp<Self>>, SendRing), Reason> {
         let device = id.device().ok_or(Reason::DeviceRemoved)?;
         let ferry = Ferry::get().ok_or(Reason::DeviceRemoved)?;
         let pd = ferry.pd_of(device.index()).ok_or(Reason::DeviceRemoved)?;
@@ -332,9 +432,18 @@ impl Channel {
             port: id.port_num(),
         };
         let caps = device.caps();
+        if xfer::pool_regions(p.queue_depth) > caps.max_mr {
+            return Err(Reason::NoResources);
+        }
+        let first = match self.session.role {
+            Role::Client => xfer::FIRST_REGIONS,
+            Role::Server => 0,
+        };
         let xfer = Xfer::new(
+            Some(&pd),
             p.queue_depth,
             caps.max_fast_reg_page_list_len.min(MAX_REG_PAGES),
+            first,
         )
         .map_err(|_| Reason::NoResources)?;
         let ctx = if p.polled(self.index) {
@@ -342,19 +451,27 @@ impl Channel {
         } else {
             PollCtx::Workqueue
         };
-        let qp = Qp::new(&pd, cfg, self.clone(), OWNER, ctx).map_err(|_| Reason::NoResources)?;
+        let (qp, ring) =
+            Qp::new(&pd, cfg, self.clone(), OWNER, ctx).map_err(|_| Reason::NoResources)?;
+        let qp = Arc::new(qp, GFP_KERNEL).map_err(|_| Reason::NoResources)?;
         id.modify_qp(&qp, QpState::Init)
             .map_err(|_| Reason::TransportError)?;
         for slot in 0..qp.recv_slots() {
             qp.post_recv(slot).map_err(|_| Reason::NoResources)?;
         }
         let mut inner = self.inner.lock();
+        if inner.state == ChanState::Closed {
+            // Torn down meanwhile: what was made goes, outside the lock.
+            drop(inner);
+            drop(xfer);
+            return Err(Reason::LocalClose);
+        }
         inner.device = Some((device.index(), device.name()));
         inner.caps = Some(caps);
         inner.pd = Some(pd);
         inner.xfer = Some(xfer);
         drop(inner);
-        Ok(qp)
+        Ok((qp, ring))
     }
 
     /// The channel index.
@@ -376,11 +493,11 @@ impl Channel {
         let inner = self.inner.lock();
         ChannelInfo {
             index: u32::from(self.index),
-            qp_num: inner.qp.as_ref().map(Qp::qp_num),
-            comp_vector: inner.qp.as_ref().map(Qp::comp_vector),
+            qp_num: inner.qp.as_deref().map(Qp::qp_num),
+            comp_vector: inner.qp.as_deref().map(Qp::comp_vector),
             cq: inner
                 .qp
-                .as_ref()
+                .as_deref()
                 .and_then(Qp::cq)
                 .map(|cq| (cq.id(), cq.entries(), cq.poll_ctx())),
             polled: self.session.params.polled(self.index),
@@ -420,12 +537,24 @@ impl Channel {
             return;
         }
         inner.state = ChanState::Failed;
-        if let Some(qp) = inner.qp.as_ref() {
-            let _ = qp.set_error();
-        }
+        let qp = inner.lend_qp();
         drop(inner);
+        if let Some(qp) = qp {
+            // Sleeps on some devices: outside the lock.
+            let _ = qp.set_error();
+            self.end_loan(qp);
+        }
         self.session
             .channel_failed(self.index, self.generation, reason);
+    }
+
+    /// Ends a loan of the QP (see the module docs).
+    fn end_loan(&self, qp: Arc<Qp<Channel>>) {
+        let mut inner = self.inner.lock();
+        // The loan ends with the clone, under the lock: the teardown that
+        // sees no loan holds the last reference.
+        drop(qp);
+        inner.lent -= 1;
     }
 
     /// Fails the channel at its consumer's request (a request that timed
@@ -441,32 +570,61 @@ impl Channel {
     /// Tears the channel down: disconnects, drains and destroys the QP, then
     /// the CM id. Must not be called from the channel's own handlers. May sleep.
     pub(crate) fn shutdown(&self) {
-        let mut inner = self.inner.lock();
-        inner.state = ChanState::Closed;
-        let (cm, qp) = (inner.cm.take(), inner.qp.take());
-        drop(inner);
+        // Closed first: a client's `start` that comes later stores no id.
+        self.inner.lock().state = ChanState::Closed;
+        let cm = self.cm.lock().take();
         if let Some(cm) = cm.as_ref() {
             // Tells a live peer at once instead of leaving it to its heartbeat.
             let _ = cm.disconnect();
         }
-        drop(qp);
+        // The last reference: the drain and destruction happen here.
+        drop(self.take_qp());
         drop(cm);
         // The QP is drained and gone; deregistering the regions ends every
         // key the peer had. Only then do the requests' pages go back.
-        let mut inner = self.inner.lock();
-        let (finished, rdmas) = match inner.xfer.as_mut() {
-            Some(x) => {
-                x.pending.clear();
-                (x.abort_all(), x.take_all_rdma())
-            }
-            None => (KVec::new(), KVec::new()),
-        };
-        drop(inner);
-        for f in finished {
+        let pool = self.inner.lock().xfer.as_mut().map(|x| {
+            x.pending.clear();
+            x.take_pool()
+        });
+        drop(pool);
+        loop {
+            let f = self.inner.lock().xfer.as_mut().and_then(Xfer::abort_one);
+            let Some((f, regs)) = f else { break };
+            drop(regs);
             f.complete();
         }
-        for (_, cb) in rdmas {
+        loop {
+            let cb = self
+                .inner
+                .lock()
+                .xfer
+                .as_mut()
+                .and_then(Xfer::take_one_rdma);
+            let Some(cb) = cb else { break };
             cb.done(ECONNABORTED.to_errno());
+        }
+        // Nothing of the device stays: its PD's registration reference would
+        // hold up the device's removal.
+        let (xfer, pd) = {
+            let mut inner = self.inner.lock();
+            (inner.xfer.take(), inner.pd.take())
+        };
+        drop(xfer);
+        drop(pd);
+    }
+
+    /// Takes the QP out once no loan of it is out: the caller holds the last
+    /// reference. The channel must be closed or never have run (no new loan
+    /// then); the loans out never wait for anything the caller holds.
+    fn take_qp(&self) -> Option<Arc<Qp<Channel>>> {
+        loop {
+            let mut inner = self.inner.lock();
+            if inner.lent == 0 {
+                inner.ring = None;
+                return inner.qp.take();
+            }
+            drop(inner);
+            fsleep(Delta::from_millis(1));
         }
     }
 
@@ -482,7 +640,7 @@ impl Channel {
         // tick: its heartbeats, credits and answers must still flow.
         if self.session.params.polled(self.index) {
             if let Some(ferry) = Ferry::get() {
-                ferry.queue_work(self.clone());
+                ferry.queue_work::<_, 0>(self.clone());
             }
         }
         let mut inner = self.inner.lock();
@@ -507,6 +665,16 @@ impl Channel {
             return;
         }
         if inner.state == ChanState::Up
+            && inner.xfer.as_ref().is_some_and(|x| x.wants_regions() > 0)
+        {
+            if let Some(ferry) = Ferry::get() {
+                // (A mutex: not under the spinlock.)
+                drop(inner);
+                ferry.queue_work::<_, 1>(self.clone());
+                inner = self.inner.lock();
+            }
+        }
+        if inner.state == ChanState::Up
             && inner.last_heartbeat.elapsed().as_millis() >= i64::from(heartbeat_ms)
         {
             inner.heartbeat_seq += 1;
@@ -529,7 +697,9 @@ impl Channel {
     /// slot. The handshake's sends are signaled (a refusal fails the channel
     /// once it has left, in `send_done`); the rest only now and then.
     fn send_locked(&self, inner: &mut Inner, kind: Kind, cookie: u64, payload: &[u8]) -> Result {
-        let qp = inner.qp.as_mut().ok_or(ENOTCONN)?;
+        let (Some(qp), Some(ring)) = (inner.qp.as_deref(), inner.ring.as_mut()) else {
+            return Err(ENOTCONN);
+        };
         let grant = inner.credits.take(kind == Kind::Credits).ok_or(EAGAIN)?;
         let fill = |buf: &mut [u8]| {
             let n = Header::write(kind, grant, cookie, payload, buf)?;
@@ -542,9 +712,9 @@ impl Channel {
         // waits behind the peer's own RDMA on the peer's send queue: the
         // peer's adapter acknowledged it (see `Inner::last_ack`).
         let res = if matches!(kind, Kind::Hello | Kind::HelloReply | Kind::Heartbeat) {
-            qp.send_signaled(fill)
+            qp.send_signaled(ring, fill)
         } else {
-            qp.send(fill)
+            qp.send(ring, fill)
         };
         match res {
             Ok(_) => {
@@ -578,45 +748,59 @@ impl Channel {
 
     /// Sends request `req` with its `data` (see [`crate::xfer`]). On failure
     /// both come back: `ENOTCONN` unless the channel is up, `EAGAIN` without
-    /// a credit or a free tag, `EMSGSIZE` if the header does not fit the
-    /// peer's limit or the data needs more than 8 registrations.
-    #[allow(clippy::type_complexity)]
+    /// a credit, a free tag or free regions, `EBUSY` if `own` (the caller's
+    /// tag) is in flight, `EINVAL` if it is beyond the queue depth,
+    /// `EMSGSIZE` if the header does not fit the peer's limit or the data
+    /// needs more than 8 registrations. Allocates nothing and never sleeps.
     pub(crate) fn submit(
         &self,
-        req: KBox<dyn Request>,
+        own: Option<u32>,
+        req: Req,
         data: Option<SgList>,
-    ) -> Result<(), (Error, KBox<dyn Request>, Option<SgList>)> {
+    ) -> Result<(), Refused<Req>> {
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         if inner.state != ChanState::Up {
             return Err((ENOTCONN, req, data));
         }
-        let (Some(qp), Some(pd), Some(xfer)) =
-            (inner.qp.as_mut(), inner.pd.as_ref(), inner.xfer.as_mut())
-        else {
+        let (Some(qp), Some(ring), Some(pd), Some(xfer)) = (
+            inner.qp.as_deref(),
+            inner.ring.as_mut(),
+            inner.pd.as_ref(),
+            inner.xfer.as_mut(),
+        ) else {
             return Err((ENOTCONN, req, data));
         };
         // The largest head: every region used.
         let worst = RequestHead::FIXED + RequestHead::DESC * wire::request::MAX_DESCS;
-        if Header::LEN + worst + req.header().len() > inner.peer_max_msg as usize {
+        if Header::LEN + worst + Request::header(&req).len() > inner.peer_max_msg as usize {
             return Err((EMSGSIZE, req, data));
         }
         let Some(grant) = inner.credits.take(false) else {
             return Err((EAGAIN, req, data));
         };
-        let write = req.dir() == Dir::FromPeer;
+        let write = Request::dir(&req) == Dir::FromPeer;
         let limit = inner.peer_depth.min(self.session.params.queue_depth);
-        let res = xfer.submit(pd, limit, req, data, |tag, mrs, cookie, head, hdr| {
-            qp.send_registered(tag, mrs, write, |buf| {
-                let n =
-                    Header::write_with(Kind::Request, grant, cookie, buf, |p| head.write(hdr, p))?;
-                self.session.hostile.request(buf);
-                self.stats.add(Counter::TxBytes, n as u64);
-                Ok(n)
-            })?;
-            self.stats.add(Counter::Registrations, mrs.len() as u64);
-            Ok(())
-        });
+        let res = xfer.submit(
+            Some(pd),
+            limit,
+            own,
+            req,
+            data,
+            |tag, regs, cookie, head, hdr| {
+                let mrs = regs.as_slice();
+                qp.send_registered(ring, tag, mrs, write, |buf| {
+                    let n = Header::write_with(Kind::Request, grant, cookie, buf, |p| {
+                        head.write(hdr, p)
+                    })?;
+                    self.session.hostile.request(buf);
+                    self.stats.add(Counter::TxBytes, n as u64);
+                    Ok(n)
+                })?;
+                self.stats.add(Counter::Registrations, mrs.len() as u64);
+                Ok(())
+            },
+        );
         match res {
             Ok(()) => {
                 self.stats.add(Counter::RequestsTx, 1);
@@ -633,7 +817,8 @@ impl Channel {
     /// Responder: moves the data of `inc` between its requester and `sg` (an
     /// RDMA READ for a request whose data goes to this side, a WRITE for one
     /// whose data comes from it), region after region; `done` is told when
-    /// it is over. `sg` must hold the request's whole data.
+    /// it is over. `sg` must hold the request's whole data. Process context:
+    /// rdma_rw allocates as it prepares a transfer.
     pub(crate) fn incoming_rdma(
         &self,
         inc: &mut Incoming,
@@ -663,40 +848,113 @@ impl Channel {
         if inner.state != ChanState::Up {
             return Err(ENOTCONN);
         }
-        let Some(qp) = inner.qp.as_ref() else {
+        if inner.xfer.as_ref().is_some_and(|x| x.rdma_pending(inc.tag)) {
+            return Err(EBUSY);
+        }
+        let Some(qp) = inner.lend_qp() else {
             return Err(ENOTCONN);
         };
-        qp.rdma(inc.tag, first, remote, dir).map_err(|(e, _)| e)?;
+        let (tag, len) = (inc.tag, inc.head.data_len);
+        // Recorded before it is posted: it may complete, and its `done`
+        // answer and free `inc`, at once. Nothing touches `inc` after.
         if let Some(x) = inner.xfer.as_mut() {
-            x.set_rdma(inc.tag, op);
+            x.set_rdma(tag, op);
         }
-        inc.moved = inc.head.data_len;
-        self.stats
-            .add(Counter::RdmaBytes, u64::from(inc.head.data_len));
+        inc.moved = len;
+        drop(inner);
+        let res = qp.rdma(tag, first, remote, dir);
+        let mut inner = self.inner.lock();
+        if res.is_err() {
+            // Never posted: `done` is not called; the caller hears the error.
+            drop(inner.xfer.as_mut().and_then(|x| x.take_rdma(tag)));
+            inc.moved = 0;
+        }
+        drop(qp);
+        inner.lent -= 1;
+        drop(inner);
+        res.map_err(|(e, _)| e)?;
+        self.stats.add(Counter::RdmaBytes, u64::from(len));
         Ok(())
+    }
+
+    /// Responder: the transfer of tag `tag` completed (`ok`): posts its next
+    /// region, if it has one and the channel lives, or tells its consumer.
+    fn rdma_completed(&self, tag: u32, ok: bool) {
+        let mut inner = self.inner.lock();
+        if ok {
+            inner.last_ack = Instant::now();
+        }
+        // While the channel shuts down its QP is being drained: the teardown
+        // completes the transfer once the QP is gone.
+        let Some(qp) = inner.qp.as_deref() else {
+            return;
+        };
+        let _ = qp.rdma_done(tag);
+        let mut status = if ok { 0 } else { EIO.to_errno() };
+        let next = match inner.xfer.as_mut().and_then(|x| x.rdma_op(tag)) {
+            Some(op) if ok => op.next_desc(),
+            _ => None,
+        };
+        if let Some((list, offset, d, dir)) = next {
+            // A channel closing: the teardown completes the transfer, which
+            // is not over.
+            let Some(qp) = inner.lend_qp() else { return };
+            drop(inner);
+            // Slicing allocates and rdma_rw may: without the lock.
+            let res = SgList::slice(&list, offset, d.len).and_then(|sg| {
+                let remote = Remote {
+                    addr: d.addr,
+                    len: d.len,
+                    rkey: d.rkey,
+                };
+                qp.rdma(tag, sg, remote, dir).map_err(|(e, _)| e)
+            });
+            inner = self.inner.lock();
+            drop(qp);
+            inner.lent -= 1;
+            match res {
+                Ok(()) => return,
+                Err(e) => status = e.to_errno(),
+            }
+        }
+        let cb = inner.xfer.as_mut().and_then(|x| x.take_rdma(tag));
+        drop(inner);
+        if let Some(cb) = cb {
+            cb.done(status);
+        }
     }
 
     /// Responder: answers `inc` with `status` and `hdr`, invalidating the
     /// requester's first key if the request had data. A response that finds
-    /// no credit waits for one. `EBUSY` while a transfer of `inc` is in
-    /// flight, `ENOTCONN` if the channel is gone, `EMSGSIZE` if `hdr` does
-    /// not fit.
+    /// no credit waits for one (a copy of `hdr`, made then). `EBUSY` while a
+    /// transfer of `inc` is in flight, `ENOTCONN` if the channel is gone,
+    /// `EMSGSIZE` if `hdr` does not fit.
     pub(crate) fn respond(&self, inc: &Incoming, status: i32, hdr: &[u8]) -> Result {
         let head = ResponseHead {
             status: status.clamp(-4095, 0),
             moved: inc.moved,
         };
-        let mut inner = self.inner.lock();
-        if inner.xfer.as_ref().is_some_and(|x| x.rdma_pending(inc.tag)) {
-            return Err(EBUSY);
-        }
-        if inner.state != ChanState::Up {
-            return Err(ENOTCONN);
-        }
-        if Header::LEN + ResponseHead::FIXED + hdr.len() > inner.peer_max_msg as usize {
-            return Err(EMSGSIZE);
-        }
         let invalidate = (inc.head.ndesc > 0).then_some(inc.head.descs[0].rkey);
+        {
+            let mut inner = self.inner.lock();
+            if inner.xfer.as_ref().is_some_and(|x| x.rdma_pending(inc.tag)) {
+                return Err(EBUSY);
+            }
+            if inner.state != ChanState::Up {
+                return Err(ENOTCONN);
+            }
+            if Header::LEN + ResponseHead::FIXED + hdr.len() > inner.peer_max_msg as usize {
+                return Err(EMSGSIZE);
+            }
+            let queued = inner.xfer.as_ref().is_some_and(|x| !x.pending.is_empty());
+            if !queued {
+                match self.send_response(&mut inner, inc.cookie, &head, hdr, invalidate) {
+                    Err(e) if e == EAGAIN => {}
+                    r => return r,
+                }
+            }
+        }
+        // Behind the others, in order.
         let mut copy = KVec::new();
         copy.extend_from_slice(hdr, GFP_KERNEL)?;
         let r = PendingResponse {
@@ -705,29 +963,40 @@ impl Channel {
             hdr: copy,
             invalidate,
         };
-        let queued = inner.xfer.as_ref().is_some_and(|x| !x.pending.is_empty());
-        if queued || self.send_response(&mut inner, &r) == Err(EAGAIN) {
-            // Behind the others, in order.
-            if let Some(x) = inner.xfer.as_mut() {
-                x.pending.push(r, GFP_KERNEL)?;
-            }
+        let mut inner = self.inner.lock();
+        if inner.state != ChanState::Up {
+            return Err(ENOTCONN);
         }
+        if let Some(x) = inner.xfer.as_mut() {
+            // One per responder tag, which `inc` holds: there is room.
+            x.pending.push_within_capacity(r).map_err(|_| ENOMEM)?;
+        }
+        drop(inner);
+        // A credit may have come back meanwhile.
+        self.flush_responses();
         Ok(())
     }
 
-    fn send_response(&self, inner: &mut Inner, r: &PendingResponse) -> Result {
-        let qp = inner.qp.as_mut().ok_or(ENOTCONN)?;
+    fn send_response(
+        &self,
+        inner: &mut Inner,
+        cookie: u64,
+        head: &ResponseHead,
+        hdr: &[u8],
+        invalidate: Option<u32>,
+    ) -> Result {
+        let (Some(qp), Some(ring)) = (inner.qp.as_deref(), inner.ring.as_mut()) else {
+            return Err(ENOTCONN);
+        };
         let grant = inner.credits.take(false).ok_or(EAGAIN)?;
         let fill = |buf: &mut [u8]| {
-            let n = Header::write_with(Kind::Response, grant, r.cookie, buf, |p| {
-                r.head.write(&r.hdr, p)
-            })?;
+            let n = Header::write_with(Kind::Response, grant, cookie, buf, |p| head.write(hdr, p))?;
             self.stats.add(Counter::TxBytes, n as u64);
             Ok(n)
         };
-        let res = match r.invalidate {
-            Some(rkey) => qp.send_with_invalidate(rkey, fill),
-            None => qp.send(fill),
+        let res = match invalidate {
+            Some(rkey) => qp.send_with_invalidate(ring, rkey, fill),
+            None => qp.send(ring, fill),
         };
         match res {
             Ok(_) => {
@@ -759,7 +1028,10 @@ impl Channel {
             }) else {
                 return;
             };
-            if self.send_response(&mut inner, &r).is_err() {
+            if self
+                .send_response(&mut inner, r.cookie, &r.head, &r.hdr, r.invalidate)
+                .is_err()
+            {
                 if let Some(x) = inner.xfer.as_mut() {
                     let _ = x.pending.insert_within_capacity(0, r);
                 }
@@ -791,7 +1063,7 @@ impl Channel {
     /// how many. The handlers take the channel's lock: the caller holds none
     /// of ferry's.
     pub(crate) fn poll(&self, budget: u32) -> u32 {
-        let Some(poller) = self.inner.lock().qp.as_ref().and_then(Qp::poller) else {
+        let Some(poller) = self.inner.lock().qp.as_deref().and_then(Qp::poller) else {
             return 0;
         };
         let n = poller.poll(budget);
@@ -962,12 +1234,24 @@ impl Channel {
                     Response::Finished(f) => {
                         drop(inner);
                         f.complete();
+                        // Its tag and regions are free.
+                        self.session.credits_returned();
                     }
                     Response::Invalidate(tag, keys) => {
                         let qp = inner.qp.as_ref().ok_or(Reason::LocalClose)?;
-                        qp.local_invalidate(tag, &keys)
-                            .map_err(|_| Reason::TransportError)?;
-                        self.stats.add(Counter::InvLocal, keys.len() as u64);
+                        if let Err(e) = qp.local_invalidate(tag, keys.as_slice()) {
+                            // Once per channel: the failure closes it.
+                            pr_warn!(
+                                "session {} channel {}: posting {} invalidations failed: {:?}\n",
+                                self.session.id,
+                                self.index,
+                                keys.as_slice().len(),
+                                e
+                            );
+                            return Err(Reason::TransportError.into());
+                        }
+                        self.stats
+                            .add(Counter::InvLocal, keys.as_slice().len() as u64);
                     }
                 }
                 Ok(granted)
@@ -1001,7 +1285,17 @@ impl Channel {
     fn wc_failed(&self, wc: &Wc) {
         self.stats.add_wc(wc.status());
         if wc.flushed() {
-            self.stats.add(Counter::FlushErrors, 1);
+            // A flush is the echo of a failure that came first, unless the
+            // channel is still up: then nothing else said why.
+            if self.stats.add(Counter::FlushErrors, 1) == 0
+                && self.inner.lock().state == ChanState::Up
+            {
+                pr_warn!(
+                    "session {} channel {}: work flushed on a channel still up\n",
+                    self.session.id,
+                    self.index
+                );
+            }
         } else {
             let first = self.stats.add(Counter::WcErrors, 1) == 0;
             if first {
@@ -1041,42 +1335,14 @@ impl Completion for Channel {
                     .and_then(|x| x.invalidated(tag));
                 if let Some(f) = f {
                     f.complete();
+                    // Its tag and regions are free: what waits for them may go on.
+                    this.session.credits_returned();
                 }
             }
             TagOp::Rdma => {
-                let mut guard = this.inner.lock();
-                let inner = &mut *guard;
-                if wc.ok() {
-                    inner.last_ack = Instant::now();
-                }
-                // While the channel shuts down its QP is being drained: the
-                // teardown completes the transfer once the QP is gone.
-                let Some(qp) = inner.qp.as_ref() else { return };
-                let _ = qp.rdma_done(tag);
-                let Some(x) = inner.xfer.as_mut() else { return };
-                let mut status = if wc.ok() { 0 } else { EIO.to_errno() };
-                if wc.ok() {
-                    // The next region, if any.
-                    let next = x.rdma_op(tag).and_then(|op| {
-                        op.next_region()
-                            .map(|r| r.map(|(sg, remote)| (sg, remote, op.dir)))
-                    });
-                    match next {
-                        Some(Ok((sg, remote, dir))) => match qp.rdma(tag, sg, remote, dir) {
-                            Ok(()) => return,
-                            Err((e, _)) => status = e.to_errno(),
-                        },
-                        Some(Err(e)) => status = e.to_errno(),
-                        None => {}
-                    }
-                }
-                let cb = x.take_rdma(tag);
-                drop(guard);
+                this.rdma_completed(tag, wc.ok());
                 if !wc.ok() {
                     this.wc_failed(wc);
-                }
-                if let Some(cb) = cb {
-                    cb.done(status);
                 }
             }
         }
@@ -1211,7 +1477,7 @@ impl Channel {
 
     /// Client: route known; create the QP and send the connect request.
     fn route_resolved(self: &Arc<Self>, id: &Locked<'_>) -> Result<(), Reason> {
-        let qp = self.create_qp(id)?;
+        let (qp, ring) = self.create_qp(id)?;
         let data = ConnectData {
             session_id: self.session.session_id,
             generation: self.generation,
@@ -1222,22 +1488,27 @@ impl Channel {
             queue_depth: self.session.params.queue_depth as u16,
         }
         .encode();
-        let mut inner = self.inner.lock();
-        if inner.state != ChanState::Resolving {
-            drop(inner);
-            drop(qp);
-            return Err(Reason::LocalClose);
-        }
-        let caps = inner.caps.unwrap_or_default();
+        // Held until the connect is out: the teardown, which takes the QP,
+        // takes the id under it first.
+        let cm = self.cm.lock();
+        let caps = {
+            let mut inner = self.inner.lock();
+            if cm.is_none() || inner.state != ChanState::Resolving {
+                drop(inner);
+                drop(cm);
+                drop(qp);
+                return Err(Reason::LocalClose);
+            }
+            inner.qp = Some(qp.clone());
+            inner.ring = Some(ring);
+            inner.state = ChanState::Connecting;
+            inner.caps.unwrap_or_default()
+        };
         let res = id.connect(&qp, &conn_params(&data, &caps));
-        if res.is_err() {
-            drop(inner);
-            drop(qp);
-            return Err(Reason::NoResources);
-        }
-        inner.qp = Some(qp);
-        inner.state = ChanState::Connecting;
-        Ok(())
+        drop(qp);
+        drop(cm);
+        // A QP that never connected goes with the channel's teardown.
+        res.map_err(|_| Reason::NoResources)
     }
 
     /// Client: the server accepted; check its data, bring the QP up, complete
@@ -1247,13 +1518,23 @@ impl Channel {
         if acc.session_id != self.session.session_id {
             return Err(Reason::ProtocolError);
         }
+        // As in `route_resolved`: no teardown takes the QP meanwhile.
+        let cm = self.cm.lock();
+        let qp = match cm.as_ref() {
+            Some(_) => self.inner.lock().qp.clone(),
+            None => None,
+        };
+        let qp = qp.ok_or(Reason::LocalClose)?;
+        let res = id
+            .modify_qp(&qp, QpState::Rtr)
+            .and_then(|()| id.modify_qp(&qp, QpState::Rts))
+            .and_then(|()| id.establish());
+        drop(qp);
+        drop(cm);
+        res.map_err(|_| Reason::TransportError)?;
         let mut inner = self.inner.lock();
-        {
-            let qp = inner.qp.as_ref().ok_or(Reason::LocalClose)?;
-            id.modify_qp(qp, QpState::Rtr)
-                .and_then(|()| id.modify_qp(qp, QpState::Rts))
-                .and_then(|()| id.establish())
-                .map_err(|_| Reason::TransportError)?;
+        if inner.state != ChanState::Connecting {
+            return Err(Reason::LocalClose);
         }
         inner.state = ChanState::Handshake;
         inner.since = Instant::now();

@@ -73,6 +73,8 @@ type RdmaDoneFn = Option<unsafe extern "C" fn(*mut ferry_incoming, *mut c_void, 
 
 /// `FERRY_NOWAIT`.
 const NOWAIT: c_uint = crate::bindings::FERRY_NOWAIT;
+/// `FERRY_TAGGED`.
+const TAGGED: c_uint = crate::bindings::FERRY_TAGGED;
 
 /// The errno a consumer is told for `reason`: 0 for a local close.
 fn reason_errno(reason: Reason) -> c_int {
@@ -137,8 +139,8 @@ impl Request for CRequest {
         CRequest::set_response(self, status, moved, hdr);
     }
 
-    fn complete(self: KBox<Self>, status: i32) {
-        KBox::into_inner(self).complete(status);
+    fn complete(self, status: i32) {
+        CRequest::complete(self, status);
     }
 }
 
@@ -511,7 +513,7 @@ unsafe fn submit(
     rq: *mut ferry_request,
     flags: c_uint,
 ) -> c_int {
-    if flags & !NOWAIT != 0 {
+    if flags & !(NOWAIT | TAGGED) != 0 || (flags & TAGGED != 0 && on.is_none()) {
         return EINVAL.to_errno();
     }
     // SAFETY: `rq` is valid and ferry's until its `done` (the contract).
@@ -531,12 +533,10 @@ unsafe fn submit(
             Err(e) => return e.to_errno(),
         },
     };
-    let req: KBox<dyn Request> = match KBox::new(req, GFP_KERNEL) {
-        Ok(b) => b,
-        Err(_) => return ENOMEM.to_errno(),
-    };
+    let own = (flags & TAGGED != 0).then(|| req.tag());
     // SAFETY: The caller holds a reference (the contract).
-    match unsafe { Handle::<Session>::borrow(s) }.request(on, req, data, flags & NOWAIT != 0) {
+    let s = unsafe { Handle::<Session>::borrow(s) };
+    match s.request(on, own, req, data, flags & NOWAIT != 0) {
         Ok(()) => 0,
         // The request comes back unused: `done` is not called.
         Err((e, _req, _data)) => e.to_errno(),

@@ -19,32 +19,41 @@
 //! [`SessionState::check`]; channels are torn down outside it, on the
 //! transport's work queue or in the caller's context (netlink, device removal,
 //! module unload), never from a CM or completion handler.
+//!
+//! **The data path** takes none of the session's locks. While the session is
+//! connected, each channel is published in its queue's [`RcuCell`]; a send
+//! or request finds its channel there under RCU and takes only that
+//! channel's spinlock, and the session's state for senders is one atomic
+//! word (`sendable`). A failure unpublishes the channels (and waits for an
+//! RCU grace period) before it tears them down.
 
 use core::sync::atomic::{
-    AtomicBool, AtomicU32, AtomicU64,
-    Ordering::{Relaxed, SeqCst},
+    AtomicBool, AtomicI32, AtomicU32, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 use kernel::{
-    new_condvar, new_mutex,
+    new_condvar, new_mutex, new_spinlock, new_work,
     prelude::*,
-    sync::{aref::ARef, Arc, CondVar, CondVarTimeoutResult, Mutex},
+    sync::{aref::ARef, rcu, Arc, CondVar, CondVarTimeoutResult, Mutex, SpinLock},
     time::{msecs_to_jiffies, Instant, Monotonic},
+    workqueue::{impl_has_work, Work, WorkItem},
 };
 
 use crate::{
     backoff::Backoff,
-    channel::{Channel, ChannelInfo},
+    channel::{Channel, ChannelInfo, Req},
     cm::SockAddr,
     device::Ferry,
     hostile::Hostile,
     netns::Net,
     rdma::mr::SgList,
     service::{Consumer, Service},
+    slot::RcuCell,
     state::{Role, SessionState},
     stats::{Counter, Counters, Stats},
     wire::{self, Header, Hello, Reason, ServiceName},
     work,
-    xfer::{DataLimits, Incoming, Request},
+    xfer::{DataLimits, Incoming, Refused},
 };
 
 /// How long one connect attempt may take before it counts as failed.
@@ -220,6 +229,17 @@ pub(crate) struct Session {
     /// Signalled on every state change.
     #[pin]
     changed: CondVar,
+    /// A channel failure not handled yet: (channel, generation, reason).
+    #[pin]
+    failure: SpinLock<Option<(u16, u32, Reason)>>,
+    /// Handles `failure` on ferry's work queue.
+    #[pin]
+    failure_work: Work<Session>,
+    /// The channels of a connected session, by index, for the data path.
+    queues: KVec<RcuCell<Channel>>,
+    /// What the data path answers (see [`Session::check_sendable`]): 0, or
+    /// `-EAGAIN` or `-ENOTCONN`. Written under `inner`'s lock.
+    sendable: AtomicI32,
     /// Serializes the consumer's `up`, `down` and `gone`.
     #[pin]
     events: Mutex<Events>,
@@ -242,6 +262,21 @@ pub(crate) struct Session {
     retired: Stats,
     /// Test builds: a breach of the protocol to commit.
     pub(crate) hostile: Hostile,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Session { self.failure_work }
+}
+
+impl WorkItem for Session {
+    type Pointer = Arc<Session>;
+
+    fn run(this: Arc<Session>) {
+        let f = this.failure.lock().take();
+        if let Some((index, generation, reason)) = f {
+            this.handle_failure(index, generation, reason);
+        }
+    }
 }
 
 /// A snapshot for netlink.
@@ -270,6 +305,10 @@ impl Session {
         client_service: Option<ServiceName>,
         consumer: Option<Arc<dyn Consumer>>,
     ) -> Result<Arc<Self>> {
+        let mut queues = KVec::with_capacity(usize::from(params.channels), GFP_KERNEL)?;
+        for _ in 0..params.channels {
+            queues.push(RcuCell::new(), GFP_KERNEL)?;
+        }
         Arc::pin_init(
             pin_init!(Self {
                 id,
@@ -299,6 +338,10 @@ impl Session {
                     refused: None,
                 }),
                 changed <- new_condvar!(),
+                failure <- new_spinlock!(None),
+                failure_work <- new_work!("ferry::Session::failure_work"),
+                queues,
+                sendable: AtomicI32::new(ENOTCONN.to_errno()),
                 events <- new_mutex!(Events {
                     mute: *role == Role::Client,
                     ..Events::default()
@@ -565,7 +608,15 @@ impl Session {
         if !all {
             return;
         }
+        // Published before the state says so: a sender that sees the
+        // session connected finds its channels.
+        for c in inner.channels.iter() {
+            if let Some(q) = self.queues.get(usize::from(c.index())) {
+                q.set(Some(c.clone()));
+            }
+        }
         if self.set_state(&mut inner, SessionState::Connected).is_err() {
+            self.unpublish();
             return;
         }
         if inner.connected_once {
@@ -573,6 +624,7 @@ impl Session {
             pr_info!("session {}: reconnected to {}\n", self.id, self.peer);
         }
         inner.connected_once = true;
+        self.update_sendable(&inner);
         inner.reason = Reason::None;
         inner.backoff.reset();
         inner.failed_since = None;
@@ -580,12 +632,26 @@ impl Session {
         self.notify();
     }
 
-    /// A channel failed: handled on the transport's work queue. Callable from
-    /// CM and completion handlers: takes no lock.
+    /// A channel failed: handled on the transport's work queue, by the
+    /// session's own work item (nothing to allocate, so no failure is lost
+    /// for want of memory). Callable from CM and completion handlers: takes
+    /// a spinlock and ferry's work-queue mutex. A failure of a newer
+    /// generation replaces one not yet handled, never one of an older; of
+    /// one generation, the first counts (the rest would find the session
+    /// changed already).
     pub(crate) fn channel_failed(self: &Arc<Self>, index: u16, generation: u32, reason: Reason) {
-        let Some(ferry) = Ferry::get() else { return };
-        let this = self.clone();
-        let _ = ferry.spawn(move || this.handle_failure(index, generation, reason));
+        {
+            let mut f = self.failure.lock();
+            // CAST: generations wrap; the difference's sign says which is
+            // newer.
+            let newer = f.is_none_or(|(_, g, _)| generation.wrapping_sub(g) as i32 > 0);
+            if newer {
+                *f = Some((index, generation, reason));
+            }
+        }
+        if let Some(ferry) = Ferry::get() {
+            ferry.queue_work::<_, 0>(self.clone());
+        }
     }
 
     fn handle_failure(self: &Arc<Self>, index: u16, generation: u32, reason: Reason) {
@@ -614,6 +680,14 @@ impl Session {
         }
         inner.reason = reason;
         let channels = core::mem::take(&mut inner.channels);
+        // Senders hear what comes before the channels go.
+        let sendable = if next == SessionState::Closing {
+            ENOTCONN
+        } else {
+            EAGAIN
+        };
+        self.sendable.store(sendable.to_errno(), Release);
+        self.unpublish();
         if next == SessionState::Closing {
             inner.tearing_down += 1;
             drop(inner);
@@ -674,6 +748,8 @@ impl Session {
             inner.reason = reason;
         }
         let channels = core::mem::take(&mut inner.channels);
+        self.sendable.store(ENOTCONN.to_errno(), Release);
+        self.unpublish();
         drop(inner);
         shutdown_all(&channels);
         let mut inner = self.inner.lock();
@@ -790,6 +866,7 @@ impl Session {
         match inner.state.check(self.role, to) {
             Ok(s) => {
                 inner.state = s;
+                self.update_sendable(inner);
                 self.changed.notify_all();
                 Ok(())
             }
@@ -907,22 +984,24 @@ impl Session {
 
     /// Sends request `req` (with `data`) on channel `on`, or if `None` on
     /// the calling CPU's channel or another ordinary one with a credit and a
-    /// free tag; waits like [`Session::send`] unless `nowait`. On failure,
-    /// the request and its data come back.
-    #[allow(clippy::type_complexity)]
+    /// free tag, under the caller's tag `own` if it chose one (with a
+    /// channel named); waits like [`Session::send`] unless `nowait`. On
+    /// failure, the request and its data come back. With `nowait`, never
+    /// sleeps and allocates nothing.
     pub(crate) fn request(
         &self,
         on: Option<u16>,
-        req: KBox<dyn Request>,
+        own: Option<u32>,
+        req: Req,
         data: Option<SgList>,
         nowait: bool,
-    ) -> Result<(), (Error, KBox<dyn Request>, Option<SgList>)> {
+    ) -> Result<(), Refused<Req>> {
         let mut item = (req, data);
         let mut guard: Option<kernel::sync::MutexGuard<'_, ()>> = None;
         let start = Instant::<Monotonic>::now();
         loop {
             let (req, data) = item;
-            match self.try_request(on, req, data) {
+            match self.try_request(on, own, req, data) {
                 Ok(()) => return Ok(()),
                 Err((e, req, data)) if e == EAGAIN && !nowait => {
                     if self.in_callback() {
@@ -936,7 +1015,7 @@ impl Session {
                     self.waiters.fetch_add(1, SeqCst);
                     // A credit that came back meanwhile woke nobody: try
                     // again under the lock before sleeping.
-                    let again = self.try_request(on, req, data);
+                    let again = self.try_request(on, own, req, data);
                     let (req, data) = match again {
                         Ok(()) => {
                             self.waiters.fetch_sub(1, SeqCst);
@@ -963,36 +1042,40 @@ impl Session {
         }
     }
 
-    #[allow(clippy::type_complexity)]
     fn try_request(
         &self,
         on: Option<u16>,
-        req: KBox<dyn Request>,
+        own: Option<u32>,
+        req: Req,
         data: Option<SgList>,
-    ) -> Result<(), (Error, KBox<dyn Request>, Option<SgList>)> {
-        if on.is_some_and(|q| q >= self.params.channels) {
+    ) -> Result<(), Refused<Req>> {
+        if on.is_some_and(|q| q >= self.params.channels) || (own.is_some() && on.is_none()) {
             return Err((EINVAL, req, data));
         }
-        let inner = self.inner.lock();
-        if let Err(e) = self.check_sendable(&inner) {
+        if let Err(e) = self.check_sendable() {
             return Err((e, req, data));
         }
-        let n = inner.channels.len();
-        let start = self.first_pick(&inner, on);
+        let guard = rcu::read_lock();
+        let n = self.queues.len();
+        let start = self.first_pick(&guard, on);
         let mut item = (req, data);
         for i in 0..n {
             let (req, data) = item;
-            let c = &inner.channels[(start + i) % n];
+            let Some(c) = self.queues[(start + i) % n].get(&guard) else {
+                item = (req, data);
+                continue;
+            };
             if !self.picks(on, c) {
                 item = (req, data);
                 continue;
             }
-            match c.submit(req, data) {
+            match c.submit(own, req, data) {
                 Ok(()) => return Ok(()),
                 Err((e, req, data)) if e == EAGAIN || e == ENOTCONN => item = (req, data),
                 Err(e) => return Err(e),
             }
         }
+        drop(guard);
         self.want_writable.store(true, SeqCst);
         Err((EAGAIN, item.0, item.1))
     }
@@ -1099,12 +1182,14 @@ impl Session {
     }
 
     fn try_send(&self, on: Option<u16>, data: &[u8]) -> Result {
-        let inner = self.inner.lock();
-        self.check_sendable(&inner)?;
-        let n = inner.channels.len();
-        let start = self.first_pick(&inner, on);
+        self.check_sendable()?;
+        let guard = rcu::read_lock();
+        let n = self.queues.len();
+        let start = self.first_pick(&guard, on);
         for i in 0..n {
-            let c = &inner.channels[(start + i) % n];
+            let Some(c) = self.queues[(start + i) % n].get(&guard) else {
+                continue;
+            };
             if !self.picks(on, c) {
                 continue;
             }
@@ -1121,15 +1206,33 @@ impl Session {
     /// Whether the session can take traffic: `EAGAIN` while it reconnects
     /// (the consumer hears `writable` or `up` later), `ENOTCONN` if it never
     /// connected or is closing.
-    fn check_sendable(&self, inner: &Inner) -> Result {
-        match inner.state {
-            SessionState::Connected => Ok(()),
-            SessionState::Connecting | SessionState::Reconnecting if inner.connected_once => {
+    fn check_sendable(&self) -> Result {
+        match self.sendable.load(Acquire) {
+            0 => Ok(()),
+            e if e == EAGAIN.to_errno() => {
                 self.want_writable.store(true, SeqCst);
                 Err(EAGAIN)
             }
             _ => Err(ENOTCONN),
         }
+    }
+
+    /// Records what senders get in the state `inner` says.
+    fn update_sendable(&self, inner: &Inner) {
+        let v = match inner.state {
+            SessionState::Connected => 0,
+            SessionState::Connecting | SessionState::Reconnecting if inner.connected_once => {
+                EAGAIN.to_errno()
+            }
+            _ => ENOTCONN.to_errno(),
+        };
+        self.sendable.store(v, Release);
+    }
+
+    /// Takes the channels out of the data path; once this returns, no sender
+    /// uses them. May sleep (an RCU grace period).
+    fn unpublish(&self) {
+        RcuCell::clear_all(&self.queues);
     }
 
     /// Whether a send for channel `on` may go out on `c`: `on` itself, or
@@ -1146,11 +1249,14 @@ impl Session {
     /// looking: from a callback, at the callback's own channel, so an answer
     /// goes back the way its question came (to a consumer that polls that
     /// channel); else at the calling CPU's.
-    fn first_pick(&self, inner: &Inner, on: Option<u16>) -> usize {
-        let own = match on {
-            None => inner.channels.iter().position(|c| c.in_callback()),
-            Some(_) => None,
-        };
+    fn first_pick(&self, guard: &rcu::Guard, on: Option<u16>) -> usize {
+        if let Some(q) = on {
+            return usize::from(q);
+        }
+        let own = self
+            .queues
+            .iter()
+            .position(|q| q.get(guard).is_some_and(|c| c.in_callback()));
         // The ordinary channels come first: a CPU picks one of them.
         let ordinary = usize::from(self.params.channels - self.params.poll_channels).max(1);
         // CAST: a CPU number fits a `usize`.
@@ -1168,14 +1274,10 @@ impl Session {
         self.channel(qid).ok_or(ENOTCONN)?.reset()
     }
 
-    /// Channel `qid` of the current connection, if it has one.
+    /// Channel `qid` while the session is connected (none of the session's
+    /// locks: from a consumer's timeout or poll).
     fn channel(&self, qid: u16) -> Option<Arc<Channel>> {
-        self.inner
-            .lock()
-            .channels
-            .iter()
-            .find(|c| c.index() == qid)
-            .cloned()
+        self.queues.get(usize::from(qid))?.get_arc()
     }
 
     /// Processes up to `budget` completions of polled channel `qid` in the
@@ -1185,26 +1287,25 @@ impl Session {
         if qid >= self.params.channels || !self.params.polled(qid) {
             return Err(EINVAL);
         }
-        // The handlers take the session's lock: poll without it.
         Ok(self.channel(qid).map_or(0, |c| c.poll(budget)))
     }
 
     /// Processes up to `budget` completions of each polled channel in the
     /// calling thread; returns how many. See `ferry_poll()`.
     pub(crate) fn poll(&self, budget: u32) -> u32 {
-        // The handlers take the session's lock: poll without it, on copies of
-        // the channel list (no allocation: this runs in a consumer's loop).
-        let mut channels: [Option<Arc<Channel>>; wire::MAX_CHANNELS as usize] =
-            core::array::from_fn(|_| None);
-        for (slot, c) in channels.iter_mut().zip(self.inner.lock().channels.iter()) {
-            *slot = Some(c.clone());
-        }
-        channels.iter().flatten().map(|c| c.poll(budget)).sum()
+        (0..self.params.channels)
+            .filter(|&q| self.params.polled(q))
+            .filter_map(|q| self.channel(q))
+            .map(|c| c.poll(budget))
+            .sum()
     }
 
     /// Whether the current thread runs a callback of one of the channels.
     fn in_callback(&self) -> bool {
-        self.inner.lock().channels.iter().any(|c| c.in_callback())
+        let guard = rcu::read_lock();
+        self.queues
+            .iter()
+            .any(|q| q.get(&guard).is_some_and(|c| c.in_callback()))
     }
 }
 

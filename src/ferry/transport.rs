@@ -18,11 +18,10 @@ use kernel::{
     prelude::*,
     sync::{Arc, CondVar, Mutex},
     time::msecs_to_jiffies,
-    workqueue::{DelayedWork, WorkItem},
+    workqueue::{DelayedWork, HasWork, WorkItem},
 };
 
 use crate::{
-    channel::Channel,
     cm::SockAddr,
     device::Ferry,
     listener::Listener,
@@ -152,12 +151,16 @@ impl Ferry {
         }
     }
 
-    /// Queues channel `c`'s idle poll on ferry's work queue (nothing happens
-    /// if it is queued already, or the module is unloading).
-    pub(crate) fn queue_work(&self, c: Arc<Channel>) {
+    /// Queues work item `w` (a channel's idle poll, a session's failure),
+    /// embedded in its object, on ferry's work queue: nothing happens if it
+    /// is queued already, or the module is unloading. Allocates nothing.
+    pub(crate) fn queue_work<T, const ID: u64>(&self, w: Arc<T>)
+    where
+        T: WorkItem<ID, Pointer = Arc<T>> + HasWork<T, ID> + Send + Sync + 'static,
+    {
         let q = self.transport.queue.lock();
         if let Some(q) = q.as_ref() {
-            let _ = q.queue().enqueue(c);
+            let _ = q.queue().enqueue::<Arc<T>, ID>(w);
         }
     }
 

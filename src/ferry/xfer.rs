@@ -26,7 +26,7 @@
 //! region is deregistered, and only then are the requests still in flight
 //! completed, with `ECONNABORTED`: no peer can reach their pages any more.
 
-use kernel::{prelude::*, sync::Arc};
+use kernel::{id_pool::IdPool, prelude::*, sync::Arc};
 
 use crate::{
     channel::Channel,
@@ -36,7 +36,7 @@ use crate::{
         qp::MAX_REGS,
     },
     wire::request::{Desc, Dir, RequestHead, ResponseHead, MAX_DESCS},
-    wire::{Reason, Refusal},
+    wire::Refusal,
 };
 
 /// A request as a consumer submitted it.
@@ -49,7 +49,7 @@ pub(crate) trait Request: Send {
     fn set_response(&mut self, status: i32, moved: u32, hdr: &[u8]);
     /// The request is over (`status` 0: see `set_response`; else ferry's
     /// error), and the consumer owns its pages again. Called once.
-    fn complete(self: KBox<Self>, status: i32);
+    fn complete(self, status: i32);
 }
 
 /// What a responder is told when its RDMA READ or WRITE is over.
@@ -93,24 +93,98 @@ impl DataLimits {
     }
 }
 
+/// Most regions one request uses.
+const REQ_REGS: usize = if MAX_REGS < MAX_DESCS {
+    MAX_REGS
+} else {
+    MAX_DESCS
+};
+
+/// The most registered regions a channel keeps for `tags` requests: one
+/// each, and enough besides for one request that needs them all. A request
+/// finds its regions in the pool or waits (`EAGAIN`): none is registered on
+/// the data path.
+pub(crate) fn pool_regions(tags: u32) -> u32 {
+    // CAST: `REQ_REGS` is 8.
+    tags.saturating_add(REQ_REGS as u32 - 1)
+}
+
+/// The regions a client's channel registers when it is built: enough for
+/// one request of the largest size, or a few small ones (a server's starts
+/// with none). The pool grows from there, in process context (see
+/// [`Xfer::wants_regions`]), up to [`pool_regions`]: a channel that carries
+/// no requests (most of a server's) never registers more, and a connect does
+/// not wait for a hundred registrations per channel.
+// CAST: `REQ_REGS` is 8.
+pub(crate) const FIRST_REGIONS: u32 = REQ_REGS as u32;
+
 /// Encodes a tag: generation in the high bits, index in the low 16.
 fn cookie(index: usize, generation: u16) -> u64 {
     // CAST: indices are below `MAX_QUEUE_DEPTH`.
     (u64::from(generation) << 16) | index as u64
 }
 
-/// Moves `mrs` to `pool` (a region that finds no room is deregistered).
-fn recycle(pool: &mut KVec<Mr>, mrs: &mut KVec<Mr>) {
-    for mr in mrs.drain_all() {
-        let _ = pool.push(mr, GFP_KERNEL);
+/// The regions of one request, at most [`REQ_REGS`].
+#[derive(Default)]
+pub(crate) struct Regions {
+    mrs: [Option<Mr>; REQ_REGS],
+    n: usize,
+}
+
+impl Regions {
+    fn push(&mut self, mr: Mr) -> Result<(), Mr> {
+        match self.mrs.get_mut(self.n) {
+            Some(slot) => {
+                *slot = Some(mr);
+                self.n += 1;
+                Ok(())
+            }
+            None => Err(mr),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.n
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Mr> {
+        self.mrs.iter().flatten()
+    }
+
+    /// The regions, as the QP registers them.
+    pub(crate) fn as_slice(&self) -> &[Option<Mr>] {
+        &self.mrs[..self.n]
+    }
+
+    /// Moves every region to `pool`, which has room for all (see
+    /// [`Xfer::new`]).
+    fn recycle(&mut self, pool: &mut KVec<Mr>) {
+        for mr in self.mrs.iter_mut().filter_map(Option::take) {
+            // Never fails: the pool holds every region of the channel.
+            let _ = pool.push_within_capacity(mr);
+        }
+        self.n = 0;
+    }
+}
+
+/// Keys to invalidate, at most [`REQ_REGS`].
+pub(crate) struct Keys {
+    keys: [u32; REQ_REGS],
+    n: usize,
+}
+
+impl Keys {
+    /// The keys.
+    pub(crate) fn as_slice(&self) -> &[u32] {
+        &self.keys[..self.n]
     }
 }
 
 /// A request in flight.
-struct Outstanding {
-    req: KBox<dyn Request>,
+struct Outstanding<R> {
+    req: R,
     sg: Option<MappedSg>,
-    mrs: KVec<Mr>,
+    regs: Regions,
     /// The data length the peer was offered.
     data_len: u32,
     /// Set once the response is in and the invalidations are posted.
@@ -118,13 +192,13 @@ struct Outstanding {
 }
 
 /// A request that is over: complete it outside the channel's lock.
-pub(crate) struct Finished {
-    req: KBox<dyn Request>,
+pub(crate) struct Finished<R> {
+    req: R,
     sg: Option<MappedSg>,
     status: i32,
 }
 
-impl Finished {
+impl<R: Request> Finished<R> {
     /// Unmaps the pages and tells the consumer.
     pub(crate) fn complete(self) {
         if let Some(sg) = self.sg {
@@ -133,6 +207,10 @@ impl Finished {
         self.req.complete(self.status);
     }
 }
+
+/// Why [`Xfer::submit`] refused a request: the error, and the request and
+/// its data, back to the caller.
+pub(crate) type Refused<R> = (Error, R, Option<SgList>);
 
 /// A responder's RDMA in flight: the requester's regions are moved one after
 /// the other, each against its slice of the consumer's list.
@@ -147,6 +225,17 @@ pub(crate) struct RdmaOp {
 }
 
 impl RdmaOp {
+    /// The next region, what a transfer of it needs: the list, where the
+    /// region's bytes start in it, the region and the direction; `None`
+    /// after the last. Advances. Allocates nothing.
+    pub(crate) fn next_desc(&mut self) -> Option<(Arc<SgList>, u64, Desc, DmaDir)> {
+        let d = *self.head.descs[..self.head.ndesc].get(self.next)?;
+        let at = self.offset;
+        self.next += 1;
+        self.offset += u64::from(d.len);
+        Some((self.list.clone(), at, d, self.dir))
+    }
+
     /// The next region's slice of the list and the region; `None` after the
     /// last. Advances.
     pub(crate) fn next_region(&mut self) -> Option<Result<(SgList, Remote)>> {
@@ -183,59 +272,149 @@ pub(crate) struct PendingResponse {
     pub(crate) invalidate: Option<u32>,
 }
 
-/// A channel's request state (under the channel's lock).
-pub(crate) struct Xfer {
-    out: KVec<Option<Outstanding>>,
+/// A channel's request state (under the channel's lock). Allocates nothing
+/// after [`Xfer::new`] and never sleeps, but for [`Xfer::take_pool`].
+pub(crate) struct Xfer<R> {
+    out: KVec<Option<Outstanding<R>>>,
     gens: KVec<u16>,
+    /// The requester's tags in use.
+    tags: IdPool,
+    /// Where the next search for a free tag starts.
+    next_tag: usize,
     in_flight: u32,
-    /// Registered regions not in use.
+    /// Registered regions not in use, with room for [`pool_regions`].
     pool: KVec<Mr>,
-    max_pages: u32,
+    /// Regions registered so far, and the most there may be.
+    regions: u32,
+    max_regions: u32,
+    /// A request found the pool empty since it last grew.
+    short: bool,
     incoming: KVec<InSlot>,
-    /// Responses waiting for a credit.
+    /// Responses waiting for a credit, with room for one per responder tag.
     pub(crate) pending: KVec<PendingResponse>,
 }
 
-impl Xfer {
-    /// State for `tags` requests each way; regions map up to `max_pages`.
-    pub(crate) fn new(tags: u32, max_pages: u32) -> Result<Self> {
+impl<R: Request> Xfer<R> {
+    /// State for `tags` requests each way, with `first` regions of `pd`
+    /// that map up to `max_pages` pages each (none without a PD: then only
+    /// requests without data go). May sleep.
+    pub(crate) fn new(pd: Option<&Arc<Pd>>, tags: u32, max_pages: u32, first: u32) -> Result<Self> {
+        let n = tags as usize;
+        let regions = pool_regions(tags) as usize;
         let mut x = Self {
-            out: KVec::with_capacity(tags as usize, GFP_KERNEL)?,
-            gens: KVec::with_capacity(tags as usize, GFP_KERNEL)?,
+            out: KVec::with_capacity(n, GFP_KERNEL)?,
+            gens: KVec::with_capacity(n, GFP_KERNEL)?,
+            tags: IdPool::with_capacity(n, GFP_KERNEL)?,
+            next_tag: 0,
             in_flight: 0,
-            pool: KVec::new(),
-            max_pages,
-            incoming: KVec::with_capacity(tags as usize, GFP_KERNEL)?,
-            pending: KVec::new(),
+            pool: KVec::with_capacity(regions, GFP_KERNEL)?,
+            regions: 0,
+            max_regions: 0,
+            short: false,
+            incoming: KVec::with_capacity(n, GFP_KERNEL)?,
+            pending: KVec::with_capacity(n, GFP_KERNEL)?,
         };
-        for _ in 0..tags {
+        for _ in 0..n {
             x.out.push(None, GFP_KERNEL)?;
             x.gens.push(0, GFP_KERNEL)?;
             x.incoming.push(InSlot::default(), GFP_KERNEL)?;
         }
+        // The pool may hold more ids than asked for: those are never free.
+        if n < x.tags.capacity() {
+            while let Some(id) = x.tags.find_unused_id(n) {
+                id.acquire();
+            }
+        }
+        if let Some(pd) = pd.filter(|_| max_pages > 0) {
+            // CAST: `regions` came from a `u32`.
+            x.max_regions = regions as u32;
+            for _ in 0..first.min(x.max_regions) {
+                x.pool.push(Mr::new(pd, max_pages)?, GFP_KERNEL)?;
+                x.regions += 1;
+            }
+        }
         Ok(x)
     }
 
-    fn region(&mut self, pd: &Arc<Pd>) -> Result<Mr> {
-        match self.pool.pop() {
-            Some(mr) => Ok(mr),
-            None => Mr::new(pd, self.max_pages),
+    /// How many regions the pool should grow by now: as many as it has
+    /// (up to its most), once a request found it empty or a quarter or less
+    /// of it is free.
+    pub(crate) fn wants_regions(&self) -> u32 {
+        if self.regions >= self.max_regions {
+            return 0;
         }
+        // CAST: the pool holds at most `max_regions`, a `u32`.
+        let free = self.pool.len() as u32;
+        if !self.short && free > self.regions / 4 {
+            return 0;
+        }
+        self.regions.max(1).min(self.max_regions - self.regions)
+    }
+
+    /// Adds regions that the pool asked for ([`Xfer::wants_regions`]);
+    /// those beyond its room come back. Allocates nothing.
+    pub(crate) fn add_regions(&mut self, mrs: &mut KVec<Mr>) {
+        while self.regions < self.max_regions {
+            let Some(mr) = mrs.pop() else { break };
+            // Never fails: the pool has room for `max_regions`.
+            if let Err(e) = self.pool.push_within_capacity(mr) {
+                let _ = mrs.push_within_capacity(e.0);
+                break;
+            }
+            self.regions += 1;
+        }
+        self.short = false;
+    }
+
+    /// Teardown: every region not in use, to be dropped (deregistered)
+    /// without the channel's lock.
+    pub(crate) fn take_pool(&mut self) -> KVec<Mr> {
+        let mut taken = KVec::new();
+        core::mem::swap(&mut taken, &mut self.pool);
+        taken
+    }
+
+    /// A free tag: `own`, if the caller chose it (`EINVAL` beyond the tag
+    /// count, `EBUSY` while it is in flight), or else the next free one.
+    fn take_tag(&mut self, own: Option<u32>) -> Result<usize> {
+        let n = self.out.len();
+        let id = match own {
+            Some(t) if t as usize >= n => return Err(EINVAL),
+            Some(t) => match self.tags.find_unused_id(t as usize) {
+                Some(id) if id.as_usize() == t as usize => id.acquire(),
+                _ => return Err(EBUSY),
+            },
+            None => {
+                let from = if self.next_tag < n { self.next_tag } else { 0 };
+                match self.tags.find_unused_id(from) {
+                    Some(id) if id.as_usize() < n => id.acquire(),
+                    _ => match self.tags.find_unused_id(0) {
+                        Some(id) if id.as_usize() < n => id.acquire(),
+                        _ => return Err(EAGAIN),
+                    },
+                }
+            }
+        };
+        self.next_tag = id + 1;
+        Ok(id)
     }
 
     /// Requester: maps and registers `data` and sends `req` through `send`
-    /// (which gets the regions to register and writes the message). At most
-    /// `limit` requests are in flight. On failure the request and its data
-    /// come back.
-    #[allow(clippy::type_complexity)]
+    /// (which gets the tag, the regions to register, the cookie, the head
+    /// and the header, and writes the message), under tag `own` if the
+    /// caller chose one. At most `limit` requests are in flight. On failure
+    /// the request and its data come back: `EAGAIN` without a free tag or
+    /// enough free regions, `EINVAL` for data without a PD. Allocates
+    /// nothing and never sleeps.
     pub(crate) fn submit(
         &mut self,
-        pd: &Arc<Pd>,
+        pd: Option<&Pd>,
         limit: u32,
-        req: KBox<dyn Request>,
+        own: Option<u32>,
+        req: R,
         data: Option<SgList>,
-        send: impl FnOnce(u32, &[Mr], u64, &RequestHead, &[u8]) -> Result,
-    ) -> Result<(), (Error, KBox<dyn Request>, Option<SgList>)> {
+        send: impl FnOnce(u32, &Regions, u64, &RequestHead, &[u8]) -> Result,
+    ) -> Result<(), Refused<R>> {
         let dir = req.dir();
         if (dir == Dir::None) != data.is_none() {
             return Err((EINVAL, req, data));
@@ -243,8 +422,9 @@ impl Xfer {
         if self.in_flight >= limit {
             return Err((EAGAIN, req, data));
         }
-        let Some(index) = self.out.iter().position(Option::is_none) else {
-            return Err((EAGAIN, req, data));
+        let index = match self.take_tag(own) {
+            Ok(i) => i,
+            Err(e) => return Err((e, req, data)),
         };
         let mut head = RequestHead {
             dir,
@@ -252,9 +432,13 @@ impl Xfer {
             ndesc: 0,
             data_len: 0,
         };
-        let mut mrs = KVec::new();
+        let mut regs = Regions::default();
         let mut mapped = None;
         if let Some(sg) = data {
+            let Some(pd) = pd else {
+                self.tags.release_id(index);
+                return Err((EINVAL, req, Some(sg)));
+            };
             let ddir = match dir {
                 Dir::FromPeer => DmaDir::FromDevice,
                 _ => DmaDir::ToDevice,
@@ -263,12 +447,16 @@ impl Xfer {
             // pages, and the caller gets the error.
             let m = match MappedSg::new(pd.device(), sg, ddir) {
                 Ok(m) => m,
-                Err(e) => return Err((e, req, None)),
+                Err(e) => {
+                    self.tags.release_id(index);
+                    return Err((e, req, None));
+                }
             };
-            match self.register(pd, &m, &mut head, &mut mrs) {
+            match self.register(&m, &mut head, &mut regs) {
                 Ok(()) => mapped = Some(m),
                 Err(e) => {
-                    recycle(&mut self.pool, &mut mrs);
+                    regs.recycle(&mut self.pool);
+                    self.tags.release_id(index);
                     return Err((e, req, Some(m.unmap())));
                 }
             }
@@ -276,15 +464,16 @@ impl Xfer {
         self.gens[index] = self.gens[index].wrapping_add(1);
         let c = cookie(index, self.gens[index]);
         // CAST: `index` is below the tag count, a `u32`.
-        let res = send(index as u32, &mrs, c, &head, req.header());
+        let res = send(index as u32, &regs, c, &head, req.header());
         if let Err(e) = res {
-            recycle(&mut self.pool, &mut mrs);
+            regs.recycle(&mut self.pool);
+            self.tags.release_id(index);
             return Err((e, req, mapped.map(MappedSg::unmap)));
         }
         self.out[index] = Some(Outstanding {
             req,
             sg: mapped,
-            mrs,
+            regs,
             data_len: head.data_len,
             status: None,
         });
@@ -292,32 +481,33 @@ impl Xfer {
         Ok(())
     }
 
-    /// Registers `m` with as many regions as it takes (at most `MAX_DESCS`).
-    fn register(
-        &mut self,
-        pd: &Arc<Pd>,
-        m: &MappedSg,
-        head: &mut RequestHead,
-        mrs: &mut KVec<Mr>,
-    ) -> Result {
-        let mut first = 0;
-        while first < m.mapped() {
-            if head.ndesc == MAX_DESCS.min(MAX_REGS) {
+    /// Registers `m` with as many regions of the pool as it takes (at most
+    /// [`REQ_REGS`]): `EMSGSIZE` if that is not enough, `EAGAIN` if the
+    /// pool runs out.
+    fn register(&mut self, m: &MappedSg, head: &mut RequestHead, regs: &mut Regions) -> Result {
+        let mut at = m.start();
+        while at.index() < m.mapped() {
+            if regs.len() == REQ_REGS {
                 return Err(EMSGSIZE);
             }
-            let mut mr = self.region(pd)?;
-            let (n, Remote { addr, len, rkey }) = match mr.map(m, first) {
+            let Some(mut mr) = self.pool.pop() else {
+                self.short = true;
+                return Err(EAGAIN);
+            };
+            let Remote { addr, len, rkey } = match mr.map(m, &mut at) {
                 Ok(r) => r,
                 Err(e) => {
-                    self.pool.push(mr, GFP_KERNEL).ok();
+                    let _ = self.pool.push_within_capacity(mr);
                     return Err(e);
                 }
             };
             head.descs[head.ndesc] = Desc { addr, rkey, len };
             head.ndesc += 1;
+            if let Err(mr) = regs.push(mr) {
+                let _ = self.pool.push_within_capacity(mr);
+                return Err(EMSGSIZE);
+            }
             head.data_len = head.data_len.checked_add(len).ok_or(EMSGSIZE)?;
-            mrs.push(mr, GFP_KERNEL)?;
-            first += n;
         }
         Ok(())
     }
@@ -331,7 +521,7 @@ impl Xfer {
         cookie: u64,
         invalidated: Option<u32>,
         payload: &[u8],
-    ) -> Result<Response, Refusal> {
+    ) -> Result<Response<R>, Refusal> {
         // CAST: the low 16 bits are the index, the next 16 the generation.
         let (index, gen) = ((cookie & 0xffff) as usize, (cookie >> 16) as u16);
         let stray = Refusal::breach("a response to no request in flight");
@@ -347,7 +537,7 @@ impl Xfer {
         let (head, hdr) = ResponseHead::parse(payload, o.data_len)
             .map_err(|_| Refusal::breach("a malformed response"))?;
         if let Some(k) = invalidated {
-            if !o.mrs.iter().any(|m| m.rkey() == k) {
+            if !o.regs.iter().any(|m| m.rkey() == k) {
                 return Err(Refusal::breach(
                     "a response that invalidates a key not its own",
                 ));
@@ -355,12 +545,15 @@ impl Xfer {
         }
         o.req.set_response(head.status, head.moved, hdr);
         o.status = Some(head.status);
-        let mut keys = KVec::new();
-        for m in o.mrs.iter().filter(|m| Some(m.rkey()) != invalidated) {
-            keys.push(m.rkey(), GFP_KERNEL)
-                .map_err(|_| Reason::NoResources)?;
+        let mut keys = Keys {
+            keys: [0; REQ_REGS],
+            n: 0,
+        };
+        for m in o.regs.iter().filter(|m| Some(m.rkey()) != invalidated) {
+            keys.keys[keys.n] = m.rkey();
+            keys.n += 1;
         }
-        if keys.is_empty() {
+        if keys.n == 0 {
             return self.finish(index).map(Response::Finished).ok_or(stray);
         }
         // CAST: below the tag count, a `u32`.
@@ -368,17 +561,18 @@ impl Xfer {
     }
 
     /// Requester: the invalidations of tag `index` completed.
-    pub(crate) fn invalidated(&mut self, index: u32) -> Option<Finished> {
+    pub(crate) fn invalidated(&mut self, index: u32) -> Option<Finished<R>> {
         let o = self.out.get(index as usize)?.as_ref()?;
         o.status?;
         self.finish(index as usize)
     }
 
     /// Takes request `index` out, its regions back to the pool.
-    fn finish(&mut self, index: usize) -> Option<Finished> {
+    fn finish(&mut self, index: usize) -> Option<Finished<R>> {
         let mut o = self.out.get_mut(index)?.take()?;
         self.in_flight -= 1;
-        recycle(&mut self.pool, &mut o.mrs);
+        self.tags.release_id(index);
+        o.regs.recycle(&mut self.pool);
         Some(Finished {
             status: 0,
             req: o.req,
@@ -386,29 +580,22 @@ impl Xfer {
         })
     }
 
-    /// Teardown, after the QP is gone: deregisters every region and returns
-    /// the requests in flight, to be completed with `ECONNABORTED`.
-    pub(crate) fn abort_all(&mut self) -> KVec<Finished> {
-        self.pool.clear();
-        let n = self.out.iter().filter(|o| o.is_some()).count();
-        // Without room for the list (out of memory), a request is completed
-        // here, under the channel's lock: its regions are gone already.
-        let mut done = KVec::with_capacity(n, GFP_KERNEL).unwrap_or_default();
-        for slot in self.out.iter_mut() {
-            if let Some(mut o) = slot.take() {
-                o.mrs.clear();
-                let f = Finished {
-                    req: o.req,
-                    sg: o.sg,
-                    status: ECONNABORTED.to_errno(),
-                };
-                if let Err(e) = done.push_within_capacity(f) {
-                    e.0.complete();
-                }
-            }
-        }
-        self.in_flight = 0;
-        done
+    /// Teardown, after the QP is gone: one request still in flight, to be
+    /// completed with `ECONNABORTED`, and its regions. Both are for the
+    /// caller to end without the channel's lock: the regions first (their
+    /// deregistration may sleep, and ends every key the peer had), then the
+    /// request, whose pages go back.
+    pub(crate) fn abort_one(&mut self) -> Option<(Finished<R>, Regions)> {
+        let i = self.out.iter().position(Option::is_some)?;
+        let o = self.out[i].take()?;
+        self.in_flight -= 1;
+        self.tags.release_id(i);
+        let f = Finished {
+            req: o.req,
+            sg: o.sg,
+            status: ECONNABORTED.to_errno(),
+        };
+        Some((f, o.regs))
     }
 
     /// Whether requests are at work: this side's wait for the peer's answer,
@@ -456,27 +643,21 @@ impl Xfer {
         Some(self.incoming.get_mut(tag as usize)?.rdma.take()?.done)
     }
 
-    /// Responder, teardown: every RDMA callback still pending.
-    pub(crate) fn take_all_rdma(&mut self) -> KVec<(u32, KBox<dyn RdmaDone>)> {
-        let mut v = KVec::new();
-        for (i, s) in self.incoming.iter_mut().enumerate() {
-            if let Some(op) = s.rdma.take() {
-                // CAST: below the tag count.
-                if v.push((i as u32, op.done), GFP_KERNEL).is_err() {
-                    break;
-                }
-            }
-        }
-        v
+    /// Responder, teardown: the callback of an RDMA still pending.
+    pub(crate) fn take_one_rdma(&mut self) -> Option<KBox<dyn RdmaDone>> {
+        self.incoming
+            .iter_mut()
+            .find_map(|s| s.rdma.take())
+            .map(|op| op.done)
     }
 }
 
 /// What a response leads to.
-pub(crate) enum Response {
+pub(crate) enum Response<R> {
     /// The request is over.
-    Finished(Finished),
+    Finished(Finished<R>),
     /// Invalidate these keys of tag `.0` first.
-    Invalidate(u32, KVec<u32>),
+    Invalidate(u32, Keys),
 }
 
 /// A request that arrived, until the consumer responds.
@@ -539,5 +720,189 @@ mod tests {
         assert_eq!(DataLimits::new(1 << 20, 4096).max_data, 64 << 20);
         // No device yet: nothing fits.
         assert_eq!(DataLimits::new(0, 4096).max_data, 0);
+    }
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kunit_tests(ferry_xfer_tags)]
+mod tag_tests {
+    use super::*;
+    use core::sync::atomic::{AtomicI32, AtomicU32, Ordering::Relaxed};
+
+    /// A request that records how it ended.
+    struct Probe {
+        done: Arc<AtomicU32>,
+        status: Arc<AtomicI32>,
+    }
+
+    impl Request for Probe {
+        fn header(&self) -> &[u8] {
+            b"hdr"
+        }
+        fn dir(&self) -> Dir {
+            Dir::None
+        }
+        fn set_response(&mut self, status: i32, _moved: u32, _hdr: &[u8]) {
+            self.status.store(status, Relaxed);
+        }
+        fn complete(self, status: i32) {
+            if status != 0 {
+                self.status.store(status, Relaxed);
+            }
+            self.done.fetch_add(1, Relaxed);
+        }
+    }
+
+    struct Rig {
+        x: Xfer<Probe>,
+        done: Arc<AtomicU32>,
+        status: Arc<AtomicI32>,
+    }
+
+    impl Rig {
+        fn new(tags: u32) -> Result<Self> {
+            Ok(Self {
+                x: Xfer::new(None, tags, 0, FIRST_REGIONS)?,
+                done: Arc::new(AtomicU32::new(0), GFP_KERNEL)?,
+                status: Arc::new(AtomicI32::new(0), GFP_KERNEL)?,
+            })
+        }
+
+        /// Submits a request; returns its (tag, cookie) or the error.
+        fn submit(&mut self, limit: u32, own: Option<u32>) -> Result<(u32, u64)> {
+            let req = Probe {
+                done: self.done.clone(),
+                status: self.status.clone(),
+            };
+            let mut sent = (0, 0);
+            self.x
+                .submit(
+                    None,
+                    limit,
+                    own,
+                    req,
+                    None,
+                    |tag, regs, cookie, head, hdr| {
+                        assert_eq!((regs.len(), head.ndesc, hdr), (0, 0, &b"hdr"[..]));
+                        sent = (tag, cookie);
+                        Ok(())
+                    },
+                )
+                .map_err(|(e, _, _)| e)?;
+            Ok(sent)
+        }
+
+        /// The peer's response to `cookie` with `status`.
+        fn respond(&mut self, cookie: u64, status: i32) -> Result<bool, Refusal> {
+            let mut b = [0u8; 32];
+            let n = ResponseHead { status, moved: 0 }
+                .write(b"re", &mut b)
+                .map_err(|_| Refusal::breach("test"))?;
+            match self.x.response(cookie, None, &b[..n])? {
+                Response::Finished(f) => {
+                    f.complete();
+                    Ok(true)
+                }
+                Response::Invalidate(..) => Ok(false),
+            }
+        }
+    }
+
+    #[test]
+    fn tags_are_unique_and_bounded() -> Result {
+        let mut r = Rig::new(4)?;
+        let mut seen = [false; 4];
+        for _ in 0..4 {
+            let (tag, _) = r.submit(4, None)?;
+            assert!(!seen[tag as usize]);
+            seen[tag as usize] = true;
+        }
+        // The queue is full: by the limit, and by the tags.
+        assert_eq!(r.submit(4, None).err(), Some(EAGAIN));
+        assert_eq!(r.submit(8, None).err(), Some(EAGAIN));
+        assert!(r.x.busy());
+        Ok(())
+    }
+
+    #[test]
+    fn the_limit_is_the_peers_depth() -> Result {
+        let mut r = Rig::new(8)?;
+        r.submit(2, None)?;
+        r.submit(2, None)?;
+        assert_eq!(r.submit(2, None).err(), Some(EAGAIN));
+        Ok(())
+    }
+
+    #[test]
+    fn own_tags_are_checked() -> Result {
+        let mut r = Rig::new(4)?;
+        assert_eq!(r.submit(4, Some(2))?.0, 2);
+        assert_eq!(r.submit(4, Some(2)).err(), Some(EBUSY));
+        assert_eq!(r.submit(4, Some(4)).err(), Some(EINVAL));
+        // The IdPool holds 64 ids at least: those beyond the count never go.
+        for _ in 0..3 {
+            assert!(r.submit(4, None)?.0 < 4);
+        }
+        assert_eq!(r.submit(4, None).err(), Some(EAGAIN));
+        Ok(())
+    }
+
+    #[test]
+    fn a_response_completes_once_and_frees_its_tag() -> Result {
+        let mut r = Rig::new(2)?;
+        let (tag, cookie) = r.submit(2, Some(1))?;
+        assert_eq!(tag, 1);
+        assert_eq!(r.respond(cookie, -5).ok(), Some(true));
+        assert_eq!((r.done.load(Relaxed), r.status.load(Relaxed)), (1, -5));
+        // The same response again, or one for a tag never used: a breach.
+        assert!(r.respond(cookie, 0).is_err());
+        assert!(r.respond(0, 0).is_err());
+        assert_eq!(r.done.load(Relaxed), 1);
+        // The tag is free again, under a new generation: the old cookie
+        // cannot complete the new request.
+        let (tag2, cookie2) = r.submit(2, Some(1))?;
+        assert_eq!(tag2, 1);
+        assert_ne!(cookie, cookie2);
+        assert!(r.respond(cookie, 0).is_err());
+        assert_eq!(r.respond(cookie2, 0).ok(), Some(true));
+        assert!(!r.x.busy());
+        Ok(())
+    }
+
+    #[test]
+    fn teardown_aborts_each_request_once() -> Result {
+        let mut r = Rig::new(4)?;
+        for _ in 0..3 {
+            r.submit(4, None)?;
+        }
+        let mut n = 0;
+        while let Some((f, regs)) = r.x.abort_one() {
+            drop(regs);
+            f.complete();
+            n += 1;
+        }
+        assert_eq!(n, 3);
+        assert_eq!(r.done.load(Relaxed), 3);
+        assert_eq!(r.status.load(Relaxed), ECONNABORTED.to_errno());
+        assert!(!r.x.busy());
+        // Every tag is free again.
+        for _ in 0..4 {
+            r.submit(4, None)?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn regions_cover_one_request_of_eight_besides_one_each() {
+        assert_eq!(pool_regions(128), 135);
+        assert_eq!(pool_regions(2), 9);
+    }
+
+    #[test]
+    fn a_pool_without_regions_never_grows() -> Result {
+        // Without a PD there are no regions to want.
+        let r = Rig::new(16)?;
+        assert_eq!(r.x.wants_regions(), 0);
+        Ok(())
     }
 }
