@@ -13,6 +13,12 @@
  * zero-copy RDMA: writes (the service reads the client's pages and checks
  * them) and reads (the service writes a pattern into the client's pages,
  * which the client checks), of 4 KiB to 4 MiB, rq_window at a time.
+ *
+ * With atomic=1 the client sends and submits as a driver's atomic path
+ * would: under a spinlock with interrupts off, with FERRY_NOWAIT; refused
+ * (a full queue), it waits outside the lock for @writable or a completion
+ * and tries again. tagged=1 adds FERRY_TAGGED with the slot's index as the
+ * tag; with rq_reset the reset runs on a work item, racing the submits.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -22,7 +28,9 @@
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/slab.h>
+#include <linux/spinlock.h>
 #include <linux/unaligned.h>
+#include <linux/workqueue.h>
 #include <linux/wait.h>
 #include <ferry/ferry.h>
 
@@ -77,6 +85,12 @@ MODULE_PARM_DESC(refuse, "The service refuses every session (to see the client's
 static bool poll;
 module_param(poll, bool, 0444);
 MODULE_PARM_DESC(poll, "The client sends on a polled channel and waits by polling it (ferry_poll()), not asleep");
+static bool atomic;
+module_param(atomic, bool, 0444);
+MODULE_PARM_DESC(atomic, "The client sends and submits under a spinlock with interrupts off (FERRY_NOWAIT)");
+static bool tagged;
+module_param(tagged, bool, 0444);
+MODULE_PARM_DESC(tagged, "With atomic=1: requests carry their slot as tag (FERRY_TAGGED, on one channel)");
 
 #define CHECK_LEN	16	/* seq, length, FNV-1a hash */
 #define DRAIN_MS	20000	/* how long the client waits for an echo */
@@ -86,19 +100,44 @@ static u64 polled;
 /* With poll=1: the polled channel the client sends on. */
 static u16 poll_qid;
 
+/* With atomic=1: what the client holds, interrupts off, as it sends. */
+static DEFINE_SPINLOCK(atomic_lock);
+
 /* The client's sends: on its polled channel with poll=1. */
 static int client_send(struct ferry_session *s, const void *data, size_t len,
 		       unsigned int flags)
 {
-	return poll ? ferry_send_on(s, poll_qid, data, len, flags) :
-		      ferry_send(s, data, len, flags);
+	unsigned long irq;
+	int ret;
+
+	if (!atomic)
+		return poll ? ferry_send_on(s, poll_qid, data, len, flags) :
+			      ferry_send(s, data, len, flags);
+	spin_lock_irqsave(&atomic_lock, irq);
+	ret = poll ? ferry_send_on(s, poll_qid, data, len, flags | FERRY_NOWAIT) :
+		     ferry_send(s, data, len, flags | FERRY_NOWAIT);
+	spin_unlock_irqrestore(&atomic_lock, irq);
+	return ret;
 }
 
 static int client_submit(struct ferry_session *s, struct ferry_request *rq,
 			 unsigned int flags)
 {
-	return poll ? ferry_submit_on(s, poll_qid, rq, flags) :
-		      ferry_submit(s, rq, flags);
+	unsigned long irq;
+	int ret;
+
+	if (!atomic)
+		return poll ? ferry_submit_on(s, poll_qid, rq, flags) :
+			      ferry_submit(s, rq, flags);
+	flags |= FERRY_NOWAIT;
+	spin_lock_irqsave(&atomic_lock, irq);
+	if (tagged || poll)
+		ret = ferry_submit_on(s, poll ? poll_qid : 0, rq,
+				      flags | (tagged ? FERRY_TAGGED : 0));
+	else
+		ret = ferry_submit(s, rq, flags);
+	spin_unlock_irqrestore(&atomic_lock, irq);
+	return ret;
 }
 
 /*
@@ -516,8 +555,18 @@ struct rq_slot {
 struct rq_client {
 	wait_queue_head_t wq;
 	atomic_t done, wrong, failed;
+	struct ferry_session *s;
+	struct work_struct reset;	/* atomic=1: the reset that races */
+	int reset_ret;
 	struct rq_slot slots[64];
 };
+
+static void rq_reset_work(struct work_struct *w)
+{
+	struct rq_client *rc = container_of(w, struct rq_client, reset);
+
+	rc->reset_ret = ferry_reset_channel(rc->s, poll ? poll_qid : 0);
+}
 
 static void rq_done(struct ferry_request *rq)
 {
@@ -554,11 +603,16 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window, u32 max_data
 	u64 bytes = 0;
 	int ret = 0;
 
+	unsigned long end;
+	u32 full = 0;
+
 	window = clamp_t(u32, window, 1, ARRAY_SIZE(rc->slots));
 	rc = kzalloc(sizeof(*rc), GFP_KERNEL);
 	if (!rc)
 		return -ENOMEM;
 	init_waitqueue_head(&rc->wq);
+	rc->s = s;
+	INIT_WORK(&rc->reset, rq_reset_work);
 	for (i = 0; i < n; i++) {
 		struct rq_slot *sl = NULL;
 		u32 len = clamp(data_classes[(i / 2) % ARRAY_SIZE(data_classes)],
@@ -595,11 +649,23 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window, u32 max_data
 			.dir = write ? FERRY_TO_PEER : FERRY_FROM_PEER,
 			.sgl = sl->data.sgl,
 			.nents = sl->data.nents,
+			.tag = k,
 			.done = rq_done,
 			.priv = rc,
 		};
 		sl->busy = true;
-		ret = client_submit(s, &sl->rq, 0);
+		/*
+		 * atomic=1: refused (a full queue, or a reconnect after the
+		 * reset), wait for a completion or @writable, outside the lock.
+		 */
+		end = jiffies + msecs_to_jiffies(DRAIN_MS);
+		while ((ret = client_submit(s, &sl->rq, 0)) == -EAGAIN && atomic &&
+		       time_before(jiffies, end)) {
+			u32 done = atomic_read(&rc->done);
+
+			full++;
+			client_wait(s, rc->wq, atomic_read(&rc->done) != done, 100);
+		}
 		if (ret) {
 			pr_err("client: submit %u failed: %d\n", i, ret);
 			free_data(&sl->data);
@@ -608,7 +674,10 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window, u32 max_data
 		}
 		sent++;
 		bytes += len;
-		if (rq_reset && sent == rq_reset) {
+		if (rq_reset && sent == rq_reset && atomic) {
+			/* It races the submits that follow. */
+			queue_work(system_unbound_wq, &rc->reset);
+		} else if (rq_reset && sent == rq_reset) {
 			/* As a blk-mq .timeout would: the requests in flight fail. */
 			ret = ferry_reset_channel(s, poll ? poll_qid : 0);
 			pr_info("client: reset after %u requests: %d\n", sent, ret);
@@ -616,6 +685,14 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window, u32 max_data
 				break;
 		}
 	}
+	if (rq_reset && atomic) {
+		flush_work(&rc->reset);
+		pr_info("client: reset after %u requests: %d\n", rq_reset, rc->reset_ret);
+		if (!ret && rc->reset_ret)
+			ret = rc->reset_ret;
+	}
+	if (atomic)
+		pr_info("client: %u submits refused, the queue full or reconnecting\n", full);
 	/* Every request ferry took completes, error or not. */
 	client_wait(s, rc->wq, atomic_read(&rc->done) == sent, DRAIN_MS);
 	wait_event(rc->wq, atomic_read(&rc->done) >= sent);
@@ -686,7 +763,7 @@ static int run_client(void)
 			goto close;
 		}
 		fill(buf, len, seq);
-		ret = nowait ? client_send_nowait(s, c, buf, len, &refused) :
+		ret = nowait || atomic ? client_send_nowait(s, c, buf, len, &refused) :
 			       client_send(s, buf, len, 0);
 		if (ret) {
 			pr_err("client: send %u failed: %d\n", seq, ret);
@@ -695,7 +772,7 @@ static int run_client(void)
 	}
 	client_wait(s, c->wq, atomic_read(&c->received) >= count, DRAIN_MS);
 	/* (Before the summary, which the tests read as the last line.) */
-	if (nowait)
+	if (nowait || atomic)
 		pr_info("client: %u sends refused for want of a credit, %d writable\n",
 			refused, atomic_read(&c->writable));
 	pr_info("client: %u sent, %d echoed, %d wrong, sizes 64..%zu bytes, %u channels\n",

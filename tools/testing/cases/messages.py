@@ -241,6 +241,54 @@ def requests_reset(t):
     vm.run('rmmod ferry')
 
 
+@case(timeout=600)
+def requests_atomic(t):
+    """Sends and submits from atomic context, as a blk-mq queue_rq would:
+    under a spinlock with interrupts off, FERRY_NOWAIT. Messages, requests
+    both ways (FRWR) over more than the queue depth in flight (the queue is
+    full: refused, the client waits for a completion and tries again), then
+    requests under the caller's own tags (FERRY_TAGGED) with a channel reset
+    on another thread racing the submits. Every byte checked; the debug
+    kernel's sleep-in-atomic and lockdep checks fail the case on any report
+    (the runner scans the console)."""
+    vm = t.vm
+    t.net_up(vm, 0, 1)
+    t.rxe_add(vm)
+    t.insmod(vm)
+    vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+    n = 200
+    passes = (
+        ('full queue', f'depth=16 rq_window=48 rq_max={1 << 20}', 0),
+        ('own tags, racing a reset', f'depth=16 rq_window=16 rq_max={1 << 20} tagged=1 rq_reset=60', 60),
+    )
+    for name, args, reset in passes:
+        vm.run('dmesg -C')
+        vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=cecho '
+               f'count=500 requests={n} atomic=1 {args} hold=1', timeout=300 * t.slow)
+        log = vm.run('dmesg | grep "ferry_cecho: client"').out
+        m = SUMMARY.search(log)
+        t.require(m is not None, f'{name}: no message summary: {log!r}')
+        t.eq((int(m.group(2)), int(m.group(3))), (500, 0), f'{name}: messages echoed, wrong')
+        r = RQ_SUMMARY.search(log)
+        t.require(r is not None, f'{name}: no request summary: {log!r}')
+        sent, done, wrong, failed, _ = (int(x) for x in r.groups())
+        t.eq((sent, done, wrong), (n, n, 0), f'{name}: requests sent, done, wrong')
+        f = re.search(r'client: (\d+) submits refused', log)
+        t.require(f is not None, f'{name}: no refusal count: {log!r}')
+        t.log(f'{name}: {f.group(1)} submits refused, {failed} failed')
+        if reset:
+            t.check(f'client: reset after {reset} requests: 0' in log, f'{name}: reset: {log!r}')
+            t.check(failed <= 16, f'{name}: requests failed by the reset: {failed}')
+            t.eq(len(re.findall(r'request failed: -103\b', log)), failed,
+                 f'{name}: every failed request got -ECONNABORTED')
+        else:
+            t.eq(failed, 0, f'{name}: requests failed')
+            t.check(int(f.group(1)) > 0, f'{name}: the queue was full at times')
+        t.check('completed twice' not in log, f'{name}: a request completed twice')
+        vm.run('rmmod ferry_cecho')
+    vm.run('rmmod ferry')
+
+
 LIMITS = re.compile(r'client: limits: channels (\d+) poll_channels (\d+) queue_depth (\d+) '
                     r'max_payload (\d+) max_data (\d+) max_segments (\d+) '
                     r'virt_boundary_mask (0x[0-9a-f]+) dma_alignment (\d+) inline_size (\d+)')
