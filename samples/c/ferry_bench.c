@@ -363,7 +363,10 @@ static int bench_rdma(struct ferry_session *s, struct client *c, enum ferry_dir 
 			break;
 		}
 		slots[k].busy = true;
-		ret = ferry_submit(s, &slots[k].rq, 0);
+		/* With several channels, slot k is channel k's: window/channels each. */
+		ret = channels > 1 ?
+		      ferry_submit_on(s, k % channels, &slots[k].rq, 0) :
+		      ferry_submit(s, &slots[k].rq, 0);
 		if (ret) {
 			slots[k].busy = false;
 			break;

@@ -31,16 +31,22 @@ PARAMS = '/sys/module/ferry_bench/parameters'
 
 # name, ferry_bench mode, perftest tool, size, iterations, goal (ratio),
 # sleeping: both sides wait for completions asleep instead of polling
-# (perftest's -e, which uses completion events; ferry_bench poll=0).
+# (perftest's -e, which uses completion events; ferry_bench poll=0), and
+# ferry_bench's window and channels (requests in flight in all, and the
+# channels they are spread over, window/channels on each).
 PAIRS = [
-    ('latency 64 B', 'lat', 'ib_send_lat', 64, 2000, ('<=', 1.3), False),
-    ('latency 4 KiB', 'lat', 'ib_send_lat', 4096, 1000, None, False),
-    ('latency 64 B, asleep', 'lat', 'ib_send_lat', 64, 2000, None, True),
-    ('send 64 B', 'send', 'ib_send_bw', 64, 5000, None, False),
-    ('send 4 KiB', 'send', 'ib_send_bw', 4096, 2000, None, False),
-    ('send 32 KiB', 'send', 'ib_send_bw', 32768, 500, None, False),
-    ('write 64 KiB', 'write', 'ib_write_bw', 65536, 500, None, False),
-    ('write 1 MiB', 'write', 'ib_write_bw', 1 << 20, 100, ('>=', 0.8), False),
+    ('latency 64 B', 'lat', 'ib_send_lat', 64, 2000, ('<=', 1.3), False, (16, 1)),
+    ('latency 4 KiB', 'lat', 'ib_send_lat', 4096, 1000, None, False, (16, 1)),
+    ('latency 64 B, asleep', 'lat', 'ib_send_lat', 64, 2000, None, True, (16, 1)),
+    ('send 64 B', 'send', 'ib_send_bw', 64, 5000, None, False, (16, 1)),
+    ('send 4 KiB', 'send', 'ib_send_bw', 4096, 2000, None, False, (16, 1)),
+    ('send 32 KiB', 'send', 'ib_send_bw', 32768, 500, None, False, (16, 1)),
+    ('requests 4 KiB from the peer, 2x32', 'write', 'ib_write_bw', 4096, 4000, None, False,
+     (64, 2)),
+    ('requests 4 KiB to the peer, 2x32', 'read', 'ib_read_bw', 4096, 4000, None, False,
+     (64, 2)),
+    ('write 64 KiB', 'write', 'ib_write_bw', 65536, 500, None, False, (16, 1)),
+    ('write 1 MiB', 'write', 'ib_write_bw', 1 << 20, 100, ('>=', 0.8), False, (16, 1)),
 ]
 
 
@@ -67,10 +73,12 @@ def perftest(vm, tool, size, iters, sleeping):
     raise VMError(f'{tool}: no result in its output:\n{out}')
 
 
-def ferry(vm, mode, size, iters, sleeping):
+def ferry(vm, mode, size, iters, sleeping, spread):
     """Runs one ferry_bench mode; latency in ns or bytes/s."""
+    window, channels = spread
     vm.run(f'echo {size} >{PARAMS}/size && echo {iters} >{PARAMS}/iters && '
-           f'echo {0 if sleeping else 1} >{PARAMS}/poll')
+           f'echo {0 if sleeping else 1} >{PARAMS}/poll && '
+           f'echo {window} >{PARAMS}/window && echo {channels} >{PARAMS}/channels')
     r = vm.run(f'echo {mode} >{PARAMS}/run', timeout=600, check=False)
     got = vm.run(f'cat {PARAMS}/run').out
     fields = dict(f.split('=', 1) for f in got.split())
@@ -79,9 +87,12 @@ def ferry(vm, mode, size, iters, sleeping):
     return float(fields['lat_ns']) if mode == 'lat' else float(fields['bytes_per_s'])
 
 
-def fmt(kind, v):
+def fmt(kind, v, size=0):
     if kind == 'lat':
         return f'{v / 1000:.1f} us'
+    if size and size <= 4096:
+        # Small transfers: the rate of operations says more.
+        return f'{v / (1 << 20):.2f} MiB/s ({v / size / 1000:.1f} k/s)'
     return f'{v / (1 << 20):.2f} MiB/s'
 
 
@@ -93,29 +104,53 @@ def main():
     ap.add_argument('--rounds', type=int, default=5)
     ap.add_argument('--results', required=True, help='the Markdown results file to write')
     ap.add_argument('--only', nargs='*', default=[], help='run only these pairs (by mode)')
+    ap.add_argument('--baseline-ko', help='a ferry.ko from before a change, its ferry_bench.ko '
+                    'beside it: measured in the same rounds, interleaved with the other two')
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error('--rounds must be at least 1')
     out = tempfile.mkdtemp(prefix='ferry-bench.')
-    bench_ko = os.path.join(os.path.dirname(args.ferry_ko), 'ferry_bench.ko')
+    builds = {'ferry': args.ferry_ko}
+    if args.baseline_ko:
+        builds['baseline'] = args.baseline_ko
     pairs = [p for p in PAIRS if not args.only or p[1] in args.only]
 
     # The clock must not change under a run: keep the TSC, unwatched.
     vm = VM('bench', args.kernel, out, memory='2G', append=['tsc=reliable'])
-    figures = {p[0]: {'perftest': [], 'ferry': []} for p in pairs}
+    figures = {p[0]: {w: [] for w in ['perftest', *builds]} for p in pairs}
+    loaded = [None]
+
+    def load(which):
+        """ferry.ko and ferry_bench.ko of build `which`, with the listener."""
+        if loaded[0] == which:
+            return
+        ko = builds[which]
+        bench_ko = os.path.join(os.path.dirname(ko), 'ferry_bench.ko')
+        if loaded[0]:
+            vm.run('rmmod ferry_bench ferry')
+        vm.run(f'insmod {ko} && insmod {bench_ko} peer={ADDR} port={FERRY_PORT} && '
+               f'{args.ferryctl} listener add {ADDR} port {FERRY_PORT}')
+        loaded[0] = which
+
+    def measure(which, mode, size, iters, sleeping, spread):
+        load(which)
+        return ferry(vm, mode, size, iters, sleeping, spread)
+
     try:
         print('booting the benchmark VM (QEMU/TCG, 2 vCPUs, 2 GiB)...', flush=True)
         vm.start()
         vm.run(f'ip link set eth0 up && ip addr add {ADDR}/24 dev eth0 && '
                'rdma link add rxe0 type rxe netdev eth0')
-        vm.run(f'insmod {args.ferry_ko} && insmod {bench_ko} peer={ADDR} port={FERRY_PORT} && '
-               f'{args.ferryctl} listener add {ADDR} port {FERRY_PORT}')
+        load('ferry')
         clock = vm.run('cat /sys/devices/system/clocksource/clocksource0/current_clocksource').out
         for rnd in range(args.rounds):
-            for name, mode, tool, size, iters, _, sleeping in pairs:
-                runs = [('perftest', lambda: perftest(vm, tool, size, iters, sleeping)),
-                        ('ferry', lambda: ferry(vm, mode, size, iters, sleeping))]
-                for who, fn in runs if rnd % 2 == 0 else runs[::-1]:
+            for name, mode, tool, size, iters, _, sleeping, spread in pairs:
+                runs = [('perftest', lambda: perftest(vm, tool, size, iters, sleeping))]
+                runs += [(b, lambda b=b: measure(b, mode, size, iters, sleeping, spread))
+                         for b in builds]
+                # Each takes each place in turn.
+                turn = rnd % len(runs)
+                for who, fn in runs[turn:] + runs[:turn]:
                     try:
                         v = fn()
                     except VMError as e:
@@ -128,7 +163,7 @@ def main():
                         continue
                     figures[name][who].append(v)
                     print(f'round {rnd + 1}/{args.rounds}: {name:14} {who:8} '
-                          f'{fmt(mode, v)}', flush=True)
+                          f'{fmt(mode, v, size)}', flush=True)
         clock_after = vm.run('cat /sys/devices/system/clocksource/clocksource0/'
                              'current_clocksource').out
         problems = vm.kernel_problems()
@@ -140,12 +175,18 @@ def main():
         vm.stop()
 
     rows = []
-    for name, mode, tool, size, iters, goal, sleeping in pairs:
+    base = 'baseline' in builds
+    for name, mode, tool, size, iters, goal, sleeping, _ in pairs:
+        f = statistics.median(figures[name]['ferry'])
+        extra = ()
+        if base:
+            b = statistics.median(figures[name]['baseline'])
+            extra = (fmt(mode, b, size), f'{f / b:.2f}')
         if not figures[name]['perftest']:
-            rows.append((name, tool + ' -e', 'failed every round', '', '', ''))
+            rows.append((name, tool + ' -e', 'failed every round', fmt(mode, f, size), '', '',
+                         *extra))
             continue
         p = statistics.median(figures[name]['perftest'])
-        f = statistics.median(figures[name]['ferry'])
         ratio = f / p
         if goal:
             op, want = goal
@@ -153,9 +194,11 @@ def main():
             goal_s = f'{op} {want} ({"met" if met else "NOT met"})'
         else:
             goal_s = ''
-        rows.append((name, tool + (' -e' if sleeping else ''), fmt(mode, p), fmt(mode, f),
-                     f'{ratio:.2f}', goal_s))
+        rows.append((name, tool + (' -e' if sleeping else ''), fmt(mode, p, size),
+                     fmt(mode, f, size), f'{ratio:.2f}', goal_s, *extra))
     head = ('what', 'perftest tool', 'perftest', 'ferry', 'ferry / perftest', 'goal')
+    if base:
+        head += ('baseline', 'ferry / baseline')
     table = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
     table += ['| ' + ' | '.join(r) + ' |' for r in rows]
     when = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
@@ -167,7 +210,11 @@ def main():
         'Latency: one way (half the round trip). '
         'Throughput: data bytes per second; 1 MiB = 2^20 bytes.',
         'ferry: one channel; `send` streams messages, `write` has 16 requests in flight, '
-        'each RDMA-WRITTEN by the peer into the requester\'s registered pages.',
+        'each RDMA-WRITTEN by the peer into the requester\'s registered pages; the '
+        '"2x32" rows have 32 requests in flight on each of 2 channels (ferry_submit_on()), '
+        'written into the requester\'s pages (from the peer) or read from them (to the peer).',
+        *(['baseline: ' + args.baseline_ko + ', measured in the same rounds, in turn with '
+           'the others.'] if base else []),
         'Latency: perftest and ferry_bench poll for the answer; in the "asleep" row '
         'both sleep until it comes (ib_send_lat -e waits for completion events).', '',
         *table, ''])
