@@ -382,6 +382,15 @@ impl Channel {
             session_id: data.session_id,
         }
         .encode();
+        // In the session before its hello can come: the hello of its last
+        // channel makes the session connected, which needs them all listed.
+        if let Err(r) = session.add_channel(chan.clone()) {
+            let _ = req.reject(&RejectData { reason: r }.encode());
+            chan.inner.lock().state = ChanState::Closed;
+            drop(qp);
+            drop(chan.take_qp());
+            return Err(r);
+        }
         // Completions may arrive as soon as the accept is out: the QP is in
         // place before, and the id is stored before any event can fail the
         // channel (the teardown takes it under the same lock).
@@ -477,6 +486,11 @@ impl Channel {
     /// The channel index.
     pub(crate) fn index(&self) -> u16 {
         self.index
+    }
+
+    /// The session attempt the channel belongs to.
+    pub(crate) fn generation(&self) -> u32 {
+        self.generation
     }
 
     /// Whether the channel runs on device `index`.

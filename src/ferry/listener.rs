@@ -117,15 +117,9 @@ impl Listener {
                 Err(_) => return Self::refuse(req, Reason::NoResources),
             },
         };
-        match Channel::accept(&session, &data, req) {
-            Ok(chan) => {
-                if let Err(r) = session.add_channel(chan.clone()) {
-                    chan.fail(r);
-                    // Not in the session's list: tear it down here, later.
-                    let _ = ferry.spawn(move || chan.shutdown());
-                }
-            }
-            Err(r) => session.channel_failed(data.channel, data.generation, r),
+        // The channel joins the session's list in `accept`, before its hello.
+        if let Err(r) = Channel::accept(&session, &data, req) {
+            session.channel_failed(data.channel, data.generation, r);
         }
     }
 }

@@ -513,15 +513,23 @@ impl Session {
     }
 
     /// Server: adds the channel of a connection request, or refuses it.
-    pub(crate) fn add_channel(&self, chan: Arc<Channel>) -> Result<(), Reason> {
-        let mut inner = self.inner.lock();
-        if inner.state != SessionState::Connecting {
-            return Err(Reason::BadChannel);
+    /// The channel may have finished its handshake already (its hello can
+    /// come while it is being accepted): if it was the last, the session is
+    /// connected now.
+    pub(crate) fn add_channel(self: &Arc<Self>, chan: Arc<Channel>) -> Result<(), Reason> {
+        let (index, generation) = (chan.index(), chan.generation());
+        {
+            let mut inner = self.inner.lock();
+            if inner.state != SessionState::Connecting {
+                return Err(Reason::BadChannel);
+            }
+            inner
+                .channels
+                .push(chan, GFP_KERNEL)
+                .map_err(|_| Reason::NoResources)?;
         }
-        inner
-            .channels
-            .push(chan, GFP_KERNEL)
-            .map_err(|_| Reason::NoResources)
+        self.channel_up(index, generation);
+        Ok(())
     }
 
     /// Server: whether a request for channel `index` of `generation` fits.
