@@ -179,6 +179,13 @@ impl Inner {
         self.lent += 1;
         Some(qp)
     }
+
+    /// Ends a loan [`Inner::lend_qp`] made. The clone goes under the lock:
+    /// the teardown that sees no loan holds the last reference.
+    fn end_loan(&mut self, qp: Arc<Qp<Channel>>) {
+        drop(qp);
+        self.lent -= 1;
+    }
 }
 
 /// One RC connection of a session.
@@ -564,11 +571,7 @@ impl Channel {
 
     /// Ends a loan of the QP (see the module docs).
     fn end_loan(&self, qp: Arc<Qp<Channel>>) {
-        let mut inner = self.inner.lock();
-        // The loan ends with the clone, under the lock: the teardown that
-        // sees no loan holds the last reference.
-        drop(qp);
-        inner.lent -= 1;
+        self.inner.lock().end_loan(qp);
     }
 
     /// Fails the channel at its consumer's request (a request that timed
@@ -883,8 +886,7 @@ impl Channel {
             drop(inner.xfer.as_mut().and_then(|x| x.take_rdma(tag)));
             inc.moved = 0;
         }
-        drop(qp);
-        inner.lent -= 1;
+        inner.end_loan(qp);
         drop(inner);
         res.map_err(|(e, _)| e)?;
         self.stats.add(Counter::RdmaBytes, u64::from(len));
@@ -924,8 +926,7 @@ impl Channel {
                 qp.rdma(tag, sg, remote, dir).map_err(|(e, _)| e)
             });
             inner = self.inner.lock();
-            drop(qp);
-            inner.lent -= 1;
+            inner.end_loan(qp);
             match res {
                 Ok(()) => return,
                 Err(e) => status = e.to_errno(),
