@@ -403,8 +403,9 @@ int ferry_send_on(struct ferry_session *s, u16 qid, const void *data,
  * @flags: 0 or %FERRY_NOWAIT.
  *
  * Maps and registers the data's pages (FRWR, one registration per up to 512
- * pages, at most 8, from regions each channel registered when it was built:
- * one per request of its queue depth and 7 more; send-with-invalidate or
+ * pages, at most 8, from the channel's pool of regions, which ferry grows in
+ * the background up to one per request of its queue depth and 7 more;
+ * send-with-invalidate or
  * LOCAL_INV ends each before
  * @rq->done), and sends the header and the registrations' keys on the calling
  * CPU's channel (another one if it has no credit). The peer moves the data
