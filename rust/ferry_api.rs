@@ -99,6 +99,9 @@ impl Peer {
     }
 }
 
+/// [`Params::inline_size`] for no inline data either way.
+pub const NO_INLINE: u32 = u32::MAX;
+
 /// What [`Session::open`] opens: 0 in a number field picks ferry's default
 /// (see `struct ferry_session_params`).
 pub struct Params<'a> {
@@ -114,6 +117,9 @@ pub struct Params<'a> {
     pub queue_depth: u32,
     /// Largest message this side accepts, including ferry's 16-byte header.
     pub max_msg: u32,
+    /// Data to the peer a request may carry in its message, beyond
+    /// `max_msg` ([`NO_INLINE`]: none).
+    pub inline_size: u32,
     /// Heartbeat interval, ms.
     pub heartbeat_ms: u32,
     /// Silence after which the peer is dead, and the longest a send waits, ms.
@@ -132,6 +138,7 @@ impl<'a> Params<'a> {
             poll_channels: 0,
             queue_depth: 0,
             max_msg: 0,
+            inline_size: 0,
             heartbeat_ms: 0,
             timeout_ms: 0,
             give_up_s: 0,
@@ -158,7 +165,8 @@ pub struct Limits {
     pub virt_boundary_mask: u32,
     /// The alignment mask the data's address and length need.
     pub dma_alignment: u32,
-    /// The most bytes of data to the peer sent inline (0: none).
+    /// The most bytes of data to the peer sent in the request message
+    /// itself, unregistered (0: none).
     pub inline_size: u32,
 }
 
@@ -868,6 +876,7 @@ impl<H: Handler> Session<H> {
             poll_channels: p.poll_channels,
             queue_depth: p.queue_depth,
             max_msg: p.max_msg,
+            inline_size: p.inline_size,
             heartbeat_ms: p.heartbeat_ms,
             timeout_ms: p.timeout_ms,
             give_up_s: p.give_up_s,

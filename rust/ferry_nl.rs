@@ -217,6 +217,8 @@ pub mod stats {
     pub const WC_STATUS: u32 = bindings::FERRY_A_STATS_WC_STATUS;
     /// Completions processed by consumers' polling.
     pub const POLLED: u32 = bindings::FERRY_A_STATS_POLLED;
+    /// Requests sent with inline data.
+    pub const INLINE: u32 = bindings::FERRY_A_STATS_INLINE;
 }
 
 /// Attribute numbers of the `wc-status` set.

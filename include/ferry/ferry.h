@@ -182,6 +182,11 @@ struct ferry_request {
  * @max_msg: largest message this side accepts, in bytes including ferry's
  *	16-byte header, 256 to 65536; 0: 4096. The session's limit is the
  *	smaller of both sides' (see ferry_session_limits()).
+ * @inline_size: data to the peer a request may carry in its own message,
+ *	beyond @max_msg, with no registration and no RDMA READ: at most 16384
+ *	bytes; 0: 4096; %FERRY_NO_INLINE: none. Each side's receive buffers
+ *	grow by it (@queue_depth times @inline_size more memory per channel),
+ *	and the session's limit is the smaller of both sides'.
  * @heartbeat_ms: heartbeat interval, 100 to 60000; 0: 1000.
  * @timeout_ms: silence after which the peer counts as dead; 0: 5000. Also the
  *	longest a send waits for a credit.
@@ -196,6 +201,7 @@ struct ferry_session_params {
 	u16 poll_channels;
 	u32 queue_depth;
 	u32 max_msg;
+	u32 inline_size;
 	u32 heartbeat_ms;
 	u32 timeout_ms;
 	u32 give_up_s;
@@ -219,7 +225,9 @@ struct ferry_session_params {
  * @dma_alignment: the alignment mask the data's address and length need:
  *	0, as registrations map any byte offset.
  * @inline_size: the most bytes of data to the peer that travel in the
- *	request message itself, with no registration: 0 in this version.
+ *	request message itself, with no registration (counted as "inline" in
+ *	the session's statistics); 0 if the peer takes none (a version 1.0
+ *	peer) or the session asked for none.
  *
  * A request within @max_data, @max_segments and @virt_boundary_mask always
  * fits the session's registrations: a block driver sizes its queue limits
@@ -237,6 +245,9 @@ struct ferry_limits {
 	u32 dma_alignment;
 	u32 inline_size;
 };
+
+/* &ferry_session_params.inline_size: no inline data either way. */
+#define FERRY_NO_INLINE	0xffffffffU
 
 /* ferry_send() and ferry_submit() flags */
 /* Fail with -EAGAIN instead of waiting for a credit: never sleeps. */
@@ -540,8 +551,9 @@ u32 ferry_incoming_data_len(const struct ferry_incoming *in);
  * @sgl: where the data goes: exactly ferry_incoming_data_len() bytes.
  * @nents: entries of @sgl.
  * @done: called when the data is in @sgl (@status 0) or could not be read;
- *	in process context, on the channel's completion work or its teardown.
- *	The caller owns @sgl's pages again then.
+ *	in process context, on the channel's completion work or its teardown,
+ *	or before this returns 0 when the data came inline (see below). The
+ *	caller owns @sgl's pages again then.
  * @ctx: passed to @done.
  *
  * Uses the kernel's rdma_rw API against the registration the requester made
@@ -549,6 +561,10 @@ u32 ferry_incoming_data_len(const struct ferry_incoming *in);
  *
  * Data in several registrations (more than 512 pages) is moved one
  * registration after the other, each against its part of @sgl.
+ *
+ * Data that came inline, in the request message (&ferry_limits.inline_size),
+ * is copied into @sgl at once, and @done runs before ferry_rdma_read()
+ * returns: call it without a lock that @done takes.
  *
  * Return: 0 if @done will run; -EINVAL for the wrong direction or a length
  * that differs from the request's, -EBUSY if a transfer of @in is in flight,

@@ -176,6 +176,48 @@ impl SgList {
     pub fn nents(&self) -> u32 {
         self.nents
     }
+
+    /// Copies the list's bytes into `buf`, which must be exactly as long.
+    /// Never sleeps (the pages are mapped with `kmap_local`).
+    pub fn copy_to(&self, buf: &mut [u8]) -> Result {
+        if buf.len() as u64 != self.len {
+            return Err(EINVAL);
+        }
+        // SAFETY: The list is valid (type invariant) and its pages are lent
+        // to us; `buf` is valid for writes of its length.
+        let n = unsafe {
+            bindings::sg_copy_to_buffer(
+                self.as_raw(),
+                self.nents,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n == buf.len() {
+            Ok(())
+        } else {
+            Err(EIO)
+        }
+    }
+
+    /// Copies `buf`, exactly as long as the list, into the list's pages.
+    /// Never sleeps.
+    pub fn copy_from(&self, buf: &[u8]) -> Result {
+        if buf.len() as u64 != self.len {
+            return Err(EINVAL);
+        }
+        // SAFETY: The list is valid (type invariant) and its pages are lent
+        // to us, nobody else writes them; `buf` is valid for reads of its
+        // length.
+        let n = unsafe {
+            bindings::sg_copy_from_buffer(self.as_raw(), self.nents, buf.as_ptr().cast(), buf.len())
+        };
+        if n == buf.len() {
+            Ok(())
+        } else {
+            Err(EIO)
+        }
+    }
 }
 
 /// A lent scatterlist, DMA-mapped on a device until dropped (or

@@ -49,6 +49,9 @@ MODULE_PARM_DESC(count, "Messages the client sends");
 static uint max_msg;
 module_param(max_msg, uint, 0444);
 MODULE_PARM_DESC(max_msg, "The client session's largest message (0: ferry's default)");
+static uint inline_size;
+module_param(inline_size, uint, 0444);
+MODULE_PARM_DESC(inline_size, "The client session's inline data size (0: ferry's default, 4294967295: none)");
 static uint depth;
 module_param(depth, uint, 0444);
 MODULE_PARM_DESC(depth, "The client session's queue depth (0: ferry's default)");
@@ -712,6 +715,7 @@ static int run_client(void)
 	struct ferry_session_params p = {
 		.service = service,
 		.max_msg = max_msg,
+		.inline_size = inline_size,
 		.queue_depth = depth,
 		.poll_channels = poll ? 1 : 0,
 	};

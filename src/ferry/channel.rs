@@ -139,6 +139,9 @@ struct Inner {
     credits: Credits,
     /// Largest message the peer accepts.
     peer_max_msg: u32,
+    /// Data to the peer a request may carry inline: the smaller of what the
+    /// peer announced and this side's own limit.
+    peer_inline: u32,
     peer_depth: u32,
     /// When the current state began (for timeouts).
     since: Instant<Monotonic>,
@@ -308,6 +311,7 @@ impl Channel {
                     lent: 0,
                     credits: Credits::new(session.params.queue_depth),
                     peer_max_msg: wire::MIN_MSG_SIZE,
+                    peer_inline: 0,
                     peer_depth: 0,
                     since: now,
                     last_rx: now,
@@ -442,7 +446,8 @@ impl Channel {
         let cfg = QpConfig {
             recv_slots: p.queue_depth,
             send_slots: p.queue_depth,
-            buf_size: p.max_msg,
+            // A message, and the inline data a request may add to it.
+            buf_size: p.max_msg + p.inline_size,
             comp_vector: u32::from(self.index) % vectors,
             tags: p.queue_depth,
             port: id.port_num(),
@@ -534,10 +539,11 @@ impl Channel {
         }
     }
 
-    /// The peer's limits learnt in the handshake: (queue depth, largest message).
-    pub(crate) fn peer_limits(&self) -> (u32, u32) {
+    /// The peer's limits learnt in the handshake: (queue depth, largest
+    /// message, inline data).
+    pub(crate) fn peer_limits(&self) -> (u32, u32, u32) {
         let inner = self.inner.lock();
-        (inner.peer_depth, inner.peer_max_msg)
+        (inner.peer_depth, inner.peer_max_msg, inner.peer_inline)
     }
 
     /// The most pages one of the channel's registrations maps (0 before
@@ -801,20 +807,27 @@ impl Channel {
         let res = xfer.submit(
             Some(pd),
             limit,
+            inner.peer_inline,
             own,
             req,
             data,
-            |tag, regs, cookie, head, hdr| {
+            |tag, regs, cookie, head, hdr, inline| {
                 let mrs = regs.as_slice();
                 qp.send_registered(ring, tag, mrs, write, |buf| {
                     let n = Header::write_with(Kind::Request, grant, cookie, buf, |p| {
-                        head.write(hdr, p)
+                        head.write(hdr, p, |d| match inline {
+                            Some(sg) => sg.copy_to(d),
+                            None => Err(EINVAL),
+                        })
                     })?;
                     self.session.hostile.request(buf);
                     self.stats.add(Counter::TxBytes, n as u64);
                     Ok(n)
                 })?;
                 self.stats.add(Counter::Registrations, mrs.len() as u64);
+                if inline.is_some() {
+                    self.stats.add(Counter::Inline, 1);
+                }
                 Ok(())
             },
         );
@@ -836,12 +849,16 @@ impl Channel {
     /// whose data comes from it), region after region; `done` is told when
     /// it is over. `sg` must hold the request's whole data. Process context:
     /// rdma_rw allocates as it prepares a transfer.
+    ///
+    /// Data that came inline is copied into `sg` at once, and `done` comes
+    /// back for the caller to call once it no longer borrows `inc` (whose
+    /// answer `done` may send): `Ok(Some(done))`.
     pub(crate) fn incoming_rdma(
         &self,
         inc: &mut Incoming,
         sg: SgList,
         done: KBox<dyn RdmaDone>,
-    ) -> Result {
+    ) -> Result<Option<KBox<dyn RdmaDone>>> {
         let dir = match inc.head.dir {
             // RDMA READ: the device writes the local pages.
             Dir::ToPeer => DmaDir::FromDevice,
@@ -850,6 +867,11 @@ impl Channel {
         };
         if sg.len() != u64::from(inc.head.data_len) {
             return Err(EINVAL);
+        }
+        if inc.head.inline {
+            sg.copy_from(inc.inline_data())?;
+            inc.moved = inc.head.data_len;
+            return Ok(Some(done));
         }
         let mut op = RdmaOp {
             done,
@@ -890,7 +912,7 @@ impl Channel {
         drop(inner);
         res.map_err(|(e, _)| e)?;
         self.stats.add(Counter::RdmaBytes, u64::from(len));
-        Ok(())
+        Ok(None)
     }
 
     /// Responder: the transfer of tag `tag` completed (`ok`): posts its next
@@ -1101,6 +1123,7 @@ impl Channel {
             queue_depth: p.queue_depth,
             max_msg: p.max_msg,
             heartbeat_ms: p.heartbeat_ms,
+            inline_size: p.inline_size,
         };
         self.send_locked(inner, Kind::Hello, 0, &hello.encode())
     }
@@ -1138,13 +1161,15 @@ impl Channel {
                 inner.credits.set_peer_depth(hello.queue_depth);
                 inner.credits.grant(h.credits)?;
                 inner.peer_depth = hello.queue_depth;
-                inner.peer_max_msg = hello.max_msg.min(self.session.params.max_msg);
                 let p = &self.session.params;
+                inner.peer_max_msg = hello.max_msg.min(p.max_msg);
+                inner.peer_inline = hello.inline_size.min(p.inline_size);
                 let reply = HelloReply {
                     status,
                     queue_depth: p.queue_depth,
                     max_msg: p.max_msg,
                     heartbeat_ms: p.heartbeat_ms,
+                    inline_size: p.inline_size,
                 };
                 self.send_locked(&mut inner, Kind::HelloReply, 0, &reply.encode())
                     .map_err(|_| Reason::NoResources)?;
@@ -1175,6 +1200,7 @@ impl Channel {
                 inner.credits.grant(h.credits)?;
                 inner.peer_depth = reply.queue_depth;
                 inner.peer_max_msg = reply.max_msg.min(self.session.params.max_msg);
+                inner.peer_inline = reply.inline_size.min(self.session.params.inline_size);
                 inner.state = ChanState::Up;
                 inner.last_heartbeat = Instant::now();
                 drop(inner);
@@ -1198,8 +1224,9 @@ impl Channel {
             }
             (Kind::Request, ChanState::Up, _) => {
                 inner.credits.grant(h.credits)?;
-                let (head, hdr) = RequestHead::parse(payload)
-                    .map_err(|_| Refusal::breach("a malformed request"))?;
+                let (head, hdr, data) =
+                    RequestHead::parse(payload, self.session.params.inline_size)
+                        .map_err(|_| Refusal::breach("a malformed request"))?;
                 // The requester may have its queue depth in flight: this
                 // side's depth, which is also the tag count.
                 let tag = inner
@@ -1209,18 +1236,22 @@ impl Channel {
                     .ok_or(Refusal::breach("more requests than its queue depth"))?;
                 drop(inner);
                 self.stats.add(Counter::RequestsRx, 1);
-                let mut copy = KVec::new();
-                let inc = copy
-                    .extend_from_slice(hdr, GFP_KERNEL)
+                // The header and inline data, kept until the consumer
+                // responds; the receive buffer goes back to the peer now.
+                let mut bytes = KVec::new();
+                let inc = bytes
+                    .reserve(hdr.len() + data.len(), GFP_KERNEL)
                     .map_err(Error::from)
                     .and_then(|()| {
+                        bytes.extend_from_slice(hdr, GFP_KERNEL)?;
+                        bytes.extend_from_slice(data, GFP_KERNEL)?;
                         KBox::new(
                             Incoming {
                                 chan: self.clone(),
                                 tag,
                                 cookie: h.cookie,
                                 head,
-                                hdr: copy,
+                                bytes,
                                 moved: 0,
                             },
                             GFP_KERNEL,

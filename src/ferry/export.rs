@@ -172,6 +172,7 @@ fn session_params(
         default_channels as u16,
         p.queue_depth,
         p.max_msg,
+        p.inline_size,
         p.heartbeat_ms,
         p.timeout_ms,
         p.give_up_s,
@@ -352,7 +353,7 @@ pub(crate) unsafe extern "C" fn ferry_session_limits(
                 max_segments: l.data.max_segments,
                 virt_boundary_mask: l.data.virt_boundary_mask,
                 dma_alignment: 0,
-                inline_size: 0,
+                inline_size: l.inline_size,
             };
             // SAFETY: `out` is valid for writes (the contract).
             unsafe { out.write(l) };
@@ -589,18 +590,33 @@ pub(crate) unsafe extern "C" fn ferry_incoming_data_len(inc: *const ferry_incomi
     unsafe { Owned::<Incoming>::borrow(inc) }.data_len()
 }
 
-/// Starts the RDMA of `inc` (whose data must go `want`) with `sg`.
-fn rdma(inc: &mut Incoming, sg: SgList, done: RdmaCallback, want: Dir) -> c_int {
+/// Starts the RDMA of `inc` (whose data must go `want`) with `sg`. Data
+/// that came inline is copied at once: its callback comes back, to be
+/// called (with 0) once `inc` is no longer borrowed.
+fn rdma(
+    inc: &mut Incoming,
+    sg: SgList,
+    done: RdmaCallback,
+    want: Dir,
+) -> Result<Option<KBox<dyn RdmaDone>>> {
     if inc.dir() != want || sg.len() != u64::from(inc.data_len()) {
-        return EINVAL.to_errno();
+        return Err(EINVAL);
     }
-    let cb: KBox<dyn RdmaDone> = match KBox::new(done, GFP_KERNEL) {
-        Ok(b) => b,
-        Err(_) => return ENOMEM.to_errno(),
-    };
+    let cb: KBox<dyn RdmaDone> = KBox::new(done, GFP_KERNEL)?;
     let chan = inc.chan.clone();
-    match chan.incoming_rdma(inc, sg, cb) {
-        Ok(()) => 0,
+    chan.incoming_rdma(inc, sg, cb)
+}
+
+/// What `ferry_rdma_read()` and `ferry_rdma_write()` return for `rdma`'s
+/// result; a transfer that is already over (inline data) is told so here,
+/// after the request's last borrow (its callback may answer and free it).
+fn rdma_started(res: Result<Option<KBox<dyn RdmaDone>>>) -> c_int {
+    match res {
+        Ok(None) => 0,
+        Ok(Some(cb)) => {
+            cb.done(0);
+            0
+        }
         Err(e) => e.to_errno(),
     }
 }
@@ -630,7 +646,7 @@ pub(crate) unsafe extern "C" fn ferry_rdma_read(
             RdmaCallback::new(done, inc, ctx),
         )
     };
-    sg.map_or_else(|e| e.to_errno(), |sg| rdma(i, sg, cb, Dir::ToPeer))
+    rdma_started(sg.and_then(|sg| rdma(i, sg, cb, Dir::ToPeer)))
 }
 
 /// See `ferry_rdma_write()` in `include/ferry/ferry.h`.
@@ -657,7 +673,7 @@ pub(crate) unsafe extern "C" fn ferry_rdma_write(
             RdmaCallback::new(done, inc, ctx),
         )
     };
-    sg.map_or_else(|e| e.to_errno(), |sg| rdma(i, sg, cb, Dir::FromPeer))
+    rdma_started(sg.and_then(|sg| rdma(i, sg, cb, Dir::FromPeer)))
 }
 
 /// See `ferry_respond()` in `include/ferry/ferry.h`.

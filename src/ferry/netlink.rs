@@ -278,6 +278,7 @@ const COUNTER_ATTRS: [(Counter, u32); COUNTERS] = [
     (Counter::InvLocal, st_attr::INV_LOCAL),
     (Counter::RdmaBytes, st_attr::RDMA_BYTES),
     (Counter::Polled, st_attr::POLLED),
+    (Counter::Inline, st_attr::INLINE),
 ];
 
 /// Writes the attributes of the `stats` set.
@@ -380,6 +381,7 @@ pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
         poll_channels: 0,
         queue_depth,
         max_msg,
+        inline_size: d.inline_size,
         heartbeat_ms,
         timeout_ms,
         give_up_s,

@@ -62,6 +62,9 @@ pub(crate) const CONNECT_TIMEOUT_MS: u32 = 10_000;
 /// Most bytes of receive buffers a server gives one channel.
 const SERVER_RX_BUDGET: u32 = 4 << 20;
 
+/// [`Params::checked`]'s `inline_size` for none (`FERRY_NO_INLINE`).
+pub(crate) const NO_INLINE: u32 = u32::MAX;
+
 /// What a session was asked for (client) or runs with (server).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Params {
@@ -73,6 +76,9 @@ pub(crate) struct Params {
     pub(crate) queue_depth: u32,
     /// Largest message this side accepts.
     pub(crate) max_msg: u32,
+    /// Data to this side a request may carry inline, beyond `max_msg`
+    /// (0: none); also the most this side sends inline.
+    pub(crate) inline_size: u32,
     /// Heartbeat interval.
     pub(crate) heartbeat_ms: u32,
     /// Silence after which the peer counts as dead.
@@ -88,6 +94,7 @@ impl Params {
         poll_channels: 0,
         queue_depth: 128,
         max_msg: 4096,
+        inline_size: 4096,
         heartbeat_ms: 1000,
         timeout_ms: 5000,
         give_up_s: 600,
@@ -95,7 +102,8 @@ impl Params {
 
     /// Client parameters from a kernel caller: 0 picks the default (for
     /// `channels`, `default_channels`); `poll_channels` polled channels come
-    /// after the others; anything out of range is `EINVAL`.
+    /// after the others; an `inline_size` of [`NO_INLINE`] is none; anything
+    /// out of range is `EINVAL`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn checked(
         channels: u16,
@@ -103,6 +111,7 @@ impl Params {
         default_channels: u16,
         queue_depth: u32,
         max_msg: u32,
+        inline_size: u32,
         heartbeat_ms: u32,
         timeout_ms: u32,
         give_up_s: u32,
@@ -120,6 +129,10 @@ impl Params {
             poll_channels,
             queue_depth: or(queue_depth, d.queue_depth),
             max_msg: or(max_msg, d.max_msg),
+            inline_size: match inline_size {
+                NO_INLINE => 0,
+                v => or(v, d.inline_size),
+            },
             heartbeat_ms: or(heartbeat_ms, d.heartbeat_ms),
             timeout_ms: or(timeout_ms, d.timeout_ms.max(heartbeat_ms.saturating_mul(2))),
             give_up_s: or(give_up_s, d.give_up_s),
@@ -128,6 +141,7 @@ impl Params {
             && p.poll_channels < p.channels
             && (wire::MIN_QUEUE_DEPTH..=wire::MAX_QUEUE_DEPTH).contains(&p.queue_depth)
             && (wire::MIN_MSG_SIZE..=wire::MAX_MSG_SIZE).contains(&p.max_msg)
+            && p.inline_size <= wire::MAX_INLINE
             && wire::HEARTBEAT_MS.contains(&p.heartbeat_ms)
             && (p.heartbeat_ms.saturating_mul(2)..=600_000).contains(&p.timeout_ms)
             && p.give_up_s <= 7 * 86_400;
@@ -158,6 +172,8 @@ pub(crate) struct Limits {
     pub(crate) max_payload: u32,
     /// What one request's data may be.
     pub(crate) data: DataLimits,
+    /// The most data to the peer a request carries inline.
+    pub(crate) inline_size: u32,
 }
 
 /// The consumer's view of the session so far: what it was told last.
@@ -382,7 +398,7 @@ impl Session {
         let or = |v: u32, d: u32| if v == 0 { d } else { v };
         let max_msg = or(data.max_msg, d.max_msg);
         let queue_depth = or(u32::from(data.queue_depth), d.queue_depth)
-            .min(SERVER_RX_BUDGET / max_msg)
+            .min(SERVER_RX_BUDGET / (max_msg + d.inline_size))
             .max(wire::MIN_QUEUE_DEPTH);
         let params = Params {
             channels: data.channels,
@@ -907,7 +923,7 @@ impl Session {
             .set(Counter::RxUnclaimed, self.rx_dropped.load(Relaxed));
         for c in inner.channels.iter() {
             let ci = c.info();
-            let (depth, max_msg) = c.peer_limits();
+            let (depth, max_msg, _) = c.peer_limits();
             if depth != 0 {
                 info.peer_depth = depth;
                 info.max_msg = max_msg;
@@ -1132,10 +1148,12 @@ impl Session {
             return Err(ENOTCONN);
         }
         let (mut depth, mut max, mut pages) = (u32::MAX, u32::MAX, u32::MAX);
+        let mut inline = u32::MAX;
         for c in inner.channels.iter() {
-            let (d, m) = c.peer_limits();
+            let (d, m, i) = c.peer_limits();
             depth = depth.min(d);
             max = max.min(m);
+            inline = inline.min(i);
             pages = pages.min(c.reg_pages());
         }
         Ok(Limits {
@@ -1146,6 +1164,7 @@ impl Session {
             max_payload: max - Header::LEN as u32,
             // CAST: a page is a few KiB.
             data: DataLimits::new(pages, kernel::page::PAGE_SIZE as u32),
+            inline_size: inline,
         })
     }
 

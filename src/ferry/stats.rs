@@ -48,10 +48,12 @@ pub(crate) enum Counter {
     RdmaBytes,
     /// Completions a consumer's thread processed (`ferry_poll()`).
     Polled,
+    /// Requests sent with their data inline.
+    Inline,
 }
 
 /// How many counters there are.
-pub(crate) const COUNTERS: usize = Counter::Polled as usize + 1;
+pub(crate) const COUNTERS: usize = Counter::Inline as usize + 1;
 
 /// Failed work completions are also counted by status: `enum ib_wc_status`
 /// runs from 0 (success, never counted) to `IB_WC_GENERAL_ERR` (21), where

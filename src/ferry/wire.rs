@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! ferry's wire protocol, version 1.0: the CM private data of a connection and
+//! ferry's wire protocol, version 1.1: the CM private data of a connection and
 //! the messages of a channel. Documentation/session.md draws the exchange.
 //!
 //! Everything is little-endian with fixed offsets, encoded and decoded by hand
@@ -16,8 +16,14 @@
 //! - Once a channel is up, every SEND starts with a [`Header`] (16 bytes): the
 //!   message kind, the receive credits it grants, the payload length and a
 //!   cookie. The client's first message is a [`Hello`] (service name, queue
-//!   depth, largest message, heartbeat interval, room for authentication), the
-//!   server answers with a [`HelloReply`], as NVMe-oF answers its Connect.
+//!   depth, largest message, heartbeat interval, inline data size, room for
+//!   authentication), the server answers with a [`HelloReply`], as NVMe-oF
+//!   answers its Connect.
+//!
+//! Version 1.1 added inline data: both hellos announce how much of a
+//! request's data to the announcer may travel in the request message itself
+//! (in bytes 1.0 keeps reserved and zero, so a 1.0 peer announces and is sent
+//! none), and a request says so in its flags (see [`request`]).
 
 use kernel::prelude::*;
 
@@ -28,7 +34,7 @@ pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"FRRY");
 /// The protocol's major version: a peer with another major is refused.
 pub(crate) const MAJOR: u8 = 1;
 /// The protocol's minor version: additions a 1.0 peer may ignore.
-pub(crate) const MINOR: u8 = 0;
+pub(crate) const MINOR: u8 = 1;
 
 /// Most channels one session may have.
 pub(crate) const MAX_CHANNELS: u16 = 64;
@@ -41,6 +47,9 @@ pub(crate) const MIN_MSG_SIZE: u32 = 256;
 /// Largest message size a peer may announce (inline messages; bulk data goes
 /// by RDMA READ and WRITE).
 pub(crate) const MAX_MSG_SIZE: u32 = 65536;
+/// Most data a peer may announce it takes inline (in the request message);
+/// beyond a few pages, registering them costs less than copying.
+pub(crate) const MAX_INLINE: u32 = 16384;
 /// Heartbeat interval bounds, in milliseconds.
 pub(crate) const HEARTBEAT_MS: core::ops::RangeInclusive<u32> = 100..=60_000;
 /// Room for a service name, including its NUL.
@@ -563,7 +572,8 @@ impl core::fmt::Debug for ServiceName {
 /// | 40..44 | heartbeat interval, ms |
 /// | 44..46 | authentication type: 0 (none) in 1.0 |
 /// | 46..48 | authentication data length: 0 in 1.0 |
-/// | 48..64 | reserved, zero |
+/// | 48..52 | inline data the client takes in a request, bytes (1.1; 0: none) |
+/// | 52..64 | reserved, zero |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Hello {
     /// The service asked for.
@@ -574,13 +584,21 @@ pub(crate) struct Hello {
     pub(crate) max_msg: u32,
     /// The client's heartbeat interval.
     pub(crate) heartbeat_ms: u32,
+    /// Data to the client a request may carry inline (0: none).
+    pub(crate) inline_size: u32,
 }
 
 /// Validates the limits both hello messages carry.
-fn check_limits(queue_depth: u32, max_msg: u32, heartbeat_ms: u32) -> Result<(), Reason> {
+fn check_limits(
+    queue_depth: u32,
+    max_msg: u32,
+    heartbeat_ms: u32,
+    inline_size: u32,
+) -> Result<(), Reason> {
     if !(MIN_QUEUE_DEPTH..=MAX_QUEUE_DEPTH).contains(&queue_depth)
         || !(MIN_MSG_SIZE..=MAX_MSG_SIZE).contains(&max_msg)
         || !HEARTBEAT_MS.contains(&heartbeat_ms)
+        || inline_size > MAX_INLINE
     {
         return Err(Reason::BadParams);
     }
@@ -598,6 +616,7 @@ impl Hello {
         put32(&mut b, 32, self.queue_depth);
         put32(&mut b, 36, self.max_msg);
         put32(&mut b, 40, self.heartbeat_ms);
+        put32(&mut b, 48, self.inline_size);
         b
     }
 
@@ -617,8 +636,9 @@ impl Hello {
             queue_depth: le32(b, 32),
             max_msg: le32(b, 36),
             heartbeat_ms: le32(b, 40),
+            inline_size: le32(b, 48),
         };
-        check_limits(h.queue_depth, h.max_msg, h.heartbeat_ms)?;
+        check_limits(h.queue_depth, h.max_msg, h.heartbeat_ms, h.inline_size)?;
         Ok(h)
     }
 }
@@ -632,7 +652,8 @@ impl Hello {
 /// | 4..8 | queue depth: receive buffers the server posted |
 /// | 8..12 | largest message the server accepts |
 /// | 12..16 | the server's heartbeat interval, ms |
-/// | 16..32 | reserved, zero |
+/// | 16..20 | inline data the server takes in a request, bytes (1.1; 0: none) |
+/// | 20..32 | reserved, zero |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct HelloReply {
     /// [`Reason::None`] if the session is accepted.
@@ -643,6 +664,8 @@ pub(crate) struct HelloReply {
     pub(crate) max_msg: u32,
     /// The server's heartbeat interval.
     pub(crate) heartbeat_ms: u32,
+    /// Data to the server a request may carry inline (0: none).
+    pub(crate) inline_size: u32,
 }
 
 impl HelloReply {
@@ -656,6 +679,7 @@ impl HelloReply {
         put32(&mut b, 4, self.queue_depth);
         put32(&mut b, 8, self.max_msg);
         put32(&mut b, 12, self.heartbeat_ms);
+        put32(&mut b, 16, self.inline_size);
         b
     }
 
@@ -670,9 +694,10 @@ impl HelloReply {
             queue_depth: le32(b, 4),
             max_msg: le32(b, 8),
             heartbeat_ms: le32(b, 12),
+            inline_size: le32(b, 16),
         };
         if r.status == Reason::None {
-            check_limits(r.queue_depth, r.max_msg, r.heartbeat_ms)?;
+            check_limits(r.queue_depth, r.max_msg, r.heartbeat_ms, r.inline_size)?;
         }
         Ok(r)
     }
@@ -859,28 +884,42 @@ mod tests {
             queue_depth: 128,
             max_msg: 4096,
             heartbeat_ms: 1000,
+            inline_size: 4096,
         }
     }
 
     #[test]
     fn hello_round_trip_and_limits() {
         assert_eq!(Hello::decode(&hello().encode()), Ok(hello()));
-        for (qd, mm, hb) in [
-            (0, 4096, 1000),
-            (MAX_QUEUE_DEPTH + 1, 4096, 1000),
-            (128, MIN_MSG_SIZE - 1, 1000),
-            (128, MAX_MSG_SIZE + 1, 1000),
-            (128, 4096, 0),
-            (128, 4096, u32::MAX),
+        for (qd, mm, hb, il) in [
+            (0, 4096, 1000, 0),
+            (MAX_QUEUE_DEPTH + 1, 4096, 1000, 0),
+            (128, MIN_MSG_SIZE - 1, 1000, 0),
+            (128, MAX_MSG_SIZE + 1, 1000, 0),
+            (128, 4096, 0, 0),
+            (128, 4096, u32::MAX, 0),
+            (128, 4096, 1000, MAX_INLINE + 1),
+            (128, 4096, 1000, u32::MAX),
         ] {
             let h = Hello {
                 queue_depth: qd,
                 max_msg: mm,
                 heartbeat_ms: hb,
+                inline_size: il,
                 ..hello()
             };
             assert_eq!(Hello::decode(&h.encode()), Err(Reason::BadParams));
         }
+        // A 1.0 client leaves the inline size zero: it takes none.
+        let mut old = hello().encode();
+        old[48..52].fill(0);
+        assert_eq!(
+            Hello::decode(&old),
+            Ok(Hello {
+                inline_size: 0,
+                ..hello()
+            })
+        );
         assert_eq!(
             Hello::decode(&hello().encode()[..63]),
             Err(Reason::Malformed)
@@ -919,14 +958,21 @@ mod tests {
             queue_depth: 64,
             max_msg: 8192,
             heartbeat_ms: 500,
+            inline_size: MAX_INLINE,
         };
         assert_eq!(HelloReply::decode(&r.encode()), Ok(r));
+        let big = HelloReply {
+            inline_size: MAX_INLINE + 1,
+            ..r
+        };
+        assert_eq!(HelloReply::decode(&big.encode()), Err(Reason::BadParams));
         // A refusal needs no valid limits.
         let no = HelloReply {
             status: Reason::UnknownService,
             queue_depth: 0,
             max_msg: 0,
             heartbeat_ms: 0,
+            inline_size: 0,
         };
         assert_eq!(HelloReply::decode(&no.encode()), Ok(no));
         // An acceptance does.

@@ -3,7 +3,10 @@
 //! Requests and their zero-copy data: the state a channel keeps for them.
 //!
 //! **Requester.** A request takes a tag (one of the channel's `queue depth`)
-//! and a credit. Its data, if any, is DMA-mapped and registered with FRWR
+//! and a credit. Data to the peer of at most the peer's inline size is
+//! copied into the request message itself (inline): nothing is mapped or
+//! registered, and the request is over when its response arrives. Other
+//! data is DMA-mapped and registered with FRWR
 //! regions of the channel's pool, each mapping at most the device's
 //! fast-registration page list; the `REG_MR`s are chained before the request's
 //! SEND, which names the regions (address, key, length) for the peer. The
@@ -180,10 +183,28 @@ impl Keys {
     }
 }
 
+/// A request's data while it is in flight.
+enum Held {
+    /// Mapped and registered for the peer.
+    Mapped(MappedSg),
+    /// Copied into the request message: kept only to be given back.
+    Inline(SgList),
+}
+
+impl Held {
+    /// The list, unmapped.
+    fn release(self) -> SgList {
+        match self {
+            Self::Mapped(m) => m.unmap(),
+            Self::Inline(sg) => sg,
+        }
+    }
+}
+
 /// A request in flight.
 struct Outstanding<R> {
     req: R,
-    sg: Option<MappedSg>,
+    data: Option<Held>,
     regs: Regions,
     /// The data length the peer was offered.
     data_len: u32,
@@ -194,16 +215,14 @@ struct Outstanding<R> {
 /// A request that is over: complete it outside the channel's lock.
 pub(crate) struct Finished<R> {
     req: R,
-    sg: Option<MappedSg>,
+    data: Option<Held>,
     status: i32,
 }
 
 impl<R: Request> Finished<R> {
     /// Unmaps the pages and tells the consumer.
     pub(crate) fn complete(self) {
-        if let Some(sg) = self.sg {
-            let _ = sg.unmap();
-        }
+        drop(self.data.map(Held::release));
         self.req.complete(self.status);
     }
 }
@@ -399,21 +418,24 @@ impl<R: Request> Xfer<R> {
         Ok(id)
     }
 
-    /// Requester: maps and registers `data` and sends `req` through `send`
-    /// (which gets the tag, the regions to register, the cookie, the head
-    /// and the header, and writes the message), under tag `own` if the
-    /// caller chose one. At most `limit` requests are in flight. On failure
-    /// the request and its data come back: `EAGAIN` without a free tag or
-    /// enough free regions, `EINVAL` for data without a PD. Allocates
-    /// nothing and never sleeps.
+    /// Requester: sends `req` through `send` (which gets the tag, the
+    /// regions to register, the cookie, the head, the header and the data to
+    /// copy inline, and writes the message), under tag `own` if the caller
+    /// chose one. Data to the peer of at most `inline_max` bytes goes inline;
+    /// other data is mapped and registered. At most `limit` requests are in
+    /// flight. On failure the request and its data come back: `EAGAIN`
+    /// without a free tag or enough free regions, `EINVAL` for registered
+    /// data without a PD. Allocates nothing and never sleeps.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn submit(
         &mut self,
         pd: Option<&Pd>,
         limit: u32,
+        inline_max: u32,
         own: Option<u32>,
         req: R,
         data: Option<SgList>,
-        send: impl FnOnce(u32, &Regions, u64, &RequestHead, &[u8]) -> Result,
+        send: impl FnOnce(u32, &Regions, u64, &RequestHead, &[u8], Option<&SgList>) -> Result,
     ) -> Result<(), Refused<R>> {
         let dir = req.dir();
         if (dir == Dir::None) != data.is_none() {
@@ -431,48 +453,62 @@ impl<R: Request> Xfer<R> {
             descs: [Desc::default(); MAX_DESCS],
             ndesc: 0,
             data_len: 0,
+            inline: false,
         };
         let mut regs = Regions::default();
-        let mut mapped = None;
-        if let Some(sg) = data {
-            let Some(pd) = pd else {
-                self.tags.release_id(index);
-                return Err((EINVAL, req, Some(sg)));
-            };
-            let ddir = match dir {
-                Dir::FromPeer => DmaDir::FromDevice,
-                _ => DmaDir::ToDevice,
-            };
-            // A failed mapping drops the list: the request still owns its
-            // pages, and the caller gets the error.
-            let m = match MappedSg::new(pd.device(), sg, ddir) {
-                Ok(m) => m,
-                Err(e) => {
+        let mut held = None;
+        match data {
+            None => {}
+            Some(sg) if dir == Dir::ToPeer && sg.len() <= u64::from(inline_max) => {
+                head.inline = true;
+                // CAST: at most `inline_max`, a `u32`.
+                head.data_len = sg.len() as u32;
+                held = Some(Held::Inline(sg));
+            }
+            Some(sg) => {
+                let Some(pd) = pd else {
                     self.tags.release_id(index);
-                    return Err((e, req, None));
-                }
-            };
-            match self.register(&m, &mut head, &mut regs) {
-                Ok(()) => mapped = Some(m),
-                Err(e) => {
-                    regs.recycle(&mut self.pool);
-                    self.tags.release_id(index);
-                    return Err((e, req, Some(m.unmap())));
+                    return Err((EINVAL, req, Some(sg)));
+                };
+                let ddir = match dir {
+                    Dir::FromPeer => DmaDir::FromDevice,
+                    _ => DmaDir::ToDevice,
+                };
+                // A failed mapping drops the list: the request still owns its
+                // pages, and the caller gets the error.
+                let m = match MappedSg::new(pd.device(), sg, ddir) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        self.tags.release_id(index);
+                        return Err((e, req, None));
+                    }
+                };
+                match self.register(&m, &mut head, &mut regs) {
+                    Ok(()) => held = Some(Held::Mapped(m)),
+                    Err(e) => {
+                        regs.recycle(&mut self.pool);
+                        self.tags.release_id(index);
+                        return Err((e, req, Some(m.unmap())));
+                    }
                 }
             }
         }
         self.gens[index] = self.gens[index].wrapping_add(1);
         let c = cookie(index, self.gens[index]);
+        let inline = match &held {
+            Some(Held::Inline(sg)) => Some(sg),
+            _ => None,
+        };
         // CAST: `index` is below the tag count, a `u32`.
-        let res = send(index as u32, &regs, c, &head, req.header());
+        let res = send(index as u32, &regs, c, &head, req.header(), inline);
         if let Err(e) = res {
             regs.recycle(&mut self.pool);
             self.tags.release_id(index);
-            return Err((e, req, mapped.map(MappedSg::unmap)));
+            return Err((e, req, held.map(Held::release)));
         }
         self.out[index] = Some(Outstanding {
             req,
-            sg: mapped,
+            data: held,
             regs,
             data_len: head.data_len,
             status: None,
@@ -576,7 +612,7 @@ impl<R: Request> Xfer<R> {
         Some(Finished {
             status: 0,
             req: o.req,
-            sg: o.sg,
+            data: o.data,
         })
     }
 
@@ -592,7 +628,7 @@ impl<R: Request> Xfer<R> {
         self.tags.release_id(i);
         let f = Finished {
             req: o.req,
-            sg: o.sg,
+            data: o.data,
             status: ECONNABORTED.to_errno(),
         };
         Some((f, o.regs))
@@ -668,7 +704,8 @@ pub(crate) struct Incoming {
     /// The requester's tag.
     pub(crate) cookie: u64,
     pub(crate) head: RequestHead,
-    pub(crate) hdr: KVec<u8>,
+    /// The requester's header, then its inline data if the request has any.
+    pub(crate) bytes: KVec<u8>,
     /// Bytes moved so far.
     pub(crate) moved: u32,
 }
@@ -686,7 +723,17 @@ impl Incoming {
 
     /// The requester's header.
     pub(crate) fn header(&self) -> &[u8] {
-        &self.hdr
+        let inline = if self.head.inline {
+            self.head.data_len as usize
+        } else {
+            0
+        };
+        &self.bytes[..self.bytes.len() - inline]
+    }
+
+    /// The data that came in the request (empty unless it came inline).
+    pub(crate) fn inline_data(&self) -> &[u8] {
+        &self.bytes[self.header().len()..]
     }
 
     /// Answers the request: see [`Channel::respond`].
@@ -779,11 +826,13 @@ mod tag_tests {
                 .submit(
                     None,
                     limit,
+                    4096,
                     own,
                     req,
                     None,
-                    |tag, regs, cookie, head, hdr| {
+                    |tag, regs, cookie, head, hdr, inline| {
                         assert_eq!((regs.len(), head.ndesc, hdr), (0, 0, &b"hdr"[..]));
+                        assert!(inline.is_none() && !head.inline);
                         sent = (tag, cookie);
                         Ok(())
                     },

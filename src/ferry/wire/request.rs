@@ -9,17 +9,22 @@
 //! bytes it moved and the peer's own header. The header's cookie is the
 //! request's tag in both.
 //!
+//! Since 1.1 a request's data to the peer may instead travel in the request
+//! itself (flag [`INLINE`]), when it is at most what the peer announced in
+//! its hello: no region, no RDMA READ, no invalidation.
+//!
 //! Request payload:
 //!
 //! | bytes | field |
 //! |---|---|
 //! | 0 | direction: 0 no data, 1 to the peer (it reads), 2 from the peer (it writes) |
-//! | 1 | region count, 0 to [`MAX_DESCS`] |
-//! | 2..4 | flags, zero in 1.0 |
-//! | 4..8 | data length: the regions' lengths added up |
+//! | 1 | region count, 0 to [`MAX_DESCS`]; 0 with [`INLINE`] |
+//! | 2..4 | flags: bit 0 [`INLINE`] (1.1); the others zero |
+//! | 4..8 | data length: the regions' lengths added up, or the inline bytes |
 //! | 8..12 | header length |
 //! | 12..16 | reserved, zero |
 //! | 16.. | regions, 16 bytes each: address (u64), key (u32), length (u32) |
+//! | then | with [`INLINE`]: the data |
 //! | then | the header |
 //!
 //! Response payload:
@@ -33,12 +38,14 @@
 
 use kernel::prelude::*;
 
-use super::{le32, le64, put32, put64, Reason};
+use super::{le16, le32, le64, put16, put32, put64, Reason};
 
 /// Most regions one request names.
 pub(crate) const MAX_DESCS: usize = 8;
 /// Most data one request moves.
 pub(crate) const MAX_DATA: u32 = 64 << 20;
+/// Request flag: the data (to the peer) follows the regions, which are none.
+pub(crate) const INLINE: u16 = 1;
 
 /// Which way a request's data goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,8 +78,10 @@ pub(crate) struct RequestHead {
     pub(crate) descs: [Desc; MAX_DESCS],
     /// How many regions.
     pub(crate) ndesc: usize,
-    /// Their lengths added up.
+    /// Their lengths added up, or the inline data's.
     pub(crate) data_len: u32,
+    /// The data travels in the request (no regions).
+    pub(crate) inline: bool,
 }
 
 impl RequestHead {
@@ -81,23 +90,43 @@ impl RequestHead {
     /// Bytes per region.
     pub(crate) const DESC: usize = 16;
 
+    /// Bytes of inline data.
+    fn inline_len(&self) -> usize {
+        if self.inline {
+            self.data_len as usize
+        } else {
+            0
+        }
+    }
+
     /// Bytes the request's payload needs for this head and `hdr_len` bytes
     /// of header.
     pub(crate) fn len(&self, hdr_len: usize) -> usize {
-        Self::FIXED + Self::DESC * self.ndesc + hdr_len
+        Self::FIXED + Self::DESC * self.ndesc + self.inline_len() + hdr_len
     }
 
-    /// Writes the head and `hdr` into `b`; returns the bytes used, or
-    /// `EMSGSIZE` if they do not fit.
-    pub(crate) fn write(&self, hdr: &[u8], b: &mut [u8]) -> Result<usize> {
+    /// Writes the head and `hdr` into `b`, and lets `data` write the inline
+    /// data (it gets exactly `data_len` bytes of `b` if the head is inline,
+    /// and is not called otherwise); returns the bytes used, or `EMSGSIZE`
+    /// if they do not fit.
+    pub(crate) fn write(
+        &self,
+        hdr: &[u8],
+        b: &mut [u8],
+        data: impl FnOnce(&mut [u8]) -> Result,
+    ) -> Result<usize> {
         let total = self.len(hdr.len());
-        if b.len() < total || self.ndesc > MAX_DESCS {
+        if b.len() < total || self.ndesc > MAX_DESCS || (self.inline && self.ndesc != 0) {
             return Err(EMSGSIZE);
         }
         b[..Self::FIXED].fill(0);
         b[0] = self.dir as u8;
         // CAST: at most `MAX_DESCS`.
         b[1] = self.ndesc as u8;
+        if self.inline {
+            put16(b, 2, INLINE);
+            data(&mut b[Self::FIXED..Self::FIXED + self.inline_len()])?;
+        }
         put32(b, 4, self.data_len);
         put32(b, 8, u32::try_from(hdr.len()).map_err(|_| EMSGSIZE)?);
         for (i, d) in self.descs[..self.ndesc].iter().enumerate() {
@@ -110,15 +139,22 @@ impl RequestHead {
         Ok(total)
     }
 
-    /// Parses and validates a request payload into its head and header.
-    /// The direction, region count and lengths must agree: no data without
-    /// regions, no regions without data, no empty region, the lengths adding
-    /// up to the data length, at most [`MAX_DATA`], and the payload exactly
-    /// as long as the head says.
-    pub(crate) fn parse(b: &[u8]) -> Result<(Self, &[u8]), Reason> {
+    /// Parses and validates a request payload into its head, header and
+    /// inline data (empty unless inline). The direction, region count and
+    /// lengths must agree: no data without regions, no regions without data,
+    /// no empty region, the lengths adding up to the data length, at most
+    /// [`MAX_DATA`], and the payload exactly as long as the head says. Inline
+    /// data goes to this side, without regions, and is at most
+    /// `max_inline` bytes (what this side announced); no unknown flag.
+    pub(crate) fn parse(b: &[u8], max_inline: u32) -> Result<(Self, &[u8], &[u8]), Reason> {
         if b.len() < Self::FIXED {
             return Err(Reason::ProtocolError);
         }
+        let flags = le16(b, 2);
+        if flags & !INLINE != 0 {
+            return Err(Reason::ProtocolError);
+        }
+        let inline = flags & INLINE != 0;
         let dir = match b[0] {
             0 => Dir::None,
             1 => Dir::ToPeer,
@@ -131,7 +167,11 @@ impl RequestHead {
         if ndesc > MAX_DESCS || data_len > MAX_DATA {
             return Err(Reason::ProtocolError);
         }
-        if (dir == Dir::None) != (ndesc == 0) || (ndesc == 0) != (data_len == 0) {
+        if inline {
+            if dir != Dir::ToPeer || ndesc != 0 || data_len == 0 || data_len > max_inline {
+                return Err(Reason::ProtocolError);
+            }
+        } else if (dir == Dir::None) != (ndesc == 0) || (ndesc == 0) != (data_len == 0) {
             return Err(Reason::ProtocolError);
         }
         let mut head = Self {
@@ -139,8 +179,9 @@ impl RequestHead {
             descs: [Desc::default(); MAX_DESCS],
             ndesc,
             data_len,
+            inline,
         };
-        if b.len() != head.len(hdr_len) {
+        if hdr_len > b.len() || b.len() != head.len(hdr_len) {
             return Err(Reason::ProtocolError);
         }
         let mut sum = 0u64;
@@ -157,10 +198,11 @@ impl RequestHead {
             sum += u64::from(d.len);
             head.descs[i] = d;
         }
-        if sum != u64::from(data_len) {
+        if !inline && sum != u64::from(data_len) {
             return Err(Reason::ProtocolError);
         }
-        Ok((head, &b[b.len() - hdr_len..]))
+        let data = &b[Self::FIXED..Self::FIXED + head.inline_len()];
+        Ok((head, &b[b.len() - hdr_len..], data))
     }
 }
 
@@ -217,6 +259,7 @@ mod tests {
             descs: [Desc::default(); MAX_DESCS],
             ndesc: lens.len(),
             data_len: lens.iter().sum(),
+            inline: false,
         };
         for (i, &len) in lens.iter().enumerate() {
             h.descs[i] = Desc {
@@ -237,33 +280,92 @@ mod tests {
             (Dir::FromPeer, &[2 << 20, 2 << 20][..]),
         ] {
             let h = head(dir, lens);
-            let n = h.write(b"hdr!", &mut b).unwrap();
+            let n = h.write(b"hdr!", &mut b, |_| Err(EINVAL)).unwrap();
             assert_eq!(n, h.len(4));
-            let (p, hdr) = RequestHead::parse(&b[..n]).unwrap();
+            let (p, hdr, data) = RequestHead::parse(&b[..n], 0).unwrap();
             assert_eq!(p, h);
             assert_eq!(hdr, b"hdr!");
+            assert!(data.is_empty());
         }
         // Too small a buffer.
         assert!(head(Dir::ToPeer, &[1])
-            .write(&[0; 64], &mut b[..60])
+            .write(&[0; 64], &mut b[..60], |_| Ok(()))
             .is_err());
+    }
+
+    fn inline(len: u32) -> RequestHead {
+        RequestHead {
+            dir: Dir::ToPeer,
+            descs: [Desc::default(); MAX_DESCS],
+            ndesc: 0,
+            data_len: len,
+            inline: true,
+        }
+    }
+
+    #[test]
+    fn inline_requests_round_trip_and_are_checked() {
+        let mut b = [0u8; 256];
+        let h = inline(100);
+        let n = h
+            .write(b"hdr", &mut b, |d| {
+                assert_eq!(d.len(), 100);
+                d.fill(0x5a);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(n, RequestHead::FIXED + 100 + 3);
+        let (p, hdr, data) = RequestHead::parse(&b[..n], 100).unwrap();
+        assert_eq!((p, hdr), (h, &b"hdr"[..]));
+        assert!(data.len() == 100 && data.iter().all(|&c| c == 0x5a));
+        // More than this side announced, or none announced (a 1.0 side).
+        assert!(RequestHead::parse(&b[..n], 99).is_err());
+        assert!(RequestHead::parse(&b[..n], 0).is_err());
+        // The writer's failure is the write's.
+        assert_eq!(h.write(b"hdr", &mut b, |_| Err(EIO)), Err(EIO));
+        let bad = |f: &dyn Fn(&mut [u8])| {
+            let mut c = b;
+            f(&mut c[..n]);
+            RequestHead::parse(&c[..n], 4096).is_err()
+        };
+        // Truncated or padded; data that claims to be longer or shorter.
+        for len in 0..n {
+            assert!(RequestHead::parse(&b[..len], 4096).is_err());
+        }
+        assert!(RequestHead::parse(&b[..n + 1], 4096).is_err());
+        assert!(bad(&|c| put32(c, 4, 101)));
+        assert!(bad(&|c| put32(c, 4, 99)));
+        assert!(bad(&|c| put32(c, 4, 0)));
+        // Inline data from the peer, without direction, or beside regions.
+        assert!(bad(&|c| c[0] = Dir::FromPeer as u8));
+        assert!(bad(&|c| c[0] = Dir::None as u8));
+        assert!(bad(&|c| c[1] = 1));
+        // Unknown flags.
+        assert!(bad(&|c| put16(c, 2, INLINE | 2)));
+        assert!(bad(&|c| put16(c, 2, 0x8000)));
+        // A head that claims regions and inline data is never written.
+        let mut both = inline(10);
+        both.ndesc = 1;
+        assert!(both.write(b"", &mut b, |_| Ok(())).is_err());
     }
 
     #[test]
     fn requests_that_lie_are_refused() {
         let mut b = [0u8; 256];
         let h = head(Dir::FromPeer, &[4096, 8192]);
-        let n = h.write(b"x", &mut b).unwrap();
+        let n = h.write(b"x", &mut b, |_| Ok(())).unwrap();
         let bad = |f: &dyn Fn(&mut [u8])| {
             let mut c = b;
             f(&mut c[..n]);
-            RequestHead::parse(&c[..n]).is_err()
+            RequestHead::parse(&c[..n], 4096).is_err()
         };
         // Truncated at every length, or padded.
         for len in 0..n {
-            assert!(RequestHead::parse(&b[..len]).is_err());
+            assert!(RequestHead::parse(&b[..len], 4096).is_err());
         }
-        assert!(RequestHead::parse(&b[..n + 1]).is_err());
+        assert!(RequestHead::parse(&b[..n + 1], 4096).is_err());
+        // Regions that claim to be inline.
+        assert!(bad(&|c| put16(c, 2, INLINE)));
         // Unknown direction.
         assert!(bad(&|c| c[0] = 3));
         // Data without regions, regions without data, too many regions.

@@ -245,7 +245,8 @@ def requests_reset(t):
 def requests_atomic(t):
     """Sends and submits from atomic context, as a blk-mq queue_rq would:
     under a spinlock with interrupts off, FERRY_NOWAIT. Messages, requests
-    both ways (FRWR) over more than the queue depth in flight (the queue is
+    both ways (FRWR, and 4 KiB writes inline) over more than the queue depth
+    in flight (the queue is
     full: refused, the client waits for a completion and tries again), then
     requests under the caller's own tags (FERRY_TAGGED) with a channel reset
     on another thread racing the submits. Every byte checked; the debug
@@ -285,6 +286,12 @@ def requests_atomic(t):
             t.eq(failed, 0, f'{name}: requests failed')
             t.check(int(f.group(1)) > 0, f'{name}: the queue was full at times')
         t.check('completed twice' not in log, f'{name}: a request completed twice')
+        st = [s for s in t.ferryctl_json(vm, '-s session show') if s['role'] == 'client']
+        t.require(len(st) == 1, f'{name}: one client session: {st}')
+        st = st[0]['stats']
+        t.log(f'{name}: {st["inline"]} requests inline, {st["registrations"]} registrations')
+        t.check(st['inline'] > 0 and st['registrations'] > 0,
+                f'{name}: both inline and registered requests')
         vm.run('rmmod ferry_cecho')
     vm.run('rmmod ferry')
 
@@ -299,9 +306,11 @@ def requests_limits(t):
     """ferry_session_limits() states what one request may carry, from the
     device's registration page lists: at most 8 regions of up to 512 pages,
     one page kept for data that starts mid-page; no gap within a page
-    (virt_boundary_mask); no inline data yet. Requests of exactly max_data,
-    each way, with one page per scatterlist entry (max_segments less one),
-    all succeed, checked byte for byte."""
+    (virt_boundary_mask); 4 KiB of data inline (the default). Requests of
+    exactly max_data, each way, with one page per scatterlist entry
+    (max_segments less one), all succeed, checked byte for byte. Then
+    writes at the inline limit go inline (no registration), one byte more
+    goes by FRWR, and a session that asks for no inline data gets none."""
     vm = t.vm
     t.net_up(vm, 0, 1)
     t.rxe_add(vm)
@@ -318,14 +327,30 @@ def requests_limits(t):
     _, poll, depth, _, max_data, max_segments, mask, align, inline = m.groups()
     pages = 8 * min(512, frpl)
     t.eq((int(max_data), int(max_segments), mask, int(align), int(inline), int(poll)),
-         ((pages - 1) * 4096, pages, '0xfff', 0, 0, 0), 'limits from the device')
+         ((pages - 1) * 4096, pages, '0xfff', 0, 4096, 0), 'limits from the device')
     t.eq(int(depth), 128, 'queue depth (the default)')
     r = RQ_SUMMARY.search(log)
     t.require(r is not None, f'no request summary: {log!r}')
     sent, done, wrong, failed, nbytes = (int(x) for x in r.groups())
     t.eq((sent, done, wrong, failed, nbytes), (n, n, 0, 0, n * int(max_data)),
          'requests of max_data')
-    vm.run('rmmod ferry_cecho ferry')
+    vm.run('rmmod ferry_cecho')
+    # The inline limit, each side of it; and a session without inline data.
+    for size, extra, want_inline, want_limit in ((4096, '', n, 4096), (4097, '', 0, 4096),
+                                                 (4096, f'inline_size={NO_INLINE}', 0, 0)):
+        vm.run('dmesg -C')
+        vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=cecho '
+               f'count=1 requests={n} rq_dir=1 rq_min={size} rq_max={size} hold=1 {extra}',
+               timeout=120 * t.slow)
+        log = vm.run('dmesg | grep "ferry_cecho: client"').out
+        m, r = LIMITS.search(log), RQ_SUMMARY.search(log)
+        t.require(m is not None and r is not None, f'{size} {extra}: no summary: {log!r}')
+        t.eq(tuple(int(x) for x in r.groups()), (n, n, 0, 0, n * size),
+             f'writes of {size} bytes {extra}')
+        t.eq(int(m.group(9)), want_limit, f'inline_size of a session {extra}')
+        check_registrations(t, vm, n, n - want_inline, want_inline)
+        vm.run('rmmod ferry_cecho')
+    vm.run('rmmod ferry')
 
 
 @case(timeout=400)
@@ -334,9 +359,9 @@ def requests_zero_copy(t):
     by RDMA READ (writes: the service reads the client's registered pages)
     and RDMA WRITE (reads: the service writes them), 4 KiB to 4 MiB (two
     registrations of 512 pages), 8 in flight; both sides check every byte
-    against the pattern. Every registration is invalidated before its
-    request completes, and the MRs in `rdma res show mr` return to their
-    baseline."""
+    against the pattern. Writes of 4 KiB go inline instead, unregistered.
+    Every registration is invalidated before its request completes, and the
+    MRs in `rdma res show mr` return to their baseline."""
     vm = t.vm
     t.net_up(vm, 0, 1)
     t.rxe_add(vm)
@@ -352,7 +377,7 @@ def requests_zero_copy(t):
     sent, done, wrong, failed, nbytes = (int(x) for x in m.groups())
     t.eq((sent, done, wrong, failed), (n, n, 0, 0), 'requests')
     t.log(f'{n} requests moved {nbytes} bytes')
-    check_registrations(t, vm, n, registrations(n))
+    check_registrations(t, vm, n, registrations(n), inlined(n))
     vm.run('rmmod ferry_cecho')
     t.eq(vm.run('rdma res show mr | wc -l').out.strip(), base, 'MRs back to the baseline')
     vm.run('rmmod ferry')
@@ -442,25 +467,43 @@ def requests_peer_dies(t):
     b.run('rmmod ferry')
 
 
-# The C client's data sizes (samples/README.md), and a registration's reach.
+# The C client's data sizes (samples/README.md), a registration's reach, the
+# inline data a session takes by default, and FERRY_NO_INLINE.
 DATA_CLASSES = [4096, 65536, 1 << 20, 4 << 20]
 REG_BYTES = 512 * 4096
+INLINE = 4096
+NO_INLINE = 0xffffffff
 
 
-def registrations(n, rq_max=4 << 20):
-    """Registrations the C client's first `n` requests need."""
-    return sum(-(-min(DATA_CLASSES[(i // 2) % 4], rq_max) // REG_BYTES) for i in range(n))
+def client_sizes(n, rq_max):
+    """(write, bytes) of the C client's first `n` requests (rq_dir=0)."""
+    return [(i % 2 == 0, min(DATA_CLASSES[(i // 2) % 4], rq_max)) for i in range(n)]
 
 
-def check_registrations(t, vm, n, regs):
-    """The held client session sent `n` requests with `regs` registrations,
-    and every one was invalidated (by the peer or locally); returns it."""
+def registrations(n, rq_max=4 << 20, inline=INLINE):
+    """Registrations the C client's first `n` requests need: none for a
+    write that goes inline."""
+    return sum(-(-size // REG_BYTES) for write, size in client_sizes(n, rq_max)
+               if not (write and size <= inline))
+
+
+def inlined(n, rq_max=4 << 20, inline=INLINE):
+    """How many of the C client's first `n` requests go inline."""
+    return sum(1 for write, size in client_sizes(n, rq_max) if write and size <= inline)
+
+
+def check_registrations(t, vm, n, regs, inline):
+    """The held client session sent `n` requests, `inline` of them with
+    their data inline, with `regs` registrations, and every one was
+    invalidated (by the peer or locally); returns it."""
     client = [s for s in t.ferryctl_json(vm, '-s session show') if s['role'] == 'client']
     t.require(len(client) == 1, f'one client session: {client}')
     st = client[0]['stats']
-    t.log(f'client: {st["requests_tx"]} requests, {st["registrations"]} registrations, '
+    t.log(f'client: {st["requests_tx"]} requests, {st["inline"]} inline, '
+          f'{st["registrations"]} registrations, '
           f'{st["inv_remote"]} invalidated by the peer, {st["inv_local"]} locally')
     t.eq(st['requests_tx'], n, 'requests sent')
+    t.eq(st['inline'], inline, 'requests sent inline')
     t.eq(st['registrations'], regs, 'registrations: one per 512 pages of each request')
     t.eq(st['inv_remote'] + st['inv_local'], st['registrations'],
          'every registration invalidated')
@@ -470,8 +513,9 @@ def check_registrations(t, vm, n, regs):
 @case(timeout=600)
 def requests_10000(t):
     """10,000 requests of 4 KiB each way, 8 in flight, spread over the
-    session's channels: every byte checked, 10,000 registrations and as many
-    invalidations, every channel used, and no MR left behind."""
+    session's channels, with inline data turned off: every byte checked,
+    10,000 registrations and as many invalidations, every channel used, and
+    no MR left behind."""
     vm = t.vm
     t.net_up(vm, 0, 1)
     t.rxe_add(vm)
@@ -481,13 +525,14 @@ def requests_10000(t):
     n = 10000
     start = time.monotonic()
     vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=cecho '
-           f'count=10 requests={n} rq_window=8 rq_max=4096 hold=1', timeout=500 * t.slow)
+           f'count=10 requests={n} rq_window=8 rq_max=4096 hold=1 inline_size={NO_INLINE}',
+           timeout=500 * t.slow)
     t.log(f'{n} requests in {time.monotonic() - start:.1f} s (with the connect)')
     log = vm.run('dmesg | grep "ferry_cecho: client:" | tail -1').out
     m = RQ_SUMMARY.search(log)
     t.require(m is not None, f'no request summary: {log!r}')
     t.eq(tuple(int(x) for x in m.groups()[:4]), (n, n, 0, 0), 'requests')
-    c = check_registrations(t, vm, n, n)
+    c = check_registrations(t, vm, n, n, 0)
     per = [ch['stats']['requests_tx'] for ch in c['channel_list']]
     t.log(f'requests per channel: {per}')
     t.check(len(per) >= 2 and all(p > 0 for p in per), f'every channel carried requests: {per}')
