@@ -16,11 +16,15 @@
 //!   the [`Session`] closes it.
 //! - In callbacks a session is a [`SessionRef`]; [`SessionRef::to_owned`]
 //!   keeps it beyond the callback.
-//! - [`SessionRef::submit`] sends a [`Request`], whose data lives in [`Data`]
-//!   pages the peer reads or writes by RDMA; [`Done::done`] gets it back.
+//! - [`SessionRef::submit`] sends a [`Request`], whose data lives in pages
+//!   the peer reads or writes by RDMA; [`Done::done`] gets it back.
 //!   The peer's handler gets an [`Incoming`] in [`Handler::request`], moves
 //!   the data with [`Incoming::read`] or [`Incoming::write`] and answers with
 //!   [`Incoming::respond`].
+//! - The pages are anything that implements [`Pages`]: [`Data`], pages the
+//!   wrapper allocates; [`Lent`], a caller's own `VVec` buffer as it is; or a
+//!   type of the caller's that lends a scatterlist it has (a block request's
+//!   bio pages, say). They are ferry's until they come back.
 //!
 //! A handler lives in an `Arc` that ferry holds from `accept` (or open) until
 //! [`Handler::gone`], which is always the last callback.
@@ -31,6 +35,7 @@ use kernel::{
     bindings,
     error::{from_err_ptr, to_result},
     ffi::{c_int, c_uint, c_void},
+    page::AsPageIter,
     page::{Page, PAGE_SIZE},
     prelude::*,
     sync::{Arc, ArcBorrow},
@@ -217,6 +222,52 @@ impl Dir {
     }
 }
 
+/// Memory a request or a transfer lends ferry: a scatterlist whose pages
+/// ferry maps for DMA and registers, and that the peer reads or writes,
+/// until the object comes back ([`Done::done`], [`Transferred::transferred`]).
+///
+/// # Safety
+///
+/// While an implementer is lent (moved into a [`Request`] or a transfer),
+/// [`Pages::sgl`] returns the head of a valid scatterlist of that many
+/// entries holding [`Pages::len`] bytes, the same on every call, whose pages
+/// stay allocated and are neither read, written nor DMA-mapped by anyone but
+/// ferry until the object is given back.
+pub unsafe trait Pages: Send + 'static {
+    /// The scatterlist's head and entry count.
+    fn sgl(&self) -> (*mut bindings::scatterlist, c_uint);
+    /// The bytes it holds (at least one).
+    fn len(&self) -> usize;
+    /// Whether it holds none (never, when lent).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A scatterlist table over `n` pages at `raw`, one entry each, `len` bytes.
+fn table_over(raw: &mut KVec<*mut bindings::page>, len: usize) -> Result<bindings::sg_table> {
+    let n = u32::try_from(raw.len()).map_err(|_| EINVAL)?;
+    if len == 0 || len > raw.len() * PAGE_SIZE || len <= (raw.len() - 1) * PAGE_SIZE {
+        return Err(EINVAL);
+    }
+    let mut table = bindings::sg_table::default();
+    // SAFETY: `raw` holds `n` pages, which the caller keeps valid while the
+    // table exists; `table` is valid for writes.
+    // CAST: a page fits a segment.
+    to_result(unsafe {
+        bindings::sg_alloc_table_from_pages_segment(
+            &mut table,
+            raw.as_mut_ptr(),
+            n,
+            0,
+            len,
+            PAGE_SIZE as c_uint,
+            bindings::GFP_KERNEL,
+        )
+    })?;
+    Ok(table)
+}
+
 /// Pages of data for a request or a transfer: `len` bytes in whole pages,
 /// with the scatterlist that lends them to ferry.
 ///
@@ -250,20 +301,7 @@ impl Data {
             raw.push(page.as_ptr(), flags)?;
             pages.push(page, flags)?;
         }
-        let mut table = bindings::sg_table::default();
-        // SAFETY: `raw` holds `n` valid pages; `table` is valid for writes.
-        // CAST: `n` and `len` fit (checked above); a page fits a segment.
-        to_result(unsafe {
-            bindings::sg_alloc_table_from_pages_segment(
-                &mut table,
-                raw.as_mut_ptr(),
-                n as c_uint,
-                0,
-                len,
-                PAGE_SIZE as c_uint,
-                bindings::GFP_KERNEL,
-            )
-        })?;
+        let table = table_over(&mut raw, len)?;
         // INVARIANT: the table was just filled over `pages`.
         Ok(Self { pages, table, len })
     }
@@ -320,9 +358,18 @@ impl Data {
             unsafe { page.read_raw(dst.as_mut_ptr().add(at), in_page, n) }
         })
     }
+}
 
-    fn sgl(&self) -> (*mut ffi::scatterlist, c_uint) {
-        (self.table.sgl.cast(), self.table.nents)
+// SAFETY: The table covers `len` bytes of the object's own pages (type
+// invariant); while it is lent nobody else can reach them: `read` and
+// `write` need the object, which ferry holds.
+unsafe impl Pages for Data {
+    fn sgl(&self) -> (*mut bindings::scatterlist, c_uint) {
+        (self.table.sgl, self.table.nents)
+    }
+
+    fn len(&self) -> usize {
+        self.len
     }
 }
 
@@ -334,31 +381,113 @@ impl Drop for Data {
     }
 }
 
+/// A caller's own buffer lent as it is, with no copy: the first `len` bytes
+/// of a `VVec`'s pages. [`Lent::into_inner`] gives the buffer back.
+///
+/// # Invariants
+///
+/// `table` was filled by `sg_alloc_table_from_pages_segment` over the pages
+/// of `buf`'s allocation, which never moves (`buf` is not reachable for
+/// changes), `len` bytes from its start; it is freed on drop.
+pub struct Lent {
+    buf: VVec<u8>,
+    table: bindings::sg_table,
+    len: usize,
+}
+
+// SAFETY: The table only points at the pages of the object's own buffer.
+unsafe impl Send for Lent {}
+// SAFETY: Shared references only read.
+unsafe impl Sync for Lent {}
+
+impl Lent {
+    /// Lends the first `len` bytes (at least one) of `buf`, which must hold
+    /// them. On failure the buffer comes back with the error. May sleep.
+    pub fn new(mut buf: VVec<u8>, len: usize) -> core::result::Result<Self, (Error, VVec<u8>)> {
+        let n = len.div_ceil(PAGE_SIZE);
+        if len == 0 || len > buf.len() {
+            return Err((EINVAL, buf));
+        }
+        let mut raw = match KVec::with_capacity(n, GFP_KERNEL) {
+            Ok(v) => v,
+            Err(e) => return Err((e.into(), buf)),
+        };
+        for page in buf.page_iter().take(n) {
+            // Never fails: there is room for `n`.
+            let _ = raw.push_within_capacity(page.as_ptr());
+        }
+        match table_over(&mut raw, len) {
+            // INVARIANT: the table was just filled over `buf`'s pages.
+            Ok(table) => Ok(Self { buf, table, len }),
+            Err(e) => Err((e, buf)),
+        }
+    }
+
+    /// The lent bytes, as they are now (not while lent: ferry holds the
+    /// object then).
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    /// Gives the buffer back.
+    pub fn into_inner(self) -> VVec<u8> {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: Filled by `sg_alloc_table_from_pages_segment` (type
+        // invariant), and not used again.
+        unsafe { bindings::sg_free_table(&mut this.table) };
+        // SAFETY: `this` is never used or dropped again; `buf` is moved out
+        // once.
+        unsafe { core::ptr::read(&this.buf) }
+    }
+}
+
+// SAFETY: The table covers `len` bytes of the buffer's pages (type
+// invariant); while the object is lent nobody else can reach the buffer: it
+// is only reached through the object, which ferry holds.
+unsafe impl Pages for Lent {
+    fn sgl(&self) -> (*mut bindings::scatterlist, c_uint) {
+        (self.table.sgl, self.table.nents)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        // SAFETY: Filled by `sg_alloc_table_from_pages_segment` (type
+        // invariant); the buffer goes after it.
+        unsafe { bindings::sg_free_table(&mut self.table) };
+    }
+}
+
 /// What a request's submitter is told when it is over.
-pub trait Done: Send + Sized + 'static {
+pub trait Done<P: Pages = Data>: Send + Sized + 'static {
     /// `req` is over: see [`Request::status`]. Its pages are the caller's
     /// again. Runs where `struct ferry_request`'s `done` runs: do not wait
     /// here, nor drop a [`Session`].
-    fn done(req: KBox<Request<Self>>);
+    fn done(req: KBox<Request<Self, P>>);
 }
 
-/// A request: a header, optionally [`Data`] and its direction, room for the
-/// response, and the caller's `ctx`. Reusable once [`Done::done`] has it.
+/// A request: a header, optionally data (any [`Pages`], [`Data`] unless
+/// said otherwise) and its direction, room for the response, and the
+/// caller's `ctx`. Reusable once [`Done::done`] has it.
 #[repr(C)]
-pub struct Request<T: Done> {
+pub struct Request<T: Done<P>, P: Pages = Data> {
     /// First: `done_raw` finds the request from it.
     raw: ffi::ferry_request,
     header: KVec<u8>,
     response: KVec<u8>,
-    data: Option<(Dir, Data)>,
+    data: Option<(Dir, P)>,
     /// The caller's.
     pub ctx: T,
 }
 
 // SAFETY: `raw` only points into the request's own buffers.
-unsafe impl<T: Done> Send for Request<T> {}
+unsafe impl<T: Done<P>, P: Pages> Send for Request<T, P> {}
 
-impl<T: Done> Request<T> {
+impl<T: Done<P>, P: Pages> Request<T, P> {
     /// A request with `header` and no data; up to `response_room` bytes of
     /// the peer's response header are kept.
     pub fn new(header: &[u8], response_room: usize, ctx: T, flags: Flags) -> Result<KBox<Self>> {
@@ -400,17 +529,17 @@ impl<T: Done> Request<T> {
 
     /// Gives the request `data`, which goes `dir` ([`Dir::ToPeer`] or
     /// [`Dir::FromPeer`]); returns what it had.
-    pub fn set_data(&mut self, dir: Dir, data: Data) -> Option<Data> {
+    pub fn set_data(&mut self, dir: Dir, data: P) -> Option<P> {
         self.data.replace((dir, data)).map(|(_, d)| d)
     }
 
     /// Takes the request's data back.
-    pub fn take_data(&mut self) -> Option<Data> {
+    pub fn take_data(&mut self) -> Option<P> {
         self.data.take().map(|(_, d)| d)
     }
 
     /// The request's data.
-    pub fn data(&self) -> Option<&Data> {
+    pub fn data(&self) -> Option<&P> {
         self.data.as_ref().map(|(_, d)| d)
     }
 
@@ -441,6 +570,7 @@ impl<T: Done> Request<T> {
             Some((dir, d)) => (*dir, d.sgl()),
             None => (Dir::None, (core::ptr::null_mut(), 0)),
         };
+        let sgl = sgl.cast::<ffi::scatterlist>();
         self.raw = ffi::ferry_request {
             hdr: self.header.as_ptr().cast(),
             hdr_len: u32::try_from(self.header.len()).unwrap_or(u32::MAX),
@@ -484,15 +614,15 @@ pub struct Incoming(NonNull<ffi::ferry_incoming>);
 unsafe impl Send for Incoming {}
 
 /// What a data transfer's initiator is told when it is over.
-pub trait Transferred: Send + Sized + 'static {
+pub trait Transferred<P: Pages = Data>: Send + Sized + 'static {
     /// The data moved (`status` is `Ok`) or could not: `req` is back, to be
     /// answered, and `data`'s pages are the caller's again.
-    fn transferred(self, req: Incoming, data: Data, status: Result);
+    fn transferred(self, req: Incoming, data: P, status: Result);
 }
 
 /// A transfer in flight: what [`Incoming::transfer`] lends ferry.
-struct Transfer<T> {
-    data: Data,
+struct Transfer<T, P> {
+    data: P,
     ctx: T,
 }
 
@@ -543,19 +673,20 @@ impl Incoming {
     /// [`Incoming::data_len`] bytes); `ctx` is told when it is there. Also
     /// when it cannot start: [`Transferred::transferred`] is called exactly
     /// once.
-    pub fn read<T: Transferred>(self, data: Data, ctx: T) {
+    pub fn read<P: Pages, T: Transferred<P>>(self, data: P, ctx: T) {
         self.transfer(data, ctx, Dir::ToPeer)
     }
 
     /// Writes `data` (exactly [`Incoming::data_len`] bytes) into a
     /// [`Dir::FromPeer`] request's pages; as for [`Incoming::read`].
-    pub fn write<T: Transferred>(self, data: Data, ctx: T) {
+    pub fn write<P: Pages, T: Transferred<P>>(self, data: P, ctx: T) {
         self.transfer(data, ctx, Dir::FromPeer)
     }
 
-    fn transfer<T: Transferred>(self, data: Data, ctx: T, dir: Dir) {
+    fn transfer<P: Pages, T: Transferred<P>>(self, data: P, ctx: T, dir: Dir) {
         let (sgl, nents) = data.sgl();
-        let b = match KBox::<Transfer<T>>::new_uninit(GFP_KERNEL) {
+        let sgl = sgl.cast::<ffi::scatterlist>();
+        let b = match KBox::<Transfer<T, P>>::new_uninit(GFP_KERNEL) {
             Ok(b) => b,
             Err(AllocError) => return ctx.transferred(self, data, Err(ENOMEM)),
         };
@@ -573,7 +704,7 @@ impl Incoming {
                 this.as_raw(),
                 sgl,
                 nents,
-                Some(Self::transfer_done::<T>),
+                Some(Self::transfer_done::<P, T>),
                 ptr.cast(),
             )
         };
@@ -590,13 +721,13 @@ impl Incoming {
     ///
     /// Called by ferry only, once per started transfer, with its request
     /// and the context `transfer` gave.
-    unsafe extern "C" fn transfer_done<T: Transferred>(
+    unsafe extern "C" fn transfer_done<P: Pages, T: Transferred<P>>(
         in_: *mut ffi::ferry_incoming,
         ctx: *mut c_void,
         status: c_int,
     ) {
         // SAFETY: `ctx` is the box `transfer` leaked; ferry gives it back.
-        let t = unsafe { KBox::from_raw(ctx.cast::<Transfer<T>>()) };
+        let t = unsafe { KBox::from_raw(ctx.cast::<Transfer<T, P>>()) };
         let Transfer { data, ctx } = KBox::into_inner(t);
         let Some(raw) = NonNull::new(in_) else {
             return;
@@ -748,22 +879,22 @@ impl SessionRef {
     /// Sends a request; see `ferry_submit()`. On success
     /// [`Done::done`] gets `req` back exactly once, when the peer has
     /// answered or the connection has failed; on failure it comes back here.
-    pub fn submit<T: Done>(
+    pub fn submit<T: Done<P>, P: Pages>(
         &self,
-        req: KBox<Request<T>>,
+        req: KBox<Request<T, P>>,
         wait: Wait,
-    ) -> core::result::Result<(), (Error, KBox<Request<T>>)> {
+    ) -> core::result::Result<(), (Error, KBox<Request<T, P>>)> {
         self.submit_raw(None, None, req, wait)
     }
 
     /// Sends a request on channel `qid`, as [`SessionRef::submit`]; see
     /// `ferry_submit_on()`.
-    pub fn submit_on<T: Done>(
+    pub fn submit_on<T: Done<P>, P: Pages>(
         &self,
         qid: u16,
-        req: KBox<Request<T>>,
+        req: KBox<Request<T, P>>,
         wait: Wait,
-    ) -> core::result::Result<(), (Error, KBox<Request<T>>)> {
+    ) -> core::result::Result<(), (Error, KBox<Request<T, P>>)> {
         self.submit_raw(Some(qid), None, req, wait)
     }
 
@@ -771,23 +902,23 @@ impl SessionRef {
     /// the queue depth, not in flight on that channel), as a blk-mq driver
     /// uses its request's tag; see `FERRY_TAGGED`. With [`Wait::No`]
     /// callable from atomic context.
-    pub fn submit_tagged<T: Done>(
+    pub fn submit_tagged<T: Done<P>, P: Pages>(
         &self,
         qid: u16,
         tag: u32,
-        req: KBox<Request<T>>,
+        req: KBox<Request<T, P>>,
         wait: Wait,
-    ) -> core::result::Result<(), (Error, KBox<Request<T>>)> {
+    ) -> core::result::Result<(), (Error, KBox<Request<T, P>>)> {
         self.submit_raw(Some(qid), Some(tag), req, wait)
     }
 
-    fn submit_raw<T: Done>(
+    fn submit_raw<T: Done<P>, P: Pages>(
         &self,
         on: Option<u16>,
         tag: Option<u32>,
-        req: KBox<Request<T>>,
+        req: KBox<Request<T, P>>,
         wait: Wait,
-    ) -> core::result::Result<(), (Error, KBox<Request<T>>)> {
+    ) -> core::result::Result<(), (Error, KBox<Request<T, P>>)> {
         let req = KBox::into_raw(req);
         // SAFETY: `req` is valid (from `into_raw`), and ours until ferry
         // takes it below.

@@ -27,8 +27,8 @@ pub mod ferry_api;
 
 use core::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use ferry_api::{
-    Data, Dir, Done, Handler, Incoming, Params, Peer, Registration, Request, Service, Session,
-    SessionRef, Transferred, Wait,
+    Data, Dir, Done, Handler, Incoming, Lent, Params, Peer, Registration, Request, Service,
+    Session, SessionRef, Transferred, Wait,
 };
 use kernel::{
     new_condvar, new_mutex,
@@ -162,24 +162,39 @@ impl DataHdr {
     }
 }
 
+/// The pattern of a seed: 64-bit xorshift words in native byte order, as
+/// the C sample writes them.
+struct Pattern(u64);
+
+impl Pattern {
+    fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    /// The next `b.len() / 8` words (a multiple of 8 bytes but at the end).
+    fn fill(&mut self, b: &mut [u8]) {
+        for w in b.chunks_exact_mut(8) {
+            let x = &mut self.0;
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            w.copy_from_slice(&x.to_ne_bytes());
+        }
+    }
+}
+
 /// Writes the pattern of `seed` into `data`, or (with `check`) says whether
-/// `data` holds it: 64-bit xorshift words in native byte order, as the C
-/// sample writes them.
+/// `data` holds it (whole words only, as the C sample checks).
 fn pattern(data: &mut Data, seed: u64, check: bool) -> Result<bool> {
     const CHUNK: usize = 4096;
     let mut want = KVec::from_elem(0u8, CHUNK, GFP_KERNEL)?;
     let mut got = KVec::from_elem(0u8, if check { CHUNK } else { 0 }, GFP_KERNEL)?;
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut x = Pattern::new(seed);
     let mut off = 0;
     while off < data.len() {
         let n = CHUNK.min(data.len() - off);
         let want = want.get_mut(..n).ok_or(EINVAL)?;
-        for w in want.chunks_exact_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            w.copy_from_slice(&x.to_ne_bytes());
-        }
+        x.fill(want);
         if check {
             let got = got.get_mut(..n).ok_or(EINVAL)?;
             data.read(off, got)?;
@@ -460,28 +475,78 @@ struct Sent {
     seed: u64,
 }
 
-impl Done for Sent {
-    fn done(mut req: KBox<Request<Self>>) {
-        let failed = req.status().is_err();
-        if let Err(e) = req.status() {
-            pr_warn!("client: request failed: {:?}\n", e);
-        }
-        let (op, seed) = (req.ctx.op, req.ctx.seed);
-        let mut ok = true;
-        if !failed && op == DATA_READ {
-            let moved = req.moved() as usize;
-            ok = req.take_data().is_some_and(|mut d| {
-                moved == d.len() && pattern(&mut d, seed, true).unwrap_or(false)
-            });
-        }
-        let client = req.ctx.client.clone();
-        // The pages go back before the request counts as done.
-        drop(req);
-        let mut t = client.tally.lock();
+impl Sent {
+    /// The request is done (`failed`) and, if it was a read, `read_ok`
+    /// says whether its data is right; its pages are back.
+    fn count(self, failed: bool, read_ok: impl FnOnce(u64) -> bool) {
+        let ok = failed || self.op != DATA_READ || read_ok(self.seed);
+        let mut t = self.client.tally.lock();
         t.rq_done += 1;
         t.rq_failed += u32::from(failed);
         t.rq_wrong += u32::from(!ok);
-        client.changed.notify_all();
+        self.client.changed.notify_all();
+    }
+}
+
+/// Logs a failed request's status; returns whether it failed.
+fn failed<T: Done<P>, P: ferry_api::Pages>(req: &Request<T, P>) -> bool {
+    if let Err(e) = req.status() {
+        pr_warn!("client: request failed: {:?}\n", e);
+        return true;
+    }
+    false
+}
+
+// Pages the wrapper allocated.
+impl Done for Sent {
+    fn done(mut req: KBox<Request<Self>>) {
+        let failed = failed(&req);
+        let moved = req.moved() as usize;
+        let data = req.take_data();
+        let ctx = KBox::into_inner(req).ctx;
+        ctx.count(failed, |seed| {
+            data.is_some_and(|mut d| {
+                moved == d.len() && pattern(&mut d, seed, true).unwrap_or(false)
+            })
+        });
+    }
+}
+
+// The client's own buffer, lent as it is.
+impl Done<Lent> for Sent {
+    fn done(mut req: KBox<Request<Self, Lent>>) {
+        let failed = failed(&req);
+        let moved = req.moved() as usize;
+        let data = req.take_data();
+        let ctx = KBox::into_inner(req).ctx;
+        ctx.count(failed, |seed| {
+            data.is_some_and(|d| {
+                let buf = d.into_inner();
+                let mut want = match KVec::from_elem(0u8, buf.len(), GFP_KERNEL) {
+                    Ok(w) => w,
+                    Err(_) => return false,
+                };
+                Pattern::new(seed).fill(&mut want);
+                let words = buf.len() / 8 * 8;
+                moved == buf.len() && buf.get(..words) == want.get(..words)
+            })
+        });
+    }
+}
+
+/// Submits `req` on the client's polled channel, or any.
+fn submit<P: ferry_api::Pages>(
+    client: &Client,
+    s: &SessionRef,
+    req: KBox<Request<Sent, P>>,
+) -> core::result::Result<(), (Error, KBox<Request<Sent, P>>)>
+where
+    Sent: Done<P>,
+{
+    if client.poll {
+        s.submit_on(client.poll_qid.load(Relaxed), req, Wait::Yes)
+    } else {
+        s.submit(req, Wait::Yes)
     }
 }
 
@@ -502,9 +567,7 @@ fn run_requests(s: &SessionRef, client: &Arc<Client>, n: u32) -> Result {
             len: DATA_CLASSES[(i / 2) as usize % DATA_CLASSES.len()],
             seed: 0x5eed_0000 + u64::from(i),
         };
-        let mut data = Data::new(hdr.len as usize)?;
         let dir = if hdr.op == DATA_WRITE {
-            pattern(&mut data, hdr.seed, false)?;
             Dir::ToPeer
         } else {
             Dir::FromPeer
@@ -514,17 +577,27 @@ fn run_requests(s: &SessionRef, client: &Arc<Client>, n: u32) -> Result {
             op: hdr.op,
             seed: hdr.seed,
         };
-        let mut req = Request::new(&hdr.bytes(), 0, ctx, GFP_KERNEL)?;
-        req.set_data(dir, data);
-        let sent = if client.poll {
-            s.submit_on(client.poll_qid.load(Relaxed), req, Wait::Yes)
+        // Every other pair of requests lends a buffer of the client's own
+        // (`Lent`) instead of pages the wrapper allocates (`Data`).
+        let res = if (i / 2) % 2 == 1 {
+            let mut buf = VVec::from_elem(0u8, hdr.len as usize, GFP_KERNEL)?;
+            if dir == Dir::ToPeer {
+                Pattern::new(hdr.seed).fill(&mut buf);
+            }
+            let data = Lent::new(buf, hdr.len as usize).map_err(|(e, _)| e)?;
+            let mut req = Request::<Sent, Lent>::new(&hdr.bytes(), 0, ctx, GFP_KERNEL)?;
+            req.set_data(dir, data);
+            submit(client, s, req).map_err(|(e, _)| e)
         } else {
-            s.submit(req, Wait::Yes)
+            let mut data = Data::new(hdr.len as usize)?;
+            if dir == Dir::ToPeer {
+                pattern(&mut data, hdr.seed, false)?;
+            }
+            let mut req = Request::<Sent>::new(&hdr.bytes(), 0, ctx, GFP_KERNEL)?;
+            req.set_data(dir, data);
+            submit(client, s, req).map_err(|(e, _)| e)
         };
-        sent.map_err(|(e, _)| {
-            pr_err!("client: submit {} failed: {:?}\n", i, e);
-            e
-        })?;
+        res.inspect_err(|e| pr_err!("client: submit {} failed: {:?}\n", i, e))?;
         bytes += u64::from(hdr.len);
     }
     // On a timeout, the summary says what is missing.

@@ -386,8 +386,9 @@ def requests_zero_copy(t):
 @case(timeout=600)
 def requests_rust(t):
     """One VM, rxe in loopback: requests between the languages. The Rust
-    client (over rust/ferry_api.rs: Request, Data, Done) sends writes and
-    reads of 4 KiB to 4 MiB to the C service, and the C client sends them to
+    client (over rust/ferry_api.rs: Request, Done, and for pages Data or,
+    every other pair of requests, Lent: a VVec buffer of its own, lent as it
+    is) sends writes and reads of 4 KiB to 4 MiB to the C service, and the C client sends them to
     the Rust service (Incoming, Transferred); both sides check every byte.
     The MRs return to their baseline."""
     vm = t.vm
