@@ -115,11 +115,11 @@ impl Ops {
     }
 
     /// `writable`, if the caller has one.
-    pub fn writable<T>(&self, s: &Arc<T>) {
+    pub fn writable<T>(&self, s: &Arc<T>, qid: u16) {
         let s = Handle::as_raw::<ferry_session>(s);
         if let Some(f) = self.ops().writable {
             // SAFETY: The caller's callback, called as the header says.
-            unsafe { f(s, self.priv_) };
+            unsafe { f(s, self.priv_, qid) };
         }
     }
 

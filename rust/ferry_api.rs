@@ -753,9 +753,10 @@ pub trait Handler: Send + Sync + Sized + 'static {
     fn down(&self, _s: &SessionRef, _err: Error) {}
     /// A message arrived; `data` is valid during the call only.
     fn message(&self, s: &SessionRef, data: &[u8]);
-    /// Credits returned (or send buffers came free) after a send failed
-    /// with `EAGAIN`.
-    fn writable(&self, _s: &SessionRef) {}
+    /// Channel `qid` has room again (credits, tags, regions or send
+    /// buffers) after a send or submit on it, or on the session, failed
+    /// with `EAGAIN`; see `struct ferry_ops`.
+    fn writable(&self, _s: &SessionRef, _qid: u16) {}
     /// The session is closed (`None`: closed on this side); the last call.
     fn gone(&self, _s: &SessionRef, _err: Option<Error>) {}
     /// The peer sent a request. Move its data with [`Incoming::read`] or
@@ -1159,9 +1160,9 @@ impl<H: Handler> Vtable<H> {
     ///
     /// Called by ferry only, as `struct ferry_ops` says: `s` is a live handle
     /// and `priv_` the session's handler reference.
-    unsafe extern "C" fn writable(s: *mut ffi::ferry_session, priv_: *mut c_void) {
+    unsafe extern "C" fn writable(s: *mut ffi::ferry_session, priv_: *mut c_void, qid: u16) {
         // SAFETY: As in `up`.
-        unsafe { Self::handler(priv_).writable(SessionRef::from_raw(s)) };
+        unsafe { Self::handler(priv_).writable(SessionRef::from_raw(s), qid) };
     }
 
     /// # Safety

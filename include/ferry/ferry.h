@@ -79,8 +79,14 @@ struct ferry_incoming;
  *	again; a service's session is closed next (@gone). May be NULL.
  * @message: a message arrived. @data holds @len bytes, valid only until the
  *	callback returns: copy what must be kept.
- * @writable: a send was refused with -EAGAIN, and the peer has granted
- *	credits (or send buffers came free) since: sending may succeed again.
+ * @writable: a send or submit with %FERRY_NOWAIT was refused with -EAGAIN
+ *	on channel @qid (ferry_send_on(), ferry_submit_on()) or on the session
+ *	(ferry_send(), ferry_submit(), or while it reconnected), and channel
+ *	@qid has room again since: the peer granted credits, or tags, regions
+ *	or send buffers came free. Sending on @qid may succeed again: a blk-mq
+ *	driver restarts hardware queue @qid. Never missed (ferry notes a
+ *	refusal, then looks once more), though it may come once with nothing
+ *	left to restart.
  *	May be NULL.
  * @request: the peer sent a request (see ferry_submit()). The consumer owns
  *	@in until it answers with ferry_respond(), from any context that may
@@ -97,7 +103,7 @@ struct ferry_ops {
 	void (*down)(struct ferry_session *s, void *priv, int err);
 	void (*message)(struct ferry_session *s, void *priv, const void *data,
 			size_t len);
-	void (*writable)(struct ferry_session *s, void *priv);
+	void (*writable)(struct ferry_session *s, void *priv, u16 qid);
 	void (*gone)(struct ferry_session *s, void *priv, int err);
 	void (*request)(struct ferry_session *s, void *priv,
 			struct ferry_incoming *in);

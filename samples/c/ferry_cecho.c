@@ -368,7 +368,7 @@ out:
 	mutex_unlock(&cs->lock);
 }
 
-static void cecho_writable(struct ferry_session *s, void *priv)
+static void cecho_writable(struct ferry_session *s, void *priv, u16 qid)
 {
 	struct cecho_session *cs = priv;
 
@@ -465,6 +465,7 @@ struct client {
 	wait_queue_head_t wq;
 	atomic_t received, wrong;
 	atomic_t writable;	/* @writable calls (nowait=1) */
+	u32 missed;		/* refusals no @writable followed within 2 s */
 	size_t max;		/* the session's largest payload */
 };
 
@@ -501,7 +502,7 @@ static void client_down(struct ferry_session *s, void *priv, int err)
 	pr_info("client session %u: down (%d)\n", ferry_session_id(s), err);
 }
 
-static void client_writable(struct ferry_session *s, void *priv)
+static void client_writable(struct ferry_session *s, void *priv, u16 qid)
 {
 	struct client *c = priv;
 
@@ -517,24 +518,27 @@ static const struct ferry_ops client_ops = {
 
 /*
  * nowait=1: sends with FERRY_NOWAIT; refused for want of a credit, waits for
- * @writable (or 100 ms: a credit that came back just before the refusal
- * calls nothing) and tries again. Counts the refusals in @refused.
+ * the @writable that must follow and tries again. Counts the refusals in
+ * @refused, and in @c->missed those no @writable followed within 2 s.
  */
 static int client_send_nowait(struct ferry_session *s, struct client *c,
 			      const void *data, size_t len, u32 *refused)
 {
 	unsigned long end = jiffies + msecs_to_jiffies(DRAIN_MS);
-	int ret;
+	int seen, ret;
 
-	while ((ret = client_send(s, data, len, FERRY_NOWAIT)) == -EAGAIN) {
-		int seen = atomic_read(&c->writable);
-
+	for (;;) {
+		/* Read before the send: a @writable may come before it returns. */
+		seen = atomic_read(&c->writable);
+		ret = client_send(s, data, len, FERRY_NOWAIT);
+		if (ret != -EAGAIN)
+			return ret;
 		(*refused)++;
 		if (time_after(jiffies, end))
 			return -ETIMEDOUT;
-		client_wait(s, c->wq, atomic_read(&c->writable) != seen, 100);
+		if (!client_wait(s, c->wq, atomic_read(&c->writable) != seen, 2000))
+			c->missed++;
 	}
-	return ret;
 }
 
 static int parse_peer(struct sockaddr_storage *ss)
@@ -777,8 +781,8 @@ static int run_client(void)
 	client_wait(s, c->wq, atomic_read(&c->received) >= count, DRAIN_MS);
 	/* (Before the summary, which the tests read as the last line.) */
 	if (nowait || atomic)
-		pr_info("client: %u sends refused for want of a credit, %d writable\n",
-			refused, atomic_read(&c->writable));
+		pr_info("client: %u sends refused for want of a credit, %d writable, %u missed\n",
+			refused, atomic_read(&c->writable), c->missed);
 	pr_info("client: %u sent, %d echoed, %d wrong, sizes 64..%zu bytes, %u channels\n",
 		count, atomic_read(&c->received), atomic_read(&c->wrong),
 		min_t(size_t, c->max, 65536), limits.channels);

@@ -296,7 +296,7 @@ impl Handler for EchoSession {
         self.deferred.fetch_add(1, Relaxed);
     }
 
-    fn writable(&self, s: &SessionRef) {
+    fn writable(&self, s: &SessionRef, _qid: u16) {
         self.flush(s);
     }
 

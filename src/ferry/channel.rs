@@ -260,7 +260,7 @@ impl WorkItem<1> for Channel {
         // What found no room (the channel closed) is deregistered here.
         drop(mrs);
         // Requests that waited for regions may go.
-        this.session.credits_returned();
+        this.session.credits_returned(this.index);
     }
 }
 
@@ -1051,7 +1051,7 @@ impl Channel {
     /// them, then lets the session's blocked senders go on.
     fn unblocked(&self) {
         self.flush_responses();
-        self.session.credits_returned();
+        self.session.credits_returned(self.index);
     }
 
     /// Sends the responses that wait for credits, while credits last.
@@ -1281,7 +1281,7 @@ impl Channel {
                         drop(inner);
                         f.complete();
                         // Its tag and regions are free.
-                        self.session.credits_returned();
+                        self.session.credits_returned(self.index);
                     }
                     Response::Invalidate(tag, keys) => {
                         let qp = inner.qp.as_ref().ok_or(Reason::LocalClose)?;
@@ -1382,7 +1382,7 @@ impl Completion for Channel {
                 if let Some(f) = f {
                     f.complete();
                     // Its tag and regions are free: what waits for them may go on.
-                    this.session.credits_returned();
+                    this.session.credits_returned(this.index);
                 }
             }
             TagOp::Rdma => {

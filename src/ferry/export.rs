@@ -100,8 +100,8 @@ impl Consumer for COps {
         self.0.message(s, data);
     }
 
-    fn writable(&self, s: &Arc<Session>) {
-        self.0.writable(s);
+    fn writable(&self, s: &Arc<Session>, qid: u16) {
+        self.0.writable(s, qid);
     }
 
     fn gone(&self, s: &Arc<Session>, reason: Reason) {

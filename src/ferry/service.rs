@@ -34,8 +34,8 @@ pub(crate) trait Consumer: Send + Sync {
     fn down(&self, s: &Arc<Session>, reason: Reason);
     /// A message arrived; `data` is only valid during the call.
     fn message(&self, s: &Arc<Session>, data: &[u8]);
-    /// Credits returned after a refused send.
-    fn writable(&self, s: &Arc<Session>);
+    /// Channel `qid` has room again after a refused send or submit.
+    fn writable(&self, s: &Arc<Session>, qid: u16);
     /// A request arrived; the consumer answers it with `Incoming::respond`.
     fn request(&self, s: &Arc<Session>, inc: KBox<Incoming>);
     /// The session is closed; the last call.

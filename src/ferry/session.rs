@@ -270,8 +270,12 @@ pub(crate) struct Session {
     credit_cv: CondVar,
     /// Senders waiting on `credit_cv`.
     waiters: AtomicU32,
-    /// A `NOWAIT` send was refused: tell the consumer when credits return.
-    want_writable: AtomicBool,
+    /// `NOWAIT` sends or submits were refused on these channels (bit `qid`):
+    /// tell the consumer when one of them has room again.
+    want_writable: AtomicU64,
+    /// One was refused on no channel in particular (the session's pick, or
+    /// while reconnecting): the next channel with room tells.
+    want_any: AtomicBool,
     /// Received messages nobody consumed (a session without a consumer).
     pub(crate) rx_dropped: AtomicU64,
     /// What the session's channels counted before they were replaced.
@@ -366,7 +370,8 @@ impl Session {
                 wait <- new_mutex!(()),
                 credit_cv <- new_condvar!(),
                 waiters: AtomicU32::new(0),
-                want_writable: AtomicBool::new(false),
+                want_writable: AtomicU64::new(0),
+                want_any: AtomicBool::new(false),
                 rx_dropped: AtomicU64::new(0),
                 retired: Stats::default(),
                 hostile: Hostile::default(),
@@ -1079,6 +1084,26 @@ impl Session {
         if let Err(e) = self.check_sendable() {
             return Err((e, req, data));
         }
+        match self.place_request(on, own, req, data) {
+            // Asks to hear of room first, then looks once more: room that
+            // came back meanwhile is not missed.
+            Err((e, req, data)) if e == EAGAIN => {
+                self.refused(on);
+                self.place_request(on, own, req, data)
+            }
+            r => r,
+        }
+    }
+
+    /// Submits on channel `on` or the first that takes it; `EAGAIN` if none
+    /// does.
+    fn place_request(
+        &self,
+        on: Option<u16>,
+        own: Option<u32>,
+        req: Req,
+        data: Option<SgList>,
+    ) -> Result<(), Refused<Req>> {
         let guard = rcu::read_lock();
         let n = self.queues.len();
         let start = self.first_pick(&guard, on);
@@ -1099,19 +1124,32 @@ impl Session {
                 Err(e) => return Err(e),
             }
         }
-        drop(guard);
-        self.want_writable.store(true, SeqCst);
         Err((EAGAIN, item.0, item.1))
     }
 
-    /// A channel got credits back: wakes waiting senders, and tells the
-    /// consumer if a send of its was refused.
-    pub(crate) fn credits_returned(self: &Arc<Self>) {
+    /// A `NOWAIT` send or submit on channel `on` (or any) found no room:
+    /// [`Session::credits_returned`] tells the consumer. Never sleeps.
+    fn refused(&self, on: Option<u16>) {
+        match on {
+            Some(q) if q < 64 => {
+                self.want_writable.fetch_or(1 << q, SeqCst);
+            }
+            _ => self.want_any.store(true, SeqCst),
+        }
+    }
+
+    /// Channel `qid` got credits, tags or regions back: wakes waiting
+    /// senders, and tells the consumer (`writable` with `qid`) if a send or
+    /// submit of its was refused on that channel or on the session.
+    pub(crate) fn credits_returned(self: &Arc<Self>, qid: u16) {
         self.wake_senders();
-        if self.want_writable.swap(false, SeqCst) {
+        let bit = 1u64.checked_shl(u32::from(qid)).unwrap_or(0);
+        let mine = bit != 0 && self.want_writable.fetch_and(!bit, SeqCst) & bit != 0;
+        // (`|` not `||`: an "any" waiter is served too.)
+        if mine | self.want_any.swap(false, SeqCst) {
             let consumer = self.inner.lock().consumer.clone();
             if let Some(c) = consumer {
-                c.writable(self);
+                c.writable(self, qid);
             }
         }
     }
@@ -1210,6 +1248,18 @@ impl Session {
 
     fn try_send(&self, on: Option<u16>, data: &[u8]) -> Result {
         self.check_sendable()?;
+        match self.place_message(on, data) {
+            // As in `try_request`.
+            Err(e) if e == EAGAIN => {
+                self.refused(on);
+                self.place_message(on, data)
+            }
+            r => r,
+        }
+    }
+
+    /// Sends on channel `on` or the first with room; `EAGAIN` if none has.
+    fn place_message(&self, on: Option<u16>, data: &[u8]) -> Result {
         let guard = rcu::read_lock();
         let n = self.queues.len();
         let start = self.first_pick(&guard, on);
@@ -1226,7 +1276,6 @@ impl Session {
                 Err(_) => {}
             }
         }
-        self.want_writable.store(true, SeqCst);
         Err(EAGAIN)
     }
 
@@ -1237,7 +1286,9 @@ impl Session {
         match self.sendable.load(Acquire) {
             0 => Ok(()),
             e if e == EAGAIN.to_errno() => {
-                self.want_writable.store(true, SeqCst);
+                // `up` follows, and `writable` with the first channel that
+                // has room.
+                self.want_any.store(true, SeqCst);
                 Err(EAGAIN)
             }
             _ => Err(ENOTCONN),

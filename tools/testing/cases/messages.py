@@ -68,7 +68,7 @@ def messages_flow_control(t):
     """Credits are the only brake: the C client keeps 3000 messages in flight
     on a session whose queues hold 4, so its sends wait for credits; nothing
     is lost or reordered. Sent again with FERRY_NOWAIT, refused sends wait
-    for `writable`, which comes. (The Rust service echoes from its callback,
+    for `writable`, which follows every refusal (none waits 2 s). (The Rust service echoes from its callback,
     so on the channel each message came on, whose credits the messages
     themselves return: its own `writable` path is seldom needed.)
     A service that refuses a session makes the client's open fail with that
@@ -98,11 +98,13 @@ def messages_flow_control(t):
     sent, echoed, wrong, _, _ = client_summary(t, vm, 'ferry_cecho')
     t.eq((sent, echoed, wrong), (count, count, 0), 'flooding client, NOWAIT')
     line = vm.run('dmesg | grep "ferry_cecho: client: .* refused" | tail -1').out
-    m = re.search(r'(\d+) sends refused for want of a credit, (\d+) writable', line)
+    m = re.search(r'(\d+) sends refused for want of a credit, (\d+) writable, (\d+) missed',
+                  line)
     t.require(m is not None, f'no NOWAIT tally: {line!r}')
-    refused, writable = int(m.group(1)), int(m.group(2))
-    t.log(f'NOWAIT: {refused} sends refused, {writable} writable')
+    refused, writable, missed = (int(x) for x in m.groups())
+    t.log(f'NOWAIT: {refused} sends refused, {writable} writable, {missed} missed')
     t.check(refused > 0 and writable > 0, f'refused sends and writable: {refused}, {writable}')
+    t.eq(missed, 0, 'refusals that no writable followed within 2 s')
     # A refusing service.
     vm.run('rmmod ferry_cecho')
     vm.run(f'insmod {t.sample("ferry_cecho")} refuse=1')
