@@ -212,7 +212,8 @@ pub(crate) struct Channel {
     #[pin]
     idle_poll: Work<Channel>,
     /// Grows the region pool (see `Xfer::wants_regions`), queued by the
-    /// tick: registering sleeps, so the data path never does it.
+    /// tick and by completions: registering sleeps, so the data path never
+    /// does it.
     #[pin]
     grow: Work<Channel, 1>,
 }
@@ -220,6 +221,17 @@ pub(crate) struct Channel {
 impl_has_work! {
     impl HasWork<Self> for Channel { self.idle_poll }
     impl HasWork<Self, 1> for Channel { self.grow }
+}
+
+impl Channel {
+    /// Queues the growth of the region pool, which a request found empty
+    /// or running low: from a completion, so that the pool grows while the
+    /// requests that need it come back, not a tick later. Process context.
+    fn grow_regions(this: Arc<Self>) {
+        if let Some(ferry) = Ferry::get() {
+            ferry.queue_work::<_, 1>(this);
+        }
+    }
 }
 
 impl WorkItem<1> for Channel {
@@ -1278,8 +1290,12 @@ impl Channel {
                     .ok_or(Refusal::breach("a response on a channel without requests"))?;
                 match x.response(h.cookie, invalidated, payload)? {
                     Response::Finished(f) => {
+                        let grow = x.wants_regions() > 0;
                         drop(inner);
                         f.complete();
+                        if grow {
+                            Channel::grow_regions(self.clone());
+                        }
                         // Its tag and regions are free.
                         self.session.credits_returned(self.index);
                     }
@@ -1373,14 +1389,18 @@ impl Completion for Channel {
             TagOp::Reg | TagOp::RdmaStep => this.wc_failed(wc),
             TagOp::Inv if !wc.ok() => this.wc_failed(wc),
             TagOp::Inv => {
-                let f = this
-                    .inner
-                    .lock()
-                    .xfer
-                    .as_mut()
-                    .and_then(|x| x.invalidated(tag));
+                let (f, grow) = {
+                    let mut inner = this.inner.lock();
+                    let x = inner.xfer.as_mut();
+                    x.map_or((None, false), |x| {
+                        (x.invalidated(tag), x.wants_regions() > 0)
+                    })
+                };
                 if let Some(f) = f {
                     f.complete();
+                    if grow {
+                        Channel::grow_regions(this.into());
+                    }
                     // Its tag and regions are free: what waits for them may go on.
                     this.session.credits_returned(this.index);
                 }
