@@ -49,14 +49,14 @@ use crate::{
         qp::{Completion, Qp, QpConfig, QpState, SendRing, TagOp, Wc},
     },
     session::Session,
-    state::Role,
+    state::{ChanState, Role},
     stats::{Counter, Counters, Stats},
     wire::{
         self,
         request::{Dir, RequestHead, ResponseHead},
         AcceptData, ConnectData, Header, Hello, HelloReply, Kind, Reason, Refusal, RejectData,
     },
-    xfer::{self, Incoming, PendingResponse, RdmaDone, RdmaOp, Refused, Request, Response, Xfer},
+    xfer::{self, PendingResponse, RdmaDone, RdmaOp, Refused, Request, Response, Xfer},
 };
 
 /// The requests channels carry: consumers' `struct ferry_request`s.
@@ -72,25 +72,6 @@ const RESOLVE_TIMEOUT_MS: u32 = 2000;
 const ACK_TIMEOUT: u8 = 14;
 /// Transport retries before a send to a silent peer fails.
 const RETRY_COUNT: u8 = 7;
-
-/// Where a channel is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ChanState {
-    /// Resolving the peer's address and route (client).
-    Resolving,
-    /// Connect request sent (client) or accepted (server).
-    Connecting,
-    /// Connected, hello not yet answered.
-    Handshake,
-    /// Refusing the hello; fails once the refusal is sent (server).
-    Refusing(Reason),
-    /// Carrying traffic.
-    Up,
-    /// Failed; waiting for the session to shut it down.
-    Failed,
-    /// Shut down.
-    Closed,
-}
 
 /// How many timeouts a busy peer's adapter may stand in for the peer: its
 /// acknowledgements keep a channel alive at most this long without a
@@ -129,7 +110,10 @@ fn conn_params<'a>(private_data: &'a [u8], caps: &Caps) -> ConnParams<'a> {
 
 /// What the channel's lock protects.
 struct Inner {
+    /// Changed only through [`Inner::enter`].
     state: ChanState,
+    /// The session's role, which the state table depends on.
+    role: Role,
     /// Shared only with a thread it is lent to (see the module docs).
     qp: Option<Arc<Qp<Channel>>>,
     /// The head of the QP's send ring.
@@ -172,6 +156,21 @@ struct Inner {
 }
 
 impl Inner {
+    /// Moves to `to` if the table allows it ([`ChanState::allows`]). A
+    /// refused move is a bug: it is warned about and the state stays.
+    fn enter(&mut self, to: ChanState) -> bool {
+        if self.state.allows(self.role, to) {
+            self.state = to;
+            return true;
+        }
+        pr_warn!(
+            "channel: refused state change {:?} -> {:?}\n",
+            self.state,
+            to
+        );
+        false
+    }
+
     /// Lends the QP to the calling thread for work that may sleep, unless
     /// the channel is closed; end the loan with [`Channel::end_loan`].
     fn lend_qp(&mut self) -> Option<Arc<Qp<Channel>>> {
@@ -318,6 +317,7 @@ impl Channel {
                 cm <- new_mutex!(None),
                 inner <- new_spinlock_irq!(Inner {
                     state,
+                    role: session.role,
                     qp: None,
                     ring: None,
                     lent: 0,
@@ -409,7 +409,7 @@ impl Channel {
         // channel makes the session connected, which needs them all listed.
         if let Err(r) = session.add_channel(chan.clone()) {
             let _ = req.reject(&RejectData { reason: r }.encode());
-            chan.inner.lock().state = ChanState::Closed;
+            chan.inner.lock().enter(ChanState::Closed);
             drop(qp);
             drop(chan.take_qp());
             return Err(r);
@@ -437,7 +437,7 @@ impl Channel {
             }
             Err(_) => {
                 drop(cm);
-                chan.inner.lock().state = ChanState::Closed;
+                chan.inner.lock().enter(ChanState::Closed);
                 drop(qp);
                 // Outside the lock: the drain runs completion handlers.
                 drop(chan.take_qp());
@@ -575,7 +575,7 @@ impl Channel {
         if matches!(inner.state, ChanState::Failed | ChanState::Closed) {
             return;
         }
-        inner.state = ChanState::Failed;
+        inner.enter(ChanState::Failed);
         let qp = inner.lend_qp();
         drop(inner);
         if let Some(qp) = qp {
@@ -606,7 +606,7 @@ impl Channel {
     /// the CM id. Must not be called from the channel's own handlers. May sleep.
     pub(crate) fn shutdown(&self) {
         // Closed first: a client's `start` that comes later stores no id.
-        self.inner.lock().state = ChanState::Closed;
+        self.inner.lock().enter(ChanState::Closed);
         let cm = self.cm.lock().take();
         if let Some(cm) = cm.as_ref() {
             // Tells a live peer at once instead of leaving it to its heartbeat.
@@ -1187,10 +1187,12 @@ impl Channel {
                     .map_err(|_| Reason::NoResources)?;
                 if status != Reason::None {
                     // Fail once the refusal has left (see `send_done`).
-                    inner.state = ChanState::Refusing(status);
+                    inner.enter(ChanState::Refusing(status));
                     return Ok(false);
                 }
-                inner.state = ChanState::Up;
+                if !inner.enter(ChanState::Up) {
+                    return Ok(false);
+                }
                 inner.last_heartbeat = Instant::now();
                 drop(inner);
                 self.session.channel_up(self.index, self.generation);
@@ -1213,7 +1215,9 @@ impl Channel {
                 inner.peer_depth = reply.queue_depth;
                 inner.peer_max_msg = reply.max_msg.min(self.session.params.max_msg);
                 inner.peer_inline = reply.inline_size.min(self.session.params.inline_size);
-                inner.state = ChanState::Up;
+                if !inner.enter(ChanState::Up) {
+                    return Ok(false);
+                }
                 inner.last_heartbeat = Instant::now();
                 drop(inner);
                 self.session.channel_up(self.index, self.generation);
@@ -1508,7 +1512,7 @@ impl Channel {
                 // Server side: the client's hello may already be in.
                 let mut inner = self.inner.lock();
                 if inner.state == ChanState::Connecting {
-                    inner.state = ChanState::Handshake;
+                    inner.enter(ChanState::Handshake);
                 }
             }
             EventKind::Rejected => {
@@ -1567,7 +1571,7 @@ impl Channel {
             }
             inner.qp = Some(qp.clone());
             inner.ring = Some(ring);
-            inner.state = ChanState::Connecting;
+            inner.enter(ChanState::Connecting);
             inner.caps.unwrap_or_default()
         };
         let res = id.connect(&qp, &conn_params(&data, &caps));
@@ -1602,7 +1606,7 @@ impl Channel {
         if inner.state != ChanState::Connecting {
             return Err(Reason::LocalClose);
         }
-        inner.state = ChanState::Handshake;
+        inner.enter(ChanState::Handshake);
         inner.since = Instant::now();
         self.send_hello(&mut inner).map_err(|_| Reason::NoResources)
     }
@@ -1611,6 +1615,59 @@ impl Channel {
 /// The current task, as a number to compare.
 fn current_task() -> usize {
     kernel::task::Task::current_raw().addr()
+}
+
+/// A request that arrived, until the consumer responds.
+pub(crate) struct Incoming {
+    pub(crate) chan: Arc<Channel>,
+    /// This side's responder tag.
+    pub(crate) tag: u32,
+    /// The requester's tag.
+    pub(crate) cookie: u64,
+    pub(crate) head: RequestHead,
+    /// The requester's header, then its inline data if the request has any.
+    pub(crate) bytes: KVec<u8>,
+    /// Bytes moved so far.
+    pub(crate) moved: u32,
+}
+
+impl Incoming {
+    /// Which way its data goes.
+    pub(crate) fn dir(&self) -> Dir {
+        self.head.dir
+    }
+
+    /// Bytes of data.
+    pub(crate) fn data_len(&self) -> u32 {
+        self.head.data_len
+    }
+
+    /// The requester's header.
+    pub(crate) fn header(&self) -> &[u8] {
+        let inline = if self.head.inline {
+            self.head.data_len as usize
+        } else {
+            0
+        };
+        &self.bytes[..self.bytes.len() - inline]
+    }
+
+    /// The data that came in the request (empty unless it came inline).
+    pub(crate) fn inline_data(&self) -> &[u8] {
+        &self.bytes[self.header().len()..]
+    }
+
+    /// Answers the request: see [`Channel::respond`].
+    pub(crate) fn respond(self: KBox<Self>, status: i32, hdr: &[u8]) -> Result {
+        let chan = self.chan.clone();
+        chan.respond(&self, status, hdr)
+    }
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        self.chan.incoming_dropped(self.tag);
+    }
 }
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]

@@ -22,6 +22,7 @@ use crate::{
         ferry_incoming, ferry_limits, ferry_ops, ferry_request, ferry_service, ferry_session,
         ferry_session_params, scatterlist,
     },
+    channel::Incoming,
     cm::SockAddr,
     device::Ferry,
     ferry_abi::{self, dir, CRequest, Handle, Ops, Owned, RdmaCallback},
@@ -30,7 +31,7 @@ use crate::{
     service::{Consumer, Service, ServiceOps},
     session::{Params, Session},
     wire::{request::Dir, Reason, ServiceName},
-    xfer::{Incoming, RdmaDone, Request},
+    xfer::{RdmaDone, Request},
 };
 
 /// Asserts that each exported function has the type of its declaration in

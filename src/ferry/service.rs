@@ -20,10 +20,10 @@ use kernel::{
 };
 
 use crate::{
+    channel::Incoming,
     device::Ferry,
     session::Session,
     wire::{Reason, ServiceName},
-    xfer::Incoming,
 };
 
 /// What the user of a session is told; see `struct ferry_ops`.

@@ -41,7 +41,7 @@ use kernel::{
 
 use crate::{
     backoff::Backoff,
-    channel::{Channel, ChannelInfo, Req},
+    channel::{Channel, ChannelInfo, Incoming, Req},
     cm::SockAddr,
     device::Ferry,
     hostile::Hostile,
@@ -53,7 +53,7 @@ use crate::{
     stats::{Counter, Counters, Stats},
     wire::{self, Header, Hello, Reason, ServiceName},
     work,
-    xfer::{DataLimits, Incoming, Refused},
+    xfer::{DataLimits, Refused},
 };
 
 /// How long one connect attempt may take before it counts as failed.

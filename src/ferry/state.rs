@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The session state machine.
+//! The session and channel state machines.
 //!
 //! ```text
 //!              connect
@@ -97,10 +97,112 @@ impl SessionState {
     }
 }
 
+/// Where a channel is in its life.
+///
+/// ```text
+///  client: Resolving --route--> Connecting --established--> Handshake
+///  server:                      Connecting --established--> Handshake
+///          hello reply (client), hello (server): Handshake -> Up
+///          a refused hello (server): Connecting/Handshake -> Refusing
+///          any failure: anything but Closed -> Failed; shut down: -> Closed
+/// ```
+///
+/// A server's hello may come before its CM event says the connection is
+/// established: the server goes from `Connecting` straight on too. Every
+/// change goes through [`ChanState::allows`], so a bug shows up as a refused
+/// transition (and a warning), not as a channel in an impossible state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChanState {
+    /// Resolving the peer's address and route (client).
+    Resolving,
+    /// Connect request sent (client) or accepted (server).
+    Connecting,
+    /// Connected, hello not yet answered.
+    Handshake,
+    /// Refusing the hello; fails once the refusal is sent (server).
+    Refusing(super::wire::Reason),
+    /// Carrying traffic.
+    Up,
+    /// Failed; waiting for the session to shut it down.
+    Failed,
+    /// Shut down.
+    Closed,
+}
+
+impl ChanState {
+    /// Whether a channel of `role` may go from `self` to `to`. Closing a
+    /// closed channel again is allowed (teardown paths meet); nothing else
+    /// stays where it is.
+    pub(crate) fn allows(self, role: Role, to: Self) -> bool {
+        use ChanState::*;
+        let server = role == Role::Server;
+        match (self, to) {
+            (_, Closed) => true,
+            (Failed, _) | (Closed, _) => false,
+            (_, Failed) => true,
+            (Resolving, Connecting) => !server,
+            (Connecting, Handshake) | (Handshake, Up) => true,
+            (Connecting, Up) | (Connecting, Refusing(_)) | (Handshake, Refusing(_)) => server,
+            _ => false,
+        }
+    }
+}
+
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 #[kunit_tests(ferry_state)]
 mod tests {
     use super::{Role::*, SessionState::*, *};
+    use crate::wire::Reason;
+
+    const CHANNEL: [ChanState; 7] = [
+        ChanState::Resolving,
+        ChanState::Connecting,
+        ChanState::Handshake,
+        ChanState::Refusing(Reason::UnknownService),
+        ChanState::Up,
+        ChanState::Failed,
+        ChanState::Closed,
+    ];
+
+    /// The channel's table, spelled out for each role: every pair not
+    /// listed is refused.
+    fn channel_allowed(role: Role, from: ChanState, to: ChanState) -> bool {
+        use ChanState::*;
+        let both: &[(ChanState, ChanState)] = &[
+            (Connecting, Handshake),
+            (Handshake, Up),
+            (Resolving, Failed),
+            (Connecting, Failed),
+            (Handshake, Failed),
+            (Refusing(Reason::UnknownService), Failed),
+            (Up, Failed),
+        ];
+        let client: &[(ChanState, ChanState)] = &[(Resolving, Connecting)];
+        let server: &[(ChanState, ChanState)] = &[
+            (Connecting, Up),
+            (Connecting, Refusing(Reason::UnknownService)),
+            (Handshake, Refusing(Reason::UnknownService)),
+        ];
+        let own = if role == Client { client } else { server };
+        to == Closed || both.contains(&(from, to)) || own.contains(&(from, to))
+    }
+
+    #[test]
+    fn channel_transitions_match_the_table() {
+        for role in [Client, Server] {
+            for from in CHANNEL {
+                for to in CHANNEL {
+                    assert_eq!(from.allows(role, to), channel_allowed(role, from, to));
+                }
+            }
+        }
+        // A client never refuses a hello nor skips its handshake; a server
+        // never resolves a route; nothing leaves Failed but to Closed.
+        assert!(!ChanState::Connecting.allows(Client, ChanState::Up));
+        assert!(!ChanState::Resolving.allows(Server, ChanState::Connecting));
+        assert!(!ChanState::Failed.allows(Client, ChanState::Up));
+        assert!(!ChanState::Closed.allows(Server, ChanState::Failed));
+    }
 
     /// The whole table, spelled out: every pair not listed is forbidden.
     const CLIENT_ALLOWED: [(SessionState, SessionState); 8] = [

@@ -18,9 +18,9 @@
 //! the request's, breaks the protocol and fails the channel.
 //!
 //! **Responder.** A request that arrives takes one of the channel's responder
-//! tags; the consumer gets it as an [`Incoming`], moves the data with
-//! [`Channel::incoming_rdma`] (rdma_rw against the requester's regions) and
-//! answers with [`Channel::respond`]. A requester can have at most its queue
+//! tags; the consumer gets it as an `Incoming` (see `channel.rs`), moves
+//! the data with `Channel::incoming_rdma` (rdma_rw against the requester's
+//! regions) and answers with `Channel::respond`. A requester can have at most its queue
 //! depth in flight, which is this side's depth: a request without a free tag
 //! breaks the protocol.
 //!
@@ -32,7 +32,6 @@
 use kernel::{id_pool::IdPool, prelude::*, sync::Arc};
 
 use crate::{
-    channel::Channel,
     rdma::{
         mr::{DmaDir, MappedSg, Mr, Remote, SgList},
         pd::Pd,
@@ -694,59 +693,6 @@ pub(crate) enum Response<R> {
     Finished(Finished<R>),
     /// Invalidate these keys of tag `.0` first.
     Invalidate(u32, Keys),
-}
-
-/// A request that arrived, until the consumer responds.
-pub(crate) struct Incoming {
-    pub(crate) chan: Arc<Channel>,
-    /// This side's responder tag.
-    pub(crate) tag: u32,
-    /// The requester's tag.
-    pub(crate) cookie: u64,
-    pub(crate) head: RequestHead,
-    /// The requester's header, then its inline data if the request has any.
-    pub(crate) bytes: KVec<u8>,
-    /// Bytes moved so far.
-    pub(crate) moved: u32,
-}
-
-impl Incoming {
-    /// Which way its data goes.
-    pub(crate) fn dir(&self) -> Dir {
-        self.head.dir
-    }
-
-    /// Bytes of data.
-    pub(crate) fn data_len(&self) -> u32 {
-        self.head.data_len
-    }
-
-    /// The requester's header.
-    pub(crate) fn header(&self) -> &[u8] {
-        let inline = if self.head.inline {
-            self.head.data_len as usize
-        } else {
-            0
-        };
-        &self.bytes[..self.bytes.len() - inline]
-    }
-
-    /// The data that came in the request (empty unless it came inline).
-    pub(crate) fn inline_data(&self) -> &[u8] {
-        &self.bytes[self.header().len()..]
-    }
-
-    /// Answers the request: see [`Channel::respond`].
-    pub(crate) fn respond(self: KBox<Self>, status: i32, hdr: &[u8]) -> Result {
-        let chan = self.chan.clone();
-        chan.respond(&self, status, hdr)
-    }
-}
-
-impl Drop for Incoming {
-    fn drop(&mut self) {
-        self.chan.incoming_dropped(self.tag);
-    }
 }
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]

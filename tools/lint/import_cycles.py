@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Fails on a circle of `crate::` imports between the modules of src/ferry.
+
+Each top-level module of the crate (a file `src/ferry/NAME.rs`, with its
+folder `src/ferry/NAME/` if it has one) is a node; `NAME` depends on `OTHER`
+when its code names `crate::OTHER` (in a `use` or in a path), or `OTHER`
+items through `super::` from a submodule. The safe wrappers of rust/ (bound
+in with `#[path]`) are leaves: they are left out. Tests (`#[cfg(...KUNIT...)]`
+modules) count too, as they are part of the module.
+
+Prints every module's dependencies and each circle found (a strongly
+connected group of modules, with one path around it), and exits 1 if there
+is any.
+
+usage: import_cycles.py [SRC_DIR]
+"""
+import os
+import re
+import sys
+
+
+def strip_comments(text):
+    """The code without comments and string contents (which may name
+    `crate::` in prose)."""
+    text = re.sub(r'//[^\n]*', '', text)
+    text = re.sub(r'/\*.*?\*/', '', text, flags=re.S)
+    return re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+
+
+def use_trees(code):
+    """Every `use crate::...;` statement's tree, braces included."""
+    for m in re.finditer(r'\buse\s+crate::', code):
+        end = code.index(';', m.end())
+        yield code[m.end():end]
+
+
+def first_names(tree):
+    """The first path segments of a use tree: `a::b` -> a, `{a, b::c}` -> a, b."""
+    tree = tree.strip()
+    if tree.startswith('{'):
+        depth, part, names = 0, '', []
+        for ch in tree[1:-1] if tree.endswith('}') else tree[1:]:
+            if ch == '{':
+                depth += 1
+            elif ch == '}':
+                depth -= 1
+            if ch == ',' and depth == 0:
+                names += first_names(part)
+                part = ''
+            else:
+                part += ch
+        return names + first_names(part) if part.strip() else names
+    m = re.match(r'[A-Za-z_][A-Za-z0-9_]*', tree)
+    return [m.group(0)] if m else []
+
+
+def module_deps(src):
+    """{module: set of modules it names} for the crate's own modules."""
+    mods = {}
+    for f in sorted(os.listdir(src)):
+        if f.endswith('.rs'):
+            mods[f[:-3]] = [os.path.join(src, f)]
+    for name in mods:
+        d = os.path.join(src, name)
+        if os.path.isdir(d):
+            for root, _, files in os.walk(d):
+                mods[name] += [os.path.join(root, f) for f in sorted(files) if f.endswith('.rs')]
+    deps = {}
+    for name, files in mods.items():
+        found = set()
+        for path in files:
+            with open(path, encoding='utf-8') as fh:
+                code = strip_comments(fh.read())
+            for tree in use_trees(code):
+                found.update(first_names(tree))
+            found.update(re.findall(r'(?<![\w:])crate::([A-Za-z_][A-Za-z0-9_]*)', code))
+        deps[name] = sorted(x for x in found if x in mods and x != name)
+    return deps
+
+
+def cycles(deps):
+    """Strongly connected groups of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in deps[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(deps):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def path_around(deps, group):
+    """One circle through the group's first module, for the message."""
+    start = group[0]
+    members = set(group)
+    prev = {start: None}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in deps[v]:
+            if w == start:
+                path = [v]
+                while prev[path[-1]] is not None:
+                    path.append(prev[path[-1]])
+                return list(reversed(path)) + [start]
+            if w in members and w not in prev:
+                prev[w] = v
+                queue.append(w)
+    return group
+
+
+def main():
+    src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(__file__), '..', '..', 'src', 'ferry')
+    deps = module_deps(src)
+    for name in sorted(deps):
+        print(f'{name}: {" ".join(deps[name]) or "-"}')
+    found = cycles(deps)
+    for group in found:
+        print(f'circle: {" -> ".join(path_around(deps, group))} '
+              f'(modules in it: {", ".join(group)})')
+    if found:
+        print(f'import_cycles: {len(found)} circle(s) of crate:: imports in src/ferry')
+        return 1
+    print('import_cycles: no circle of crate:: imports in src/ferry')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
