@@ -39,7 +39,6 @@ use kernel::{
 use crate::{
     cm::{self, CmId, ConnParams, ConnectRequest, Event, EventKind, Handler, Locked},
     credits::Credits,
-    device::{Ferry, OWNER},
     ferry_abi::CRequest,
     rdma::{
         cq::PollCtx,
@@ -58,6 +57,18 @@ use crate::{
     },
     xfer::{self, PendingResponse, RdmaDone, RdmaOp, Refused, Request, Response, Xfer},
 };
+
+/// The name ferry's RDMA resources are attributed to (`rdma res show`).
+pub(crate) const OWNER: &CStr = c"ferry";
+
+/// A channel's work items, which run on the module's work queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChannelWork {
+    /// Polls a polled channel its consumer left alone (work item 0).
+    IdlePoll,
+    /// Grows the region pool (work item 1).
+    Grow,
+}
 
 /// The requests channels carry: consumers' `struct ferry_request`s.
 pub(crate) type Req = CRequest;
@@ -227,9 +238,8 @@ impl Channel {
     /// or running low: from a completion, so that the pool grows while the
     /// requests that need it come back, not a tick later. Process context.
     fn grow_regions(this: Arc<Self>) {
-        if let Some(ferry) = Ferry::get() {
-            ferry.queue_work::<_, 1>(this);
-        }
+        let host = this.session.host.clone();
+        host.queue_channel(this, ChannelWork::Grow);
     }
 }
 
@@ -451,8 +461,11 @@ impl Channel {
     /// registered regions) comes with it.
     fn create_qp(self: &Arc<Self>, id: &Locked<'_>) -> Result<(Arc<Qp<Self>>, SendRing), Reason> {
         let device = id.device().ok_or(Reason::DeviceRemoved)?;
-        let ferry = Ferry::get().ok_or(Reason::DeviceRemoved)?;
-        let pd = ferry.pd_of(device.index()).ok_or(Reason::DeviceRemoved)?;
+        let pd = self
+            .session
+            .host
+            .pd_of(device.index())
+            .ok_or(Reason::DeviceRemoved)?;
         let p = &self.session.params;
         let vectors = device.num_comp_vectors().max(1);
         let cfg = QpConfig {
@@ -674,9 +687,9 @@ impl Channel {
         // A polled channel its consumer may have left alone since the last
         // tick: its heartbeats, credits and answers must still flow.
         if self.session.params.polled(self.index) {
-            if let Some(ferry) = Ferry::get() {
-                ferry.queue_work::<_, 0>(self.clone());
-            }
+            self.session
+                .host
+                .queue_channel(self.clone(), ChannelWork::IdlePoll);
         }
         let mut inner = self.inner.lock();
         let timed_out = match inner.state {
@@ -702,12 +715,12 @@ impl Channel {
         if inner.state == ChanState::Up
             && inner.xfer.as_ref().is_some_and(|x| x.wants_regions() > 0)
         {
-            if let Some(ferry) = Ferry::get() {
-                // (A mutex: not under the spinlock.)
-                drop(inner);
-                ferry.queue_work::<_, 1>(self.clone());
-                inner = self.inner.lock();
-            }
+            // (A mutex: not under the spinlock.)
+            drop(inner);
+            self.session
+                .host
+                .queue_channel(self.clone(), ChannelWork::Grow);
+            inner = self.inner.lock();
         }
         if inner.state == ChanState::Up
             && inner.last_heartbeat.elapsed().as_millis() >= i64::from(heartbeat_ms)

@@ -24,12 +24,12 @@ use crate::{
     },
     channel::Incoming,
     cm::SockAddr,
-    device::Ferry,
     ferry_abi::{self, dir, CRequest, Handle, Ops, Owned, RdmaCallback},
+    host::Ferry,
     netns::Net,
     rdma::mr::SgList,
-    service::{Consumer, Service, ServiceOps},
-    session::{Params, Session},
+    service::{Service, ServiceOps},
+    session::{Consumer, Params, Session},
     wire::{request::Dir, Reason, ServiceName},
     xfer::{RdmaDone, Request},
 };
@@ -198,9 +198,12 @@ pub(crate) unsafe extern "C" fn ferry_service_register(
     let (Some(name), Some(ops)) = (name.and_then(ServiceName::new), ops) else {
         return EINVAL.to_ptr();
     };
+    let Some(ferry) = Ferry::get() else {
+        return ESHUTDOWN.to_ptr();
+    };
     let svc = KBox::new(CService(ops), GFP_KERNEL)
         .map_err(Error::from)
-        .and_then(|b| Service::register(name, b));
+        .and_then(|b| ferry.register_service(name, b));
     match svc {
         Ok(svc) => Handle::into_raw(svc),
         Err(e) => e.to_ptr(),
@@ -216,7 +219,11 @@ pub(crate) unsafe extern "C" fn ferry_service_register(
 pub(crate) unsafe extern "C" fn ferry_service_unregister(svc: *mut ferry_service) {
     // SAFETY: The reference `ferry_service_register` returned, given back
     // (the contract).
-    unsafe { Handle::<Service>::from_raw(svc) }.unregister();
+    let svc = unsafe { Handle::<Service>::from_raw(svc) };
+    // Without the module state, nothing holds the service any more.
+    if let Some(ferry) = Ferry::get() {
+        ferry.unregister_service(&svc);
+    }
 }
 
 /// See `ferry_session_open()` in `include/ferry/ferry.h`.
@@ -260,7 +267,7 @@ pub(crate) unsafe extern "C" fn ferry_session_open(
         Ok(c) => c,
         Err(_) => return ENOMEM.to_ptr(),
     };
-    match Session::connect(&ferry, net, peer, service, params, Some(consumer)) {
+    match Session::connect(ferry.clone(), net, peer, service, params, Some(consumer)) {
         Ok(s) => Handle::into_raw(s),
         Err(reason) => reason.errno().to_ptr(),
     }

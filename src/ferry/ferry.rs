@@ -33,8 +33,8 @@ pub mod work;
 mod backoff;
 mod channel;
 mod credits;
-mod device;
 mod export;
+mod host;
 mod hostile;
 mod listener;
 mod netlink;
@@ -42,7 +42,6 @@ mod service;
 mod session;
 mod state;
 mod stats;
-mod transport;
 mod wire;
 mod xfer;
 
@@ -61,14 +60,15 @@ module! {
 /// ib_core client removes every device.
 struct FerryModule {
     netlink: Option<slot::Published<genl::Registration>>,
-    ferry: kernel::sync::Arc<device::Ferry>,
-    _client: rdma::client::Registration<device::Ferry>,
+    ferry: kernel::sync::Arc<host::Ferry>,
+    _client: rdma::client::Registration<host::Ferry>,
 }
 
 impl kernel::Module for FerryModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
-        let ferry = device::Ferry::new()?;
-        let client = rdma::client::Registration::new(ferry.clone(), device::OWNER)?;
+        let events = kernel::sync::Arc::new(netlink::Events, GFP_KERNEL)?;
+        let ferry = host::Ferry::new(events)?;
+        let client = rdma::client::Registration::new(ferry.clone(), host::OWNER)?;
         ferry.start()?;
         let netlink = match ferry_nl::register() {
             Ok(n) => n,

@@ -14,16 +14,27 @@ use kernel::{
 };
 
 use crate::{
-    channel::Channel,
+    channel::{Channel, OWNER},
     cm::{CmId, ConnectRequest, Event, EventKind, Handler, Locked, SockAddr},
-    device::{Ferry, OWNER},
     netns::Net,
-    session::Session,
+    session::{self, Session},
     wire::{ConnectData, Reason, RejectData},
 };
 
 /// Connection requests rdma_cm queues for a listener.
 const BACKLOG: i32 = 128;
+
+/// What a listener needs of the module around it, handed to it when it is
+/// made (the module's state implements it).
+pub(crate) trait Host: Send + Sync {
+    /// The live server session `session_id` from `peer`, if there is one.
+    fn server_session(&self, session_id: u64, peer: &SockAddr) -> Option<Arc<Session>>;
+    /// Closes `s` for `reason` on the module's work queue (not in a CM
+    /// handler, which closing would wait for).
+    fn close_later(&self, s: Arc<Session>, reason: Reason);
+    /// Closes listener `l` on the module's work queue.
+    fn close_listener_later(&self, l: Arc<Listener>);
+}
 
 /// A listening address and port.
 #[pin_data]
@@ -37,17 +48,28 @@ pub(crate) struct Listener {
     /// `None` once the listener is closed, or its device went away.
     #[pin]
     cm: Mutex<Option<CmId<Listener>>>,
+    /// The module around it, for the listener and for the sessions it makes.
+    host: Arc<dyn Host>,
+    sessions: Arc<dyn session::Host>,
 }
 
 impl Listener {
     /// Binds and listens on `addr` in `net`.
-    pub(crate) fn new(id: u32, net: &Net, addr: SockAddr) -> Result<Arc<Self>> {
+    pub(crate) fn new(
+        id: u32,
+        net: &Net,
+        addr: SockAddr,
+        host: Arc<dyn Host>,
+        sessions: Arc<dyn session::Host>,
+    ) -> Result<Arc<Self>> {
         let l = Arc::pin_init(
             pin_init!(Self {
                 id,
                 addr,
                 net: net.into(),
                 cm <- new_mutex!(None),
+                host,
+                sessions,
             }),
             GFP_KERNEL,
         )?;
@@ -91,11 +113,11 @@ impl Listener {
                 return Self::refuse(req, r);
             }
         };
-        let Some(ferry) = Ferry::get().filter(|f| !f.shutting_down()) else {
+        if self.sessions.shutting_down() {
             return Self::refuse(req, Reason::ShuttingDown);
-        };
+        }
         let peer = req.id().dst_addr();
-        let session = match ferry.server_session(data.session_id, &peer) {
+        let session = match self.host.server_session(data.session_id, &peer) {
             Some(s) if s.generation() == data.generation => {
                 if let Err(r) = s.check_request(data.generation, data.channel, data.channels) {
                     return Self::refuse(req, r);
@@ -105,14 +127,14 @@ impl Listener {
             // A newer attempt from the same client: what is left of the old one
             // is half-open and must not block it.
             Some(s) if (data.generation.wrapping_sub(s.generation()) as i32) > 0 => {
-                let _ = ferry.spawn(move || s.close(Reason::PeerClosed));
-                match Session::server(&ferry, &self.net, peer, &data, self.id) {
+                self.host.close_later(s, Reason::PeerClosed);
+                match Session::server(self.sessions.clone(), &self.net, peer, &data, self.id) {
                     Ok(s) => s,
                     Err(_) => return Self::refuse(req, Reason::NoResources),
                 }
             }
             Some(_) => return Self::refuse(req, Reason::BadChannel),
-            None => match Session::server(&ferry, &self.net, peer, &data, self.id) {
+            None => match Session::server(self.sessions.clone(), &self.net, peer, &data, self.id) {
                 Ok(s) => s,
                 Err(_) => return Self::refuse(req, Reason::NoResources),
             },
@@ -135,9 +157,7 @@ impl Handler for Listener {
                 this.addr
             );
             let this: Arc<Self> = this.into();
-            if let Some(ferry) = Ferry::get() {
-                let _ = ferry.spawn(move || this.close());
-            }
+            this.host.clone().close_listener_later(this);
         }
     }
 

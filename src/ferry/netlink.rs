@@ -11,13 +11,13 @@ use kernel::prelude::*;
 
 use crate::{
     cm::SockAddr,
-    device::Ferry,
     ferry_nl::{
         self, channel as ch_attr, cq as cq_attr, device as attr, device_event as dev_ev,
         listener as l_attr, service as sv_attr, session as s_attr, stats as st_attr,
         wc_status as wc_attr,
     },
     genl::{Dump, Request, Writer},
+    host::{Ferry, Observer},
     listener::Listener,
     session::{Params, Session},
     stats::{Counter, Counters, COUNTERS, WC_STATUSES},
@@ -386,7 +386,7 @@ pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
         timeout_ms,
         give_up_s,
     };
-    match Session::connect(&ferry, req.net(), peer, service, params, None) {
+    match Session::connect(ferry.clone(), req.net(), peer, service, params, None) {
         Ok(s) => {
             let mut reply = req.reply_sized(session_size(&s))?;
             fill_session(&mut reply.writer(), &s)?;
@@ -443,24 +443,30 @@ pub(crate) fn session_get_dumpit(dump: &mut Dump<'_>) -> Result {
     Ok(())
 }
 
-/// Multicasts a session's state to the `events` group of its namespace.
-pub(crate) fn notify_session(s: &Session) {
-    let _ = ferry_nl::notify(ferry_nl::cmd::SESSION_NTF, session_size(s), &s.net, |w| {
-        fill_session(w, s)
-    });
-}
+/// Netlink's view of the module's state: what changes is multicast to the
+/// `events` group.
+pub(crate) struct Events;
 
-/// Multicasts that ferry started (`added`) or stopped using a device.
-pub(crate) fn notify_device(added: bool, index: u32, name: &CStr) {
-    let cmd = if added {
-        ferry_nl::cmd::DEVICE_ADD_NTF
-    } else {
-        ferry_nl::cmd::DEVICE_DEL_NTF
-    };
-    let _ = ferry_nl::notify_all(cmd, 128, |w| {
-        w.put_u32(dev_ev::INDEX, index)?;
-        w.put_str(dev_ev::NAME, name)
-    });
+impl Observer for Events {
+    /// Multicasts a session's state to the group in its namespace.
+    fn session_changed(&self, s: &Session) {
+        let _ = ferry_nl::notify(ferry_nl::cmd::SESSION_NTF, session_size(s), &s.net, |w| {
+            fill_session(w, s)
+        });
+    }
+
+    /// Multicasts that ferry started (`added`) or stopped using a device.
+    fn device_changed(&self, added: bool, index: u32, name: &CStr) {
+        let cmd = if added {
+            ferry_nl::cmd::DEVICE_ADD_NTF
+        } else {
+            ferry_nl::cmd::DEVICE_DEL_NTF
+        };
+        let _ = ferry_nl::notify_all(cmd, 128, |w| {
+            w.put_u32(dev_ev::INDEX, index)?;
+            w.put_str(dev_ev::NAME, name)
+        });
+    }
 }
 
 /// `service-get` dump, by name.
@@ -472,7 +478,7 @@ pub(crate) fn service_get_dumpit(dump: &mut Dump<'_>) -> Result {
     for (i, svc) in services.iter().enumerate().skip(*dump.position() as usize) {
         let n = sessions
             .iter()
-            .filter(|s| s.net.as_raw() == dump.net().as_raw() && s.belongs_to(svc))
+            .filter(|s| s.net.as_raw() == dump.net().as_raw() && s.belongs_to(svc.key()))
             .count();
         dump.entry(|w| {
             w.put_str(sv_attr::NAME, svc.name.as_cstr())?;

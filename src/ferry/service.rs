@@ -4,15 +4,12 @@
 //!
 //! A [`Service`] is a name a module registers with [`ServiceOps`]; a client's
 //! first hello naming it asks the service to [`ServiceOps::accept`] the new
-//! session, which answers with the session's [`Consumer`]. A module that opens
-//! a client session gives its [`Consumer`] directly. The exported C API
-//! (`include/ferry/ferry.h`) implements both traits over a `struct ferry_ops`.
-//!
-//! The consumer's callbacks and their contexts are those the C header states:
-//! [`Consumer::up`], [`Consumer::message`] and [`Consumer::writable`] run on
-//! the completion work of a channel; [`Consumer::down`] and [`Consumer::gone`]
-//! on ferry's work queue or in the thread that closes the session.
+//! session, which answers with the session's `Consumer` (see `session.rs`). A
+//! module that opens a client session gives its `Consumer` directly. The
+//! exported C API (`include/ferry/ferry.h`) implements both traits over a
+//! `struct ferry_ops`.
 
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use kernel::{
     new_mutex,
     prelude::*,
@@ -20,27 +17,12 @@ use kernel::{
 };
 
 use crate::{
-    channel::Incoming,
-    device::Ferry,
-    session::Session,
+    session::{Consumer, ServiceKey, Session},
     wire::{Reason, ServiceName},
 };
 
-/// What the user of a session is told; see `struct ferry_ops`.
-pub(crate) trait Consumer: Send + Sync {
-    /// The session is connected (again).
-    fn up(&self, s: &Arc<Session>);
-    /// The session lost its connection and reconnects.
-    fn down(&self, s: &Arc<Session>, reason: Reason);
-    /// A message arrived; `data` is only valid during the call.
-    fn message(&self, s: &Arc<Session>, data: &[u8]);
-    /// Channel `qid` has room again after a refused send or submit.
-    fn writable(&self, s: &Arc<Session>, qid: u16);
-    /// A request arrived; the consumer answers it with `Incoming::respond`.
-    fn request(&self, s: &Arc<Session>, inc: KBox<Incoming>);
-    /// The session is closed; the last call.
-    fn gone(&self, s: &Arc<Session>, reason: Reason);
-}
+/// Where the next service's key comes from.
+static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
 
 /// What a service is asked.
 pub(crate) trait ServiceOps: Send + Sync {
@@ -53,6 +35,8 @@ pub(crate) trait ServiceOps: Send + Sync {
 pub(crate) struct Service {
     /// The name clients ask for.
     pub(crate) name: ServiceName,
+    /// What its sessions know it by.
+    key: ServiceKey,
     ops: KBox<dyn ServiceOps>,
     /// Whether the service takes sessions; held while one is accepted, so
     /// that unregistering sees every session the service took.
@@ -61,34 +45,29 @@ pub(crate) struct Service {
 }
 
 impl Service {
-    /// Registers `name`. Fails with `EEXIST` if it is taken, `ESHUTDOWN` while
-    /// ferry unloads.
-    pub(crate) fn register(name: ServiceName, ops: KBox<dyn ServiceOps>) -> Result<Arc<Self>> {
-        let ferry = Ferry::get().ok_or(ESHUTDOWN)?;
-        let svc = Arc::pin_init(
+    /// A service called `name`, not registered yet (see the host's
+    /// `register_service`).
+    pub(crate) fn new(name: ServiceName, ops: KBox<dyn ServiceOps>) -> Result<Arc<Self>> {
+        Arc::pin_init(
             pin_init!(Self {
                 name,
+                key: ServiceKey(NEXT_KEY.fetch_add(1, Relaxed)),
                 ops,
                 open <- new_mutex!(true),
             }),
             GFP_KERNEL,
-        )?;
-        ferry.add_service(svc.clone())?;
-        Ok(svc)
+        )
     }
 
-    /// Unregisters the service: refuses new sessions, closes its sessions and
-    /// waits until none of their callbacks runs. May sleep.
-    pub(crate) fn unregister(self: &Arc<Self>) {
+    /// What its sessions know it by ([`Session::belongs_to`]).
+    pub(crate) fn key(&self) -> ServiceKey {
+        self.key
+    }
+
+    /// Refuses new sessions from now on; once it returns, every session the
+    /// service took is attached (and no other will be).
+    pub(crate) fn shut(&self) {
         *self.open.lock() = false;
-        let Some(ferry) = Ferry::get() else { return };
-        ferry.remove_service(self);
-        // Every session the service took is attached by now, and no other
-        // will be. A session leaves the list when it is closed, before its
-        // consumer hears `gone`; `close` returns once it has.
-        while let Some(s) = ferry.find_session(|s| s.belongs_to(self)) {
-            s.close(Reason::LocalClose);
-        }
     }
 
     /// Asks the service to take session `s`, and attaches it if it does.
@@ -98,13 +77,13 @@ impl Service {
             return Err(Reason::UnknownService);
         }
         let consumer = self.ops.accept(s)?;
-        s.set_consumer(self.clone(), consumer);
+        s.set_consumer(self.key, consumer);
         drop(open);
         Ok(())
     }
 }
 
-/// The registered services (a field of [`crate::transport::Transport`]).
+/// The registered services (a field of the transport's state).
 #[pin_data]
 pub(crate) struct Services {
     #[pin]

@@ -41,13 +41,11 @@ use kernel::{
 
 use crate::{
     backoff::Backoff,
-    channel::{Channel, ChannelInfo, Incoming, Req},
+    channel::{Channel, ChannelInfo, ChannelWork, Incoming, Req},
     cm::SockAddr,
-    device::Ferry,
     hostile::Hostile,
     netns::Net,
-    rdma::mr::SgList,
-    service::{Consumer, Service},
+    rdma::{mr::SgList, Pd},
     slot::RcuCell,
     state::{Role, SessionState},
     stats::{Counter, Counters, Stats},
@@ -64,6 +62,56 @@ const SERVER_RX_BUDGET: u32 = 4 << 20;
 
 /// [`Params::checked`]'s `inline_size` for none (`FERRY_NO_INLINE`).
 pub(crate) const NO_INLINE: u32 = u32::MAX;
+
+/// What the user of a session is told; see `struct ferry_ops`.
+///
+/// The callbacks and their contexts are those the C header states:
+/// [`Consumer::up`], [`Consumer::message`] and [`Consumer::writable`] run on
+/// the completion work of a channel; [`Consumer::down`] and
+/// [`Consumer::gone`] on ferry's work queue or in the thread that closes the
+/// session.
+pub(crate) trait Consumer: Send + Sync {
+    /// The session is connected (again).
+    fn up(&self, s: &Arc<Session>);
+    /// The session lost its connection and reconnects.
+    fn down(&self, s: &Arc<Session>, reason: Reason);
+    /// A message arrived; `data` is only valid during the call.
+    fn message(&self, s: &Arc<Session>, data: &[u8]);
+    /// Channel `qid` has room again after a refused send or submit.
+    fn writable(&self, s: &Arc<Session>, qid: u16);
+    /// A request arrived; the consumer answers it with `Incoming::respond`.
+    fn request(&self, s: &Arc<Session>, inc: KBox<Incoming>);
+    /// The session is closed; the last call.
+    fn gone(&self, s: &Arc<Session>, reason: Reason);
+}
+
+/// What a session needs of the module around it, handed to it when it is
+/// made: the module's state implements it, and a session never looks that
+/// state up. Its channels reach it through their session.
+pub(crate) trait Host: Send + Sync {
+    /// A number for a new session, unique while the module is loaded.
+    fn next_session_id(&self) -> u32;
+    /// Lists a new session; `ESHUTDOWN` while the module unloads.
+    fn add_session(&self, s: Arc<Session>) -> Result;
+    /// Takes a closed session off the list.
+    fn remove_session(&self, s: &Session);
+    /// Session `s` changed state (netlink hears of it).
+    fn session_changed(&self, s: &Session);
+    /// Asks the service called `name` to take server session `s`.
+    fn attach(&self, s: &Arc<Session>, name: &ServiceName) -> Result<(), Reason>;
+    /// Whether the module is unloading.
+    fn shutting_down(&self) -> bool;
+    /// Queues session `s`'s failure work on the module's work queue.
+    fn queue_failure(&self, s: Arc<Session>);
+    /// Queues channel `c`'s work `w` on the module's work queue.
+    fn queue_channel(&self, c: Arc<Channel>, w: ChannelWork);
+    /// The PD of RDMA device `index`, while ferry uses the device.
+    fn pd_of(&self, index: u32) -> Option<Arc<Pd>>;
+}
+
+/// What a session knows the service that accepted it by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ServiceKey(pub(crate) u64);
 
 /// What a session was asked for (client) or runs with (server).
 #[derive(Clone, Copy, Debug)]
@@ -217,7 +265,7 @@ struct Inner {
     /// Who gets the session's messages and events.
     consumer: Option<Arc<dyn Consumer>>,
     /// Server: the service that accepted the session.
-    svc: Option<Arc<Service>>,
+    svc: Option<ServiceKey>,
     /// Server: the service refused the session for this reason.
     refused: Option<Reason>,
 }
@@ -225,6 +273,8 @@ struct Inner {
 /// A session; see the module docs.
 #[pin_data]
 pub(crate) struct Session {
+    /// The module around the session.
+    pub(crate) host: Arc<dyn Host>,
     /// Local handle (netlink `id`).
     pub(crate) id: u32,
     /// The id in the handshake, chosen by the client.
@@ -315,6 +365,7 @@ pub(crate) struct SessionInfo {
 impl Session {
     #[allow(clippy::too_many_arguments)]
     fn create(
+        host: Arc<dyn Host>,
         id: u32,
         session_id: u64,
         role: Role,
@@ -331,6 +382,7 @@ impl Session {
         }
         Arc::pin_init(
             pin_init!(Self {
+                host,
                 id,
                 session_id,
                 role,
@@ -389,7 +441,7 @@ impl Session {
 
     /// Creates a server session for the connection request `data` from `peer`.
     pub(crate) fn server(
-        ferry: &Ferry,
+        host: Arc<dyn Host>,
         net: &Net,
         peer: SockAddr,
         data: &crate::wire::ConnectData,
@@ -411,8 +463,9 @@ impl Session {
             queue_depth,
             ..d
         };
-        let id = ferry.next_session_id();
+        let id = host.next_session_id();
         let s = Self::create(
+            host.clone(),
             id,
             data.session_id,
             Role::Server,
@@ -424,7 +477,7 @@ impl Session {
             None,
         )?;
         s.inner.lock().generation = data.generation;
-        ferry.add_session(s.clone())?;
+        host.add_session(s.clone())?;
         s.notify();
         Ok(s)
     }
@@ -433,14 +486,14 @@ impl Session {
     /// On failure the session is gone, `consumer` was told nothing, and the
     /// reason is returned.
     pub(crate) fn connect(
-        ferry: &Ferry,
+        host: Arc<dyn Host>,
         net: &Net,
         peer: SockAddr,
         service: ServiceName,
         params: Params,
         consumer: Option<Arc<dyn Consumer>>,
     ) -> Result<Arc<Self>, Reason> {
-        let id = ferry.next_session_id();
+        let id = host.next_session_id();
         let session_id = loop {
             let v = work::random_u64();
             if v != 0 {
@@ -448,6 +501,7 @@ impl Session {
             }
         };
         let s = Self::create(
+            host.clone(),
             id,
             session_id,
             Role::Client,
@@ -459,8 +513,7 @@ impl Session {
             consumer,
         )
         .map_err(|_| Reason::NoResources)?;
-        ferry
-            .add_session(s.clone())
+        host.add_session(s.clone())
             .map_err(|_| Reason::NoResources)?;
         s.notify();
         s.start_attempt();
@@ -581,9 +634,9 @@ impl Session {
     /// Server: checks a channel's hello. The first one asks the service to
     /// accept the session; all channels must name the same service.
     pub(crate) fn check_hello(self: &Arc<Self>, hello: &Hello) -> Reason {
-        let Some(ferry) = Ferry::get() else {
+        if self.host.shutting_down() {
             return Reason::ShuttingDown;
-        };
+        }
         // The other channels' hellos wait here for the service's answer.
         let _accepting = self.accepting.lock();
         {
@@ -594,10 +647,7 @@ impl Session {
                 None => {}
             }
         }
-        let res = match ferry.service(&hello.service) {
-            Some(svc) => svc.attach(self),
-            None => Err(Reason::UnknownService),
-        };
+        let res = self.host.attach(self, &hello.service);
         let mut inner = self.inner.lock();
         inner.service = Some(hello.service);
         match res {
@@ -610,20 +660,16 @@ impl Session {
     }
 
     /// Server: service `svc` accepted the session with `consumer`. Called by
-    /// [`Service::attach`] under the service's lock.
-    pub(crate) fn set_consumer(&self, svc: Arc<Service>, consumer: Arc<dyn Consumer>) {
+    /// the service under its lock.
+    pub(crate) fn set_consumer(&self, svc: ServiceKey, consumer: Arc<dyn Consumer>) {
         let mut inner = self.inner.lock();
         inner.svc = Some(svc);
         inner.consumer = Some(consumer);
     }
 
     /// Whether service `svc` accepted this session.
-    pub(crate) fn belongs_to(&self, svc: &Arc<Service>) -> bool {
-        self.inner
-            .lock()
-            .svc
-            .as_ref()
-            .is_some_and(|s| core::ptr::eq::<Service>(&**s, &**svc))
+    pub(crate) fn belongs_to(&self, svc: ServiceKey) -> bool {
+        self.inner.lock().svc == Some(svc)
     }
 
     /// A channel completed its handshake.
@@ -678,9 +724,7 @@ impl Session {
                 *f = Some((index, generation, reason));
             }
         }
-        if let Some(ferry) = Ferry::get() {
-            ferry.queue_work::<_, 0>(self.clone());
-        }
+        self.host.queue_failure(self.clone());
     }
 
     fn handle_failure(self: &Arc<Self>, index: u16, generation: u32, reason: Reason) {
@@ -793,9 +837,7 @@ impl Session {
         }
         let _ = self.set_state(&mut inner, SessionState::Closed);
         drop(inner);
-        if let Some(ferry) = Ferry::get() {
-            ferry.remove_session(self);
-        }
+        self.host.remove_session(self);
         self.notify();
     }
 
@@ -942,7 +984,7 @@ impl Session {
     /// Tells netlink listeners (`session-ntf`), the consumer and waiting
     /// senders about the session's current state.
     pub(crate) fn notify(self: &Arc<Self>) {
-        crate::netlink::notify_session(self);
+        self.host.session_changed(self);
         self.sync_events();
         self.wake_senders();
     }

@@ -15,6 +15,7 @@ use kernel::{
     sync::{aref::ARef, Arc, Mutex},
 };
 
+pub(crate) use crate::channel::OWNER;
 use crate::{
     ferry_nl::{device as attr, port as port_attr},
     genl::Writer,
@@ -24,11 +25,19 @@ use crate::{
         device::Registered,
         Device, Pd,
     },
-    transport::Transport,
+    session::Session,
 };
 
-/// The name ferry's RDMA resources are attributed to (`rdma res show`).
-pub(crate) const OWNER: &CStr = c"ferry";
+use super::transport::Transport;
+
+/// What the module's state announces. Netlink observes it (the module's
+/// init installs netlink's observer); nothing here calls netlink.
+pub(crate) trait Observer: Send + Sync {
+    /// Session `s` changed state (or was created or closed).
+    fn session_changed(&self, s: &Session);
+    /// ferry started (`added`) or stopped using device `index`.
+    fn device_changed(&self, added: bool, index: u32, name: &CStr);
+}
 
 /// ferry's ib_core client, reached from ib_core and netlink callbacks.
 pub(crate) static FERRY: ClientStatic<Ferry> = ClientStatic::new();
@@ -42,19 +51,27 @@ pub(crate) struct Ferry {
     /// Sessions, listeners, services (see [`crate::transport`]).
     #[pin]
     pub(crate) transport: Transport,
+    /// Who hears of sessions and devices.
+    observer: Arc<dyn Observer>,
 }
 
 impl Ferry {
-    /// Creates the state with no device.
-    pub(crate) fn new() -> Result<Arc<Self>> {
+    /// Creates the state with no device; `observer` hears of changes.
+    pub(crate) fn new(observer: Arc<dyn Observer>) -> Result<Arc<Self>> {
         let transport = Transport::new()?;
         Arc::pin_init(
             try_pin_init!(Self {
                 devices <- new_mutex!(KVec::new()),
                 transport <- transport,
+                observer,
             }? Error),
             GFP_KERNEL,
         )
+    }
+
+    /// Tells the observer that session `s` changed.
+    pub(crate) fn session_changed(&self, s: &Session) {
+        self.observer.session_changed(s);
     }
 
     /// The state of the loaded module, if it is loaded.
@@ -233,7 +250,8 @@ impl Client for Ferry {
             GFP_KERNEL,
         )?;
         self.devices.lock().push(fdev.clone(), GFP_KERNEL)?;
-        crate::netlink::notify_device(true, device.index(), device.name().as_cstr());
+        self.observer
+            .device_changed(true, device.index(), device.name().as_cstr());
         pr_info!("{}: added (pd {})\n", device.name().as_cstr(), pd_id);
         Ok(fdev)
     }
@@ -243,7 +261,8 @@ impl Client for Ferry {
         // Every channel on the device, with its QP, CQ and PD reference, goes
         // first; their sessions recover on other devices or close.
         self.device_removed(fdev.index());
-        crate::netlink::notify_device(false, fdev.index(), device.name().as_cstr());
+        self.observer
+            .device_changed(false, fdev.index(), device.name().as_cstr());
         // Waits for any netlink reader of this device, then frees the PD (and
         // its registration reference) before ib_core goes on.
         drop(fdev.resources.lock().take());

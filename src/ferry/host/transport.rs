@@ -21,13 +21,15 @@ use kernel::{
     workqueue::{DelayedWork, HasWork, WorkItem},
 };
 
+use super::device::Ferry;
 use crate::{
+    channel::{Channel, ChannelWork},
     cm::SockAddr,
-    device::Ferry,
-    listener::Listener,
+    listener::{self, Listener},
     netns::Net,
-    service::{Service, Services},
-    session::Session,
+    rdma::Pd,
+    service::{Service, ServiceOps, Services},
+    session::{self, Session},
     wire::{Reason, ServiceName},
     work::OwnedQueue,
 };
@@ -180,6 +182,36 @@ impl Ferry {
         self.transport.services.find(name)
     }
 
+    /// Registers service `name` with `ops`: `EEXIST` if the name is taken,
+    /// `ESHUTDOWN` while ferry unloads.
+    pub(crate) fn register_service(
+        &self,
+        name: ServiceName,
+        ops: KBox<dyn ServiceOps>,
+    ) -> Result<Arc<Service>> {
+        let svc = Service::new(name, ops)?;
+        self.add_service(svc.clone())?;
+        Ok(svc)
+    }
+
+    /// Unregisters `svc`: refuses new sessions, closes its sessions and waits
+    /// until none of their callbacks runs. May sleep.
+    pub(crate) fn unregister_service(&self, svc: &Arc<Service>) {
+        svc.shut();
+        self.remove_service(svc);
+        // A session leaves the list when it is closed, before its consumer
+        // hears `gone`; `close` returns once it has.
+        while let Some(s) = self.find_session(|s| s.belongs_to(svc.key())) {
+            s.close(Reason::LocalClose);
+        }
+    }
+
+    /// Asks the service called `name` to take server session `s`:
+    /// [`Reason::UnknownService`] if there is none.
+    pub(crate) fn attach(&self, s: &Arc<Session>, name: &ServiceName) -> Result<(), Reason> {
+        self.service(name).ok_or(Reason::UnknownService)?.attach(s)
+    }
+
     /// A snapshot of the services, by name.
     pub(crate) fn services(&self) -> Result<KVec<Arc<Service>>> {
         self.transport.services.all()
@@ -258,7 +290,11 @@ impl Ferry {
 
     /// Adds a listener on `addr` in `net`. `EADDRINUSE` if ferry listens there
     /// already.
-    pub(crate) fn add_listener(&self, net: &Net, addr: SockAddr) -> Result<Arc<Listener>> {
+    pub(crate) fn add_listener(
+        self: &Arc<Self>,
+        net: &Net,
+        addr: SockAddr,
+    ) -> Result<Arc<Listener>> {
         if self.shutting_down() {
             return Err(ESHUTDOWN);
         }
@@ -272,7 +308,7 @@ impl Ferry {
             return Err(EADDRINUSE);
         }
         let id = self.transport.next_listener.fetch_add(1, Relaxed);
-        let l = Listener::new(id, net, addr)?;
+        let l = Listener::new(id, net, addr, self.clone(), self.clone())?;
         let mut list = self.transport.listeners.lock();
         if let Err(e) = list.push(l.clone(), GFP_KERNEL) {
             drop(list);
@@ -346,5 +382,62 @@ impl Ferry {
         }
         let queue = t.queue.lock().take();
         drop(queue);
+    }
+}
+
+/// What sessions (and their channels) need of the module.
+impl session::Host for Ferry {
+    fn next_session_id(&self) -> u32 {
+        Ferry::next_session_id(self)
+    }
+
+    fn add_session(&self, s: Arc<Session>) -> Result {
+        Ferry::add_session(self, s)
+    }
+
+    fn remove_session(&self, s: &Session) {
+        Ferry::remove_session(self, s)
+    }
+
+    fn session_changed(&self, s: &Session) {
+        Ferry::session_changed(self, s)
+    }
+
+    fn attach(&self, s: &Arc<Session>, name: &ServiceName) -> Result<(), Reason> {
+        Ferry::attach(self, s, name)
+    }
+
+    fn shutting_down(&self) -> bool {
+        Ferry::shutting_down(self)
+    }
+
+    fn queue_failure(&self, s: Arc<Session>) {
+        self.queue_work::<_, 0>(s);
+    }
+
+    fn queue_channel(&self, c: Arc<Channel>, w: ChannelWork) {
+        match w {
+            ChannelWork::IdlePoll => self.queue_work::<_, 0>(c),
+            ChannelWork::Grow => self.queue_work::<_, 1>(c),
+        }
+    }
+
+    fn pd_of(&self, index: u32) -> Option<Arc<Pd>> {
+        Ferry::pd_of(self, index)
+    }
+}
+
+/// What listeners need of the module.
+impl listener::Host for Ferry {
+    fn server_session(&self, session_id: u64, peer: &SockAddr) -> Option<Arc<Session>> {
+        Ferry::server_session(self, session_id, peer)
+    }
+
+    fn close_later(&self, s: Arc<Session>, reason: Reason) {
+        let _ = self.spawn(move || s.close(reason));
+    }
+
+    fn close_listener_later(&self, l: Arc<Listener>) {
+        let _ = self.spawn(move || l.close());
     }
 }
