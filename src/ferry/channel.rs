@@ -37,9 +37,12 @@ use kernel::{
 };
 
 use crate::{
-    cm::{self, CmId, ConnParams, ConnectRequest, Event, EventKind, Handler, Locked},
+    cm::{self, CmId, ConnParams, ConnectRequest, Event, EventKind, Handler, Locked, SockAddr},
     credits::Credits,
     ferry_abi::CRequest,
+    hostile::Hostile,
+    netns::Net,
+    params::Params,
     rdma::{
         cq::PollCtx,
         device::{Caps, DeviceName},
@@ -47,19 +50,60 @@ use crate::{
         pd::Pd,
         qp::{Completion, Qp, QpConfig, QpState, SendRing, TagOp, Wc},
     },
-    session::Session,
     state::{ChanState, Role},
     stats::{Counter, Counters, Stats},
     wire::{
         self,
         request::{Dir, RequestHead, ResponseHead},
         AcceptData, ConnectData, Header, Hello, HelloReply, Kind, Reason, Refusal, RejectData,
+        ServiceName,
     },
     xfer::{self, PendingResponse, RdmaDone, RdmaOp, Refused, Request, Response, Xfer},
 };
 
 /// The name ferry's RDMA resources are attributed to (`rdma res show`).
 pub(crate) const OWNER: &CStr = c"ferry";
+
+/// What a channel needs of the session that owns it, given when it is
+/// made: the channel never names the session's type. The functions that
+/// take `this: &Arc<Self>` pass the session on to its consumer's callbacks.
+pub(crate) trait Owner: Send + Sync + Sized + 'static {
+    /// The session's local handle, for logs.
+    fn id(&self) -> u32;
+    /// The session's id in the handshake.
+    fn session_id(&self) -> u64;
+    /// Which side the session is.
+    fn role(&self) -> Role;
+    /// The session's sizes and timers.
+    fn params(&self) -> &Params;
+    /// The namespace its CM ids live in.
+    fn net(&self) -> &Net;
+    /// The peer's address (a client's: the listener's).
+    fn peer(&self) -> &SockAddr;
+    /// The service the session is for (a client's hello names it).
+    fn service(&self) -> ServiceName;
+    /// The session's armed faults (test builds).
+    fn hostile(&self) -> &Hostile;
+    /// The PD of RDMA device `index`, while ferry uses the device.
+    fn pd_of(&self, index: u32) -> Option<Arc<Pd>>;
+    /// Queues channel `c`'s work `w` on the module's work queue.
+    fn queue_channel(&self, c: Arc<Channel<Self>>, w: ChannelWork);
+    /// A server channel joins the session before its accept goes out.
+    fn add_channel(this: &Arc<Self>, c: Arc<Channel<Self>>) -> Result<(), Reason>;
+    /// Server: the first hello of a channel; the reason to refuse it, or
+    /// [`Reason::None`].
+    fn check_hello(this: &Arc<Self>, hello: &Hello) -> Reason;
+    /// Channel `index` of attempt `generation` completed its handshake.
+    fn channel_up(this: &Arc<Self>, index: u16, generation: u32);
+    /// Channel `index` of attempt `generation` failed for `reason`.
+    fn channel_failed(this: &Arc<Self>, index: u16, generation: u32, reason: Reason);
+    /// Channel `qid` got credits, tags or regions back.
+    fn credits_returned(this: &Arc<Self>, qid: u16);
+    /// A consumer's message arrived.
+    fn deliver(this: &Arc<Self>, data: &[u8]);
+    /// A request arrived.
+    fn deliver_request(this: &Arc<Self>, inc: KBox<Incoming<Self>>);
+}
 
 /// A channel's work items, which run on the module's work queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,13 +164,13 @@ fn conn_params<'a>(private_data: &'a [u8], caps: &Caps) -> ConnParams<'a> {
 }
 
 /// What the channel's lock protects.
-struct Inner {
+struct Inner<O: Owner> {
     /// Changed only through [`Inner::enter`].
     state: ChanState,
     /// The session's role, which the state table depends on.
     role: Role,
     /// Shared only with a thread it is lent to (see the module docs).
-    qp: Option<Arc<Qp<Channel>>>,
+    qp: Option<Arc<Qp<Channel<O>>>>,
     /// The head of the QP's send ring.
     ring: Option<SendRing>,
     /// Loans of the QP that have not ended (see the module docs).
@@ -166,7 +210,7 @@ struct Inner {
     xfer: Option<Xfer<Req>>,
 }
 
-impl Inner {
+impl<O: Owner> Inner<O> {
     /// Moves to `to` if the table allows it ([`ChanState::allows`]). A
     /// refused move is a bug: it is warned about and the state stays.
     fn enter(&mut self, to: ChanState) -> bool {
@@ -184,7 +228,7 @@ impl Inner {
 
     /// Lends the QP to the calling thread for work that may sleep, unless
     /// the channel is closed; end the loan with [`Channel::end_loan`].
-    fn lend_qp(&mut self) -> Option<Arc<Qp<Channel>>> {
+    fn lend_qp(&mut self) -> Option<Arc<Qp<Channel<O>>>> {
         if self.state == ChanState::Closed {
             return None;
         }
@@ -195,7 +239,7 @@ impl Inner {
 
     /// Ends a loan [`Inner::lend_qp`] made. The clone goes under the lock:
     /// the teardown that sees no loan holds the last reference.
-    fn end_loan(&mut self, qp: Arc<Qp<Channel>>) {
+    fn end_loan(&mut self, qp: Arc<Qp<Channel<O>>>) {
         drop(qp);
         self.lent -= 1;
     }
@@ -203,15 +247,15 @@ impl Inner {
 
 /// One RC connection of a session.
 #[pin_data]
-pub(crate) struct Channel {
-    session: Arc<Session>,
+pub(crate) struct Channel<O: Owner> {
+    session: Arc<O>,
     index: u16,
     generation: u32,
     /// The CM id, which only the control path touches (rdma_cm calls sleep).
     #[pin]
-    cm: Mutex<Option<CmId<Channel>>>,
+    cm: Mutex<Option<CmId<Channel<O>>>>,
     #[pin]
-    inner: SpinLockIrq<Inner>,
+    inner: SpinLockIrq<Inner<O>>,
     pub(crate) stats: Stats,
     /// The task handling a completion of the channel (0 when none), so that a
     /// consumer's callback cannot wait for a credit only this task can return.
@@ -220,33 +264,33 @@ pub(crate) struct Channel {
     /// tick on ferry's work queue, so that the callbacks it runs delay no
     /// other session's tick).
     #[pin]
-    idle_poll: Work<Channel>,
+    idle_poll: Work<Channel<O>>,
     /// Grows the region pool (see `Xfer::wants_regions`), queued by the
     /// tick and by completions: registering sleeps, so the data path never
     /// does it.
     #[pin]
-    grow: Work<Channel, 1>,
+    grow: Work<Channel<O>, 1>,
 }
 
 impl_has_work! {
-    impl HasWork<Self> for Channel { self.idle_poll }
-    impl HasWork<Self, 1> for Channel { self.grow }
+    impl{O: Owner} HasWork<Self> for Channel<O> { self.idle_poll }
+    impl{O: Owner} HasWork<Self, 1> for Channel<O> { self.grow }
 }
 
-impl Channel {
+impl<O: Owner> Channel<O> {
     /// Queues the growth of the region pool, which a request found empty
     /// or running low: from a completion, so that the pool grows while the
     /// requests that need it come back, not a tick later. Process context.
     fn grow_regions(this: Arc<Self>) {
-        let host = this.session.host.clone();
-        host.queue_channel(this, ChannelWork::Grow);
+        let owner = this.session.clone();
+        owner.queue_channel(this, ChannelWork::Grow);
     }
 }
 
-impl WorkItem<1> for Channel {
-    type Pointer = Arc<Channel>;
+impl<O: Owner> WorkItem<1> for Channel<O> {
+    type Pointer = Arc<Channel<O>>;
 
-    fn run(this: Arc<Channel>) {
+    fn run(this: Arc<Self>) {
         let (n, pd, pages) = {
             let inner = this.inner.lock();
             let n = inner.xfer.as_ref().map_or(0, Xfer::wants_regions);
@@ -281,14 +325,14 @@ impl WorkItem<1> for Channel {
         // What found no room (the channel closed) is deregistered here.
         drop(mrs);
         // Requests that waited for regions may go.
-        this.session.credits_returned(this.index);
+        O::credits_returned(&this.session, this.index);
     }
 }
 
-impl WorkItem for Channel {
-    type Pointer = Arc<Channel>;
+impl<O: Owner> WorkItem for Channel<O> {
+    type Pointer = Arc<Channel<O>>;
 
-    fn run(this: Arc<Channel>) {
+    fn run(this: Arc<Self>) {
         let poller = this.inner.lock().qp.as_deref().and_then(Qp::poller);
         if let Some(p) = poller {
             p.poll_if_idle(TICK_POLL_BUDGET);
@@ -311,13 +355,8 @@ pub(crate) struct ChannelInfo {
     pub(crate) counters: Counters,
 }
 
-impl Channel {
-    fn new(
-        session: &Arc<Session>,
-        index: u16,
-        generation: u32,
-        state: ChanState,
-    ) -> Result<Arc<Self>> {
+impl<O: Owner> Channel<O> {
+    fn new(session: &Arc<O>, index: u16, generation: u32, state: ChanState) -> Result<Arc<Self>> {
         let now = Instant::now();
         Arc::pin_init(
             pin_init!(Self {
@@ -327,11 +366,11 @@ impl Channel {
                 cm <- new_mutex!(None),
                 inner <- new_spinlock_irq!(Inner {
                     state,
-                    role: session.role,
+                    role: session.role(),
                     qp: None,
                     ring: None,
                     lent: 0,
-                    credits: Credits::new(session.params.queue_depth),
+                    credits: Credits::new(session.params().queue_depth),
                     peer_max_msg: wire::MIN_MSG_SIZE,
                     peer_inline: 0,
                     peer_depth: 0,
@@ -357,14 +396,14 @@ impl Channel {
     }
 
     /// A client channel, not started yet.
-    pub(crate) fn client(session: &Arc<Session>, index: u16, generation: u32) -> Result<Arc<Self>> {
+    pub(crate) fn client(session: &Arc<O>, index: u16, generation: u32) -> Result<Arc<Self>> {
         Self::new(session, index, generation, ChanState::Resolving)
     }
 
     /// Starts a client channel: creates its CM id and resolves the peer. A
     /// failure fails the channel.
     pub(crate) fn start(self: &Arc<Self>) {
-        let id = match CmId::new(&self.session.net, self.clone(), OWNER) {
+        let id = match CmId::new(self.session.net(), self.clone(), OWNER) {
             Ok(id) => id,
             Err(_) => return self.fail(Reason::NoResources),
         };
@@ -377,7 +416,7 @@ impl Channel {
             drop(cm);
             return;
         }
-        let res = id.resolve_addr(None, &self.session.peer, RESOLVE_TIMEOUT_MS);
+        let res = id.resolve_addr(None, self.session.peer(), RESOLVE_TIMEOUT_MS);
         *cm = Some(id);
         drop(cm);
         if res.is_err() {
@@ -389,7 +428,7 @@ impl Channel {
     /// Accepts a server channel from a connection request: creates the QP on
     /// the request's device, posts the receive buffers and accepts.
     pub(crate) fn accept(
-        session: &Arc<Session>,
+        session: &Arc<O>,
         data: &ConnectData,
         req: ConnectRequest<'_>,
     ) -> Result<Arc<Self>, Reason> {
@@ -417,7 +456,7 @@ impl Channel {
         .encode();
         // In the session before its hello can come: the hello of its last
         // channel makes the session connected, which needs them all listed.
-        if let Err(r) = session.add_channel(chan.clone()) {
+        if let Err(r) = O::add_channel(session, chan.clone()) {
             let _ = req.reject(&RejectData { reason: r }.encode());
             chan.inner.lock().enter(ChanState::Closed);
             drop(qp);
@@ -463,10 +502,9 @@ impl Channel {
         let device = id.device().ok_or(Reason::DeviceRemoved)?;
         let pd = self
             .session
-            .host
             .pd_of(device.index())
             .ok_or(Reason::DeviceRemoved)?;
-        let p = &self.session.params;
+        let p = &self.session.params();
         let vectors = device.num_comp_vectors().max(1);
         let cfg = QpConfig {
             recv_slots: p.queue_depth,
@@ -481,7 +519,7 @@ impl Channel {
         if xfer::pool_regions(p.queue_depth) > caps.max_mr {
             return Err(Reason::NoResources);
         }
-        let first = match self.session.role {
+        let first = match self.session.role() {
             Role::Client => xfer::FIRST_REGIONS,
             Role::Server => 0,
         };
@@ -551,7 +589,7 @@ impl Channel {
                 .as_deref()
                 .and_then(Qp::cq)
                 .map(|cq| (cq.id(), cq.entries(), cq.poll_ctx())),
-            polled: self.session.params.polled(self.index),
+            polled: self.session.params().polled(self.index),
             device: inner.device.as_ref().map(|d| d.1),
             credits: inner.credits.available(),
             rtt_us: inner.rtt_us,
@@ -596,12 +634,11 @@ impl Channel {
             let _ = qp.set_error();
             self.end_loan(qp);
         }
-        self.session
-            .channel_failed(self.index, self.generation, reason);
+        O::channel_failed(&self.session, self.index, self.generation, reason);
     }
 
     /// Ends a loan of the QP (see the module docs).
-    fn end_loan(&self, qp: Arc<Qp<Channel>>) {
+    fn end_loan(&self, qp: Arc<Qp<Channel<O>>>) {
         self.inner.lock().end_loan(qp);
     }
 
@@ -664,7 +701,7 @@ impl Channel {
     /// Takes the QP out once no loan of it is out: the caller holds the last
     /// reference. The channel must be closed or never have run (no new loan
     /// then); the loans out never wait for anything the caller holds.
-    fn take_qp(&self) -> Option<Arc<Qp<Channel>>> {
+    fn take_qp(&self) -> Option<Arc<Qp<Channel<O>>>> {
         loop {
             let mut inner = self.inner.lock();
             if inner.lent == 0 {
@@ -686,9 +723,8 @@ impl Channel {
     ) {
         // A polled channel its consumer may have left alone since the last
         // tick: its heartbeats, credits and answers must still flow.
-        if self.session.params.polled(self.index) {
+        if self.session.params().polled(self.index) {
             self.session
-                .host
                 .queue_channel(self.clone(), ChannelWork::IdlePoll);
         }
         let mut inner = self.inner.lock();
@@ -717,9 +753,7 @@ impl Channel {
         {
             // (A mutex: not under the spinlock.)
             drop(inner);
-            self.session
-                .host
-                .queue_channel(self.clone(), ChannelWork::Grow);
+            self.session.queue_channel(self.clone(), ChannelWork::Grow);
             inner = self.inner.lock();
         }
         if inner.state == ChanState::Up
@@ -744,7 +778,7 @@ impl Channel {
     /// Sends a message, taking a credit. `EAGAIN` if there is no credit or send
     /// slot. The handshake's sends are signaled (a refusal fails the channel
     /// once it has left, in `send_done`); the rest only now and then.
-    fn send_locked(&self, inner: &mut Inner, kind: Kind, cookie: u64, payload: &[u8]) -> Result {
+    fn send_locked(&self, inner: &mut Inner<O>, kind: Kind, cookie: u64, payload: &[u8]) -> Result {
         let (Some(qp), Some(ring)) = (inner.qp.as_deref(), inner.ring.as_mut()) else {
             return Err(ENOTCONN);
         };
@@ -752,7 +786,7 @@ impl Channel {
         let fill = |buf: &mut [u8]| {
             let n = Header::write(kind, grant, cookie, payload, buf)?;
             if kind == Kind::Message {
-                self.session.hostile.message(buf);
+                self.session.hostile().message(buf);
             }
             Ok(n)
         };
@@ -828,7 +862,7 @@ impl Channel {
             return Err((EAGAIN, req, data));
         };
         let write = Request::dir(&req) == Dir::FromPeer;
-        let limit = inner.peer_depth.min(self.session.params.queue_depth);
+        let limit = inner.peer_depth.min(self.session.params().queue_depth);
         let res = xfer.submit(
             Some(pd),
             limit,
@@ -845,7 +879,7 @@ impl Channel {
                             None => Err(EINVAL),
                         })
                     })?;
-                    self.session.hostile.request(buf);
+                    self.session.hostile().request(buf);
                     self.stats.add(Counter::TxBytes, n as u64);
                     Ok(n)
                 })?;
@@ -880,7 +914,7 @@ impl Channel {
     /// answer `done` may send): `Ok(Some(done))`.
     pub(crate) fn incoming_rdma(
         &self,
-        inc: &mut Incoming,
+        inc: &mut Incoming<O>,
         sg: SgList,
         done: KBox<dyn RdmaDone>,
     ) -> Result<Option<KBox<dyn RdmaDone>>> {
@@ -907,7 +941,7 @@ impl Channel {
             offset: 0,
         };
         let (first, mut remote) = op.next_region().ok_or(EINVAL)??;
-        self.session.hostile.remote(&mut remote);
+        self.session.hostile().remote(&mut remote);
         let mut inner = self.inner.lock();
         if inner.state != ChanState::Up {
             return Err(ENOTCONN);
@@ -991,7 +1025,7 @@ impl Channel {
     /// no credit waits for one (a copy of `hdr`, made then). `EBUSY` while a
     /// transfer of `inc` is in flight, `ENOTCONN` if the channel is gone,
     /// `EMSGSIZE` if `hdr` does not fit.
-    pub(crate) fn respond(&self, inc: &Incoming, status: i32, hdr: &[u8]) -> Result {
+    pub(crate) fn respond(&self, inc: &Incoming<O>, status: i32, hdr: &[u8]) -> Result {
         let head = ResponseHead {
             status: status.clamp(-4095, 0),
             moved: inc.moved,
@@ -1041,7 +1075,7 @@ impl Channel {
 
     fn send_response(
         &self,
-        inner: &mut Inner,
+        inner: &mut Inner<O>,
         cookie: u64,
         head: &ResponseHead,
         hdr: &[u8],
@@ -1076,7 +1110,7 @@ impl Channel {
     /// them, then lets the session's blocked senders go on.
     fn unblocked(&self) {
         self.flush_responses();
-        self.session.credits_returned(self.index);
+        O::credits_returned(&self.session, self.index);
     }
 
     /// Sends the responses that wait for credits, while credits last.
@@ -1141,8 +1175,8 @@ impl Channel {
     }
 
     /// Client, connection up: sends the hello.
-    fn send_hello(&self, inner: &mut Inner) -> Result {
-        let p = &self.session.params;
+    fn send_hello(&self, inner: &mut Inner<O>) -> Result {
+        let p = &self.session.params();
         let hello = Hello {
             service: self.session.service(),
             queue_depth: p.queue_depth,
@@ -1159,7 +1193,7 @@ impl Channel {
     fn receive(self: &Arc<Self>, msg: &[u8], invalidated: Option<u32>) -> Result<bool, Refusal> {
         let (h, payload) = Header::parse(msg)?;
         let granted = h.credits != 0;
-        let role = self.session.role;
+        let role = self.session.role();
         // The session's lock comes before the channel's: ask it first.
         let hello = match (h.kind, role) {
             (Kind::Hello, Role::Server) => {
@@ -1172,7 +1206,7 @@ impl Channel {
                         ""
                     },
                 })?;
-                Some((hello, self.session.check_hello(&hello)))
+                Some((hello, O::check_hello(&self.session, &hello)))
             }
             _ => None,
         };
@@ -1186,7 +1220,7 @@ impl Channel {
                 inner.credits.set_peer_depth(hello.queue_depth);
                 inner.credits.grant(h.credits)?;
                 inner.peer_depth = hello.queue_depth;
-                let p = &self.session.params;
+                let p = &self.session.params();
                 inner.peer_max_msg = hello.max_msg.min(p.max_msg);
                 inner.peer_inline = hello.inline_size.min(p.inline_size);
                 let reply = HelloReply {
@@ -1208,7 +1242,7 @@ impl Channel {
                 }
                 inner.last_heartbeat = Instant::now();
                 drop(inner);
-                self.session.channel_up(self.index, self.generation);
+                O::channel_up(&self.session, self.index, self.generation);
                 Ok(false)
             }
             (Kind::HelloReply, ChanState::Handshake, None) if role == Role::Client => {
@@ -1226,14 +1260,14 @@ impl Channel {
                 inner.credits.set_peer_depth(reply.queue_depth);
                 inner.credits.grant(h.credits)?;
                 inner.peer_depth = reply.queue_depth;
-                inner.peer_max_msg = reply.max_msg.min(self.session.params.max_msg);
-                inner.peer_inline = reply.inline_size.min(self.session.params.inline_size);
+                inner.peer_max_msg = reply.max_msg.min(self.session.params().max_msg);
+                inner.peer_inline = reply.inline_size.min(self.session.params().inline_size);
                 if !inner.enter(ChanState::Up) {
                     return Ok(false);
                 }
                 inner.last_heartbeat = Instant::now();
                 drop(inner);
-                self.session.channel_up(self.index, self.generation);
+                O::channel_up(&self.session, self.index, self.generation);
                 Ok(false)
             }
             (Kind::Heartbeat, ChanState::Up, _) => {
@@ -1248,13 +1282,13 @@ impl Channel {
                 inner.credits.grant(h.credits)?;
                 drop(inner);
                 self.stats.add(Counter::DataRx, 1);
-                self.session.deliver(payload);
+                O::deliver(&self.session, payload);
                 Ok(granted)
             }
             (Kind::Request, ChanState::Up, _) => {
                 inner.credits.grant(h.credits)?;
                 let (head, hdr, data) =
-                    RequestHead::parse(payload, self.session.params.inline_size)
+                    RequestHead::parse(payload, self.session.params().inline_size)
                         .map_err(|_| Refusal::breach("a malformed request"))?;
                 // The requester may have its queue depth in flight: this
                 // side's depth, which is also the tag count.
@@ -1288,7 +1322,7 @@ impl Channel {
                         .map_err(Error::from)
                     });
                 match inc {
-                    Ok(inc) => self.session.deliver_request(inc),
+                    Ok(inc) => O::deliver_request(&self.session, inc),
                     Err(_) => {
                         self.incoming_dropped(tag);
                         return Err(Reason::NoResources.into());
@@ -1311,10 +1345,10 @@ impl Channel {
                         drop(inner);
                         f.complete();
                         if grow {
-                            Channel::grow_regions(self.clone());
+                            Self::grow_regions(self.clone());
                         }
                         // Its tag and regions are free.
-                        self.session.credits_returned(self.index);
+                        O::credits_returned(&self.session, self.index);
                     }
                     Response::Invalidate(tag, keys) => {
                         let qp = inner.qp.as_ref().ok_or(Reason::LocalClose)?;
@@ -1322,7 +1356,7 @@ impl Channel {
                             // Once per channel: the failure closes it.
                             pr_warn!(
                                 "session {} channel {}: posting {} invalidations failed: {:?}\n",
-                                self.session.id,
+                                self.session.id(),
                                 self.index,
                                 keys.as_slice().len(),
                                 e
@@ -1371,7 +1405,7 @@ impl Channel {
             {
                 pr_warn!(
                     "session {} channel {}: work flushed on a channel still up\n",
-                    self.session.id,
+                    self.session.id(),
                     self.index
                 );
             }
@@ -1380,7 +1414,7 @@ impl Channel {
             if first {
                 pr_warn!(
                     "session {} channel {}: {} (status {}, vendor error {:#x})\n",
-                    self.session.id,
+                    self.session.id(),
                     self.index,
                     wc.status_msg(),
                     wc.status(),
@@ -1392,7 +1426,7 @@ impl Channel {
     }
 }
 
-impl Completion for Channel {
+impl<O: Owner> Completion for Channel<O> {
     fn recv_done(this: ArcBorrow<'_, Self>, _slot: u32, wc: &Wc, data: &[u8]) -> bool {
         let this: Arc<Self> = this.into();
         this.recv_done(wc, data)
@@ -1416,10 +1450,10 @@ impl Completion for Channel {
                 if let Some(f) = f {
                     f.complete();
                     if grow {
-                        Channel::grow_regions(this.into());
+                        Self::grow_regions(this.into());
                     }
                     // Its tag and regions are free: what waits for them may go on.
-                    this.session.credits_returned(this.index);
+                    O::credits_returned(&this.session, this.index);
                 }
             }
             TagOp::Rdma => {
@@ -1466,7 +1500,7 @@ impl Completion for Channel {
     }
 }
 
-impl Channel {
+impl<O: Owner> Channel<O> {
     fn recv_done(self: &Arc<Self>, wc: &Wc, data: &[u8]) -> bool {
         if !wc.ok() {
             self.wc_failed(wc);
@@ -1482,7 +1516,7 @@ impl Channel {
                 if !r.what.is_empty() {
                     pr_warn!(
                         "session {} channel {}: the peer broke the protocol ({}, {} bytes): closing the connection\n",
-                        self.session.id,
+                        self.session.id(),
                         self.index,
                         r.what,
                         data.len()
@@ -1495,14 +1529,14 @@ impl Channel {
     }
 }
 
-impl Handler for Channel {
+impl<O: Owner> Handler for Channel<O> {
     fn event(this: ArcBorrow<'_, Self>, id: &Locked<'_>, ev: &Event<'_>) {
         let this: Arc<Self> = this.into();
         this.cm_event(id, ev);
     }
 }
 
-impl Channel {
+impl<O: Owner> Channel<O> {
     fn cm_event(self: &Arc<Self>, id: &Locked<'_>, ev: &Event<'_>) {
         match ev.kind() {
             EventKind::AddrResolved => {
@@ -1535,7 +1569,7 @@ impl Channel {
                     None => {
                         pr_info!(
                             "session {}: connect rejected: {}\n",
-                            self.session.id,
+                            self.session.id(),
                             id.reject_msg(ev.status())
                         );
                         Reason::CmRejected
@@ -1562,13 +1596,13 @@ impl Channel {
     fn route_resolved(self: &Arc<Self>, id: &Locked<'_>) -> Result<(), Reason> {
         let (qp, ring) = self.create_qp(id)?;
         let data = ConnectData {
-            session_id: self.session.session_id,
+            session_id: self.session.session_id(),
             generation: self.generation,
             channel: self.index,
-            channels: self.session.params.channels,
-            max_msg: self.session.params.max_msg,
+            channels: self.session.params().channels,
+            max_msg: self.session.params().max_msg,
             // CAST: at most `MAX_QUEUE_DEPTH`, which fits.
-            queue_depth: self.session.params.queue_depth as u16,
+            queue_depth: self.session.params().queue_depth as u16,
         }
         .encode();
         // Held until the connect is out: the teardown, which takes the QP,
@@ -1598,7 +1632,7 @@ impl Channel {
     /// the connection and say hello.
     fn connect_response(&self, id: &Locked<'_>, ev: &Event<'_>) -> Result<(), Reason> {
         let acc = AcceptData::decode(ev.private_data())?;
-        if acc.session_id != self.session.session_id {
+        if acc.session_id != self.session.session_id() {
             return Err(Reason::ProtocolError);
         }
         // As in `route_resolved`: no teardown takes the QP meanwhile.
@@ -1631,8 +1665,8 @@ fn current_task() -> usize {
 }
 
 /// A request that arrived, until the consumer responds.
-pub(crate) struct Incoming {
-    pub(crate) chan: Arc<Channel>,
+pub(crate) struct Incoming<O: Owner> {
+    pub(crate) chan: Arc<Channel<O>>,
     /// This side's responder tag.
     pub(crate) tag: u32,
     /// The requester's tag.
@@ -1644,7 +1678,7 @@ pub(crate) struct Incoming {
     pub(crate) moved: u32,
 }
 
-impl Incoming {
+impl<O: Owner> Incoming<O> {
     /// Which way its data goes.
     pub(crate) fn dir(&self) -> Dir {
         self.head.dir
@@ -1677,7 +1711,7 @@ impl Incoming {
     }
 }
 
-impl Drop for Incoming {
+impl<O: Owner> Drop for Incoming<O> {
     fn drop(&mut self) {
         self.chan.incoming_dropped(self.tag);
     }

@@ -38,6 +38,7 @@ mod host;
 mod hostile;
 mod listener;
 mod netlink;
+mod params;
 mod service;
 mod session;
 mod state;

@@ -14,10 +14,10 @@ use kernel::{
 };
 
 use crate::{
-    channel::{Channel, OWNER},
+    channel::OWNER,
     cm::{CmId, ConnectRequest, Event, EventKind, Handler, Locked, SockAddr},
     netns::Net,
-    session::{self, Session},
+    session::{self, Channel, Session},
     wire::{ConnectData, Reason, RejectData},
 };
 

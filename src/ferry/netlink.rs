@@ -19,7 +19,8 @@ use crate::{
     genl::{Dump, Request, Writer},
     host::{Ferry, Observer},
     listener::Listener,
-    session::{Params, Session},
+    params::Params,
+    session::Session,
     stats::{Counter, Counters, COUNTERS, WC_STATUSES},
     wire::{self, Reason, ServiceName},
 };

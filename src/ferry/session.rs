@@ -41,10 +41,11 @@ use kernel::{
 
 use crate::{
     backoff::Backoff,
-    channel::{Channel, ChannelInfo, ChannelWork, Incoming, Req},
+    channel::{self, ChannelInfo, ChannelWork, Owner, Req},
     cm::SockAddr,
     hostile::Hostile,
     netns::Net,
+    params::Params,
     rdma::{mr::SgList, Pd},
     slot::RcuCell,
     state::{Role, SessionState},
@@ -59,9 +60,6 @@ pub(crate) const CONNECT_TIMEOUT_MS: u32 = 10_000;
 
 /// Most bytes of receive buffers a server gives one channel.
 const SERVER_RX_BUDGET: u32 = 4 << 20;
-
-/// [`Params::checked`]'s `inline_size` for none (`FERRY_NO_INLINE`).
-pub(crate) const NO_INLINE: u32 = u32::MAX;
 
 /// What the user of a session is told; see `struct ferry_ops`.
 ///
@@ -84,6 +82,11 @@ pub(crate) trait Consumer: Send + Sync {
     /// The session is closed; the last call.
     fn gone(&self, s: &Arc<Session>, reason: Reason);
 }
+
+/// A session's channel.
+pub(crate) type Channel = channel::Channel<Session>;
+/// A request that arrived on one of a session's channels.
+pub(crate) type Incoming = channel::Incoming<Session>;
 
 /// What a session needs of the module around it, handed to it when it is
 /// made: the module's state implements it, and a session never looks that
@@ -112,101 +115,6 @@ pub(crate) trait Host: Send + Sync {
 /// What a session knows the service that accepted it by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ServiceKey(pub(crate) u64);
-
-/// What a session was asked for (client) or runs with (server).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Params {
-    /// Channel count, polled channels included.
-    pub(crate) channels: u16,
-    /// Channels the consumer polls: the last `poll_channels` of them.
-    pub(crate) poll_channels: u16,
-    /// Receive buffers per channel on this side.
-    pub(crate) queue_depth: u32,
-    /// Largest message this side accepts.
-    pub(crate) max_msg: u32,
-    /// Data to this side a request may carry inline, beyond `max_msg`
-    /// (0: none); also the most this side sends inline.
-    pub(crate) inline_size: u32,
-    /// Heartbeat interval.
-    pub(crate) heartbeat_ms: u32,
-    /// Silence after which the peer counts as dead.
-    pub(crate) timeout_ms: u32,
-    /// Seconds of failed reconnecting before giving up; 0: never.
-    pub(crate) give_up_s: u32,
-}
-
-impl Params {
-    /// Server defaults, and the client's where the caller says nothing.
-    pub(crate) const DEFAULT: Self = Self {
-        channels: 1,
-        poll_channels: 0,
-        queue_depth: 128,
-        max_msg: 4096,
-        inline_size: 4096,
-        heartbeat_ms: 1000,
-        timeout_ms: 5000,
-        give_up_s: 600,
-    };
-
-    /// Client parameters from a kernel caller: 0 picks the default (for
-    /// `channels`, `default_channels`); `poll_channels` polled channels come
-    /// after the others; an `inline_size` of [`NO_INLINE`] is none; anything
-    /// out of range is `EINVAL`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn checked(
-        channels: u16,
-        poll_channels: u16,
-        default_channels: u16,
-        queue_depth: u32,
-        max_msg: u32,
-        inline_size: u32,
-        heartbeat_ms: u32,
-        timeout_ms: u32,
-        give_up_s: u32,
-    ) -> Result<Self> {
-        let d = Self::DEFAULT;
-        let or = |v: u32, d: u32| if v == 0 { d } else { v };
-        let p = Self {
-            // By default one per CPU, less room for the polled ones.
-            channels: if channels == 0 {
-                default_channels.min(wire::MAX_CHANNELS.saturating_sub(poll_channels))
-            } else {
-                channels
-            }
-            .saturating_add(poll_channels),
-            poll_channels,
-            queue_depth: or(queue_depth, d.queue_depth),
-            max_msg: or(max_msg, d.max_msg),
-            inline_size: match inline_size {
-                NO_INLINE => 0,
-                v => or(v, d.inline_size),
-            },
-            heartbeat_ms: or(heartbeat_ms, d.heartbeat_ms),
-            timeout_ms: or(timeout_ms, d.timeout_ms.max(heartbeat_ms.saturating_mul(2))),
-            give_up_s: or(give_up_s, d.give_up_s),
-        };
-        let ok = (1..=wire::MAX_CHANNELS).contains(&p.channels)
-            && p.poll_channels < p.channels
-            && (wire::MIN_QUEUE_DEPTH..=wire::MAX_QUEUE_DEPTH).contains(&p.queue_depth)
-            && (wire::MIN_MSG_SIZE..=wire::MAX_MSG_SIZE).contains(&p.max_msg)
-            && p.inline_size <= wire::MAX_INLINE
-            && wire::HEARTBEAT_MS.contains(&p.heartbeat_ms)
-            && (p.heartbeat_ms.saturating_mul(2)..=600_000).contains(&p.timeout_ms)
-            && p.give_up_s <= 7 * 86_400;
-        if ok {
-            Ok(p)
-        } else {
-            Err(EINVAL)
-        }
-    }
-}
-
-impl Params {
-    /// Whether channel `index` is one the consumer polls.
-    pub(crate) fn polled(&self, index: u16) -> bool {
-        index >= self.channels - self.poll_channels
-    }
-}
 
 /// What a connected session can carry (see `ferry_session_limits()`).
 pub(crate) struct Limits {
@@ -1443,4 +1351,75 @@ fn clone_all(channels: &[Arc<Channel>]) -> Result<KVec<Arc<Channel>>> {
         v.push(c.clone(), GFP_KERNEL)?;
     }
     Ok(v)
+}
+
+/// What a session's channels need of it.
+impl Owner for Session {
+    fn id(&self) -> u32 {
+        self.id
+    }
+
+    fn session_id(&self) -> u64 {
+        self.session_id
+    }
+
+    fn role(&self) -> Role {
+        self.role
+    }
+
+    fn params(&self) -> &Params {
+        &self.params
+    }
+
+    fn net(&self) -> &Net {
+        &self.net
+    }
+
+    fn peer(&self) -> &SockAddr {
+        &self.peer
+    }
+
+    fn service(&self) -> ServiceName {
+        Session::service(self)
+    }
+
+    fn hostile(&self) -> &Hostile {
+        &self.hostile
+    }
+
+    fn pd_of(&self, index: u32) -> Option<Arc<Pd>> {
+        self.host.pd_of(index)
+    }
+
+    fn queue_channel(&self, c: Arc<Channel>, w: ChannelWork) {
+        self.host.queue_channel(c, w);
+    }
+
+    fn add_channel(this: &Arc<Self>, c: Arc<Channel>) -> Result<(), Reason> {
+        Session::add_channel(this, c)
+    }
+
+    fn check_hello(this: &Arc<Self>, hello: &Hello) -> Reason {
+        Session::check_hello(this, hello)
+    }
+
+    fn channel_up(this: &Arc<Self>, index: u16, generation: u32) {
+        Session::channel_up(this, index, generation)
+    }
+
+    fn channel_failed(this: &Arc<Self>, index: u16, generation: u32, reason: Reason) {
+        Session::channel_failed(this, index, generation, reason)
+    }
+
+    fn credits_returned(this: &Arc<Self>, qid: u16) {
+        Session::credits_returned(this, qid)
+    }
+
+    fn deliver(this: &Arc<Self>, data: &[u8]) {
+        Session::deliver(this, data)
+    }
+
+    fn deliver_request(this: &Arc<Self>, inc: KBox<Incoming>) {
+        Session::deliver_request(this, inc)
+    }
 }

@@ -66,16 +66,34 @@ def module_deps(src):
         if os.path.isdir(d):
             for root, _, files in os.walk(d):
                 mods[name] += [os.path.join(root, f) for f in sorted(files) if f.endswith('.rs')]
+    # The crate root (the file that declares the modules) and the modules it
+    # binds in from rust/ with #[path]: leaves, but for the root's own items.
+    root = next((n for n, f in mods.items()
+                 if re.search(r'^mod \w+;', open(f[0], encoding='utf-8').read(), re.M)), None)
+    wrappers = set()
+    if root:
+        with open(mods[root][0], encoding='utf-8') as fh:
+            wrappers = set(re.findall(r'#\[path = "[^"]+"\]\s*(?:pub\s+)?mod (\w+);', fh.read()))
     deps = {}
     for name, files in mods.items():
         found = set()
         for path in files:
             with open(path, encoding='utf-8') as fh:
                 code = strip_comments(fh.read())
+            named = set()
             for tree in use_trees(code):
-                found.update(first_names(tree))
-            found.update(re.findall(r'(?<![\w:])crate::([A-Za-z_][A-Za-z0-9_]*)', code))
-        deps[name] = sorted(x for x in found if x in mods and x != name)
+                named.update(first_names(tree))
+            named.update(re.findall(r'(?<![\w:])crate::([A-Za-z_][A-Za-z0-9_]*)', code))
+            if name == root:
+                # The root names its modules by relative paths.
+                named.update(re.findall(r'(?<![\w:])([a-z_][a-z0-9_]*)::', code))
+            for x in named:
+                if x in mods:
+                    found.add(x)
+                elif root and x not in wrappers and name != root:
+                    # An item of the crate root (`crate::Item`).
+                    found.add(root)
+        deps[name] = sorted(x for x in found if x != name)
     return deps
 
 
@@ -133,7 +151,43 @@ def path_around(deps, group):
     return group
 
 
+def self_test():
+    """The lint finds a circle through `use` trees, paths, a submodule
+    folder and the crate root's items, and none in a layered tree."""
+    import tempfile
+    cases = {
+        # (files, circle expected)
+        'layered': ({'root.rs': 'mod a;\nmod b;\nfn f() { a::x(); }\n',
+                     'a.rs': 'use crate::b::Y;\n',
+                     'b.rs': '// crate::a::X in a comment\nconst S: &str = "crate::a";\n'},
+                    False),
+        'use tree': ({'root.rs': 'mod a;\nmod b;\n',
+                      'a.rs': 'use crate::{\n    b::{self, Y},\n};\n',
+                      'b.rs': 'fn f() { crate::a::x() }\n'}, True),
+        'folder': ({'root.rs': 'mod a;\nmod b;\n',
+                    'a.rs': 'mod inner;\n',
+                    'a/inner.rs': 'use crate::b::Y;\n',
+                    'b.rs': 'use crate::a::X;\n'}, True),
+        'root item': ({'root.rs': 'mod a;\nstruct G;\nfn f() { a::x(); }\n',
+                       'a.rs': 'use crate::G;\n'}, True),
+    }
+    ok = True
+    for what, (files, want) in cases.items():
+        with tempfile.TemporaryDirectory() as d:
+            for name, text in files.items():
+                os.makedirs(os.path.dirname(os.path.join(d, name)), exist_ok=True)
+                with open(os.path.join(d, name), 'w', encoding='utf-8') as fh:
+                    fh.write(text)
+            got = bool(cycles(module_deps(d)))
+        if got != want:
+            print(f'import_cycles self-test "{what}": circle found {got}, expected {want}')
+            ok = False
+    return ok
+
+
 def main():
+    if not self_test():
+        return 2
     src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(__file__), '..', '..', 'src', 'ferry')
     deps = module_deps(src)

@@ -163,6 +163,13 @@ else
 	result fail lint/no-unsafe-in-src
 fi
 
+step "lint: no circle of crate:: imports in src/ferry"
+if python3 tools/lint/import_cycles.py src/ferry; then
+	result ok lint/import-cycles
+else
+	result fail lint/import-cycles "see the circle above"
+fi
+
 step "cargo test: ferryctl"
 cargo_log=$FERRY_CACHE/cargo-test.log
 (cd tools/ferryctl && cargo test --quiet) >"$cargo_log" 2>&1

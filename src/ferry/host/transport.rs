@@ -23,13 +23,13 @@ use kernel::{
 
 use super::device::Ferry;
 use crate::{
-    channel::{Channel, ChannelWork},
+    channel::ChannelWork,
     cm::SockAddr,
     listener::{self, Listener},
     netns::Net,
     rdma::Pd,
     service::{Service, ServiceOps, Services},
-    session::{self, Session},
+    session::{self, Channel, Session},
     wire::{Reason, ServiceName},
     work::OwnedQueue,
 };
