@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Completions: every message the peer sends is parsed and checked here
+//! (the handshake, heartbeats, credits, messages, requests, responses), and
+//! every send, registration, invalidation and RDMA that completes is
+//! accounted for. A failed work request fails the channel.
+
+use super::*;
+
+impl<O: Owner> Channel<O> {
+    /// Handles one received message (`invalidated`: the key a
+    /// send-with-invalidate ended); `Err` fails the channel. Returns whether
+    /// the message granted credits.
+    pub(super) fn receive(
+        self: &Arc<Self>,
+        msg: &[u8],
+        invalidated: Option<u32>,
+    ) -> Result<bool, Refusal> {
+        let (h, payload) = Header::parse(msg)?;
+        let granted = h.credits != 0;
+        let role = self.session.role();
+        // The session's lock comes before the channel's: ask it first.
+        let hello = match (h.kind, role) {
+            (Kind::Hello, Role::Server) => {
+                let hello = Hello::decode(payload).map_err(|reason| Refusal {
+                    reason,
+                    // Limits out of range are a refusal, not a breach.
+                    what: if reason == Reason::Malformed {
+                        "a malformed hello"
+                    } else {
+                        ""
+                    },
+                })?;
+                Some((hello, O::check_hello(&self.session, &hello)))
+            }
+            _ => None,
+        };
+        let mut inner = self.inner.lock();
+        inner.last_rx = Instant::now();
+        self.stats.add(Counter::RxMsgs, 1);
+        self.stats.add(Counter::RxBytes, msg.len() as u64);
+        match (h.kind, inner.state, hello) {
+            (Kind::Hello, ChanState::Connecting | ChanState::Handshake, Some((hello, status))) => {
+                // The peer's depth bounds its grants from here on.
+                inner.credits.set_peer_depth(hello.queue_depth);
+                inner.credits.grant(h.credits)?;
+                inner.peer_depth = hello.queue_depth;
+                let p = &self.session.params();
+                inner.peer_max_msg = hello.max_msg.min(p.max_msg);
+                inner.peer_inline = hello.inline_size.min(p.inline_size);
+                let reply = HelloReply {
+                    status,
+                    queue_depth: p.queue_depth,
+                    max_msg: p.max_msg,
+                    heartbeat_ms: p.heartbeat_ms,
+                    inline_size: p.inline_size,
+                };
+                self.send_locked(&mut inner, Kind::HelloReply, 0, &reply.encode())
+                    .map_err(|_| Reason::NoResources)?;
+                if status != Reason::None {
+                    // Fail once the refusal has left (see `send_done`).
+                    inner.enter(ChanState::Refusing(status));
+                    return Ok(false);
+                }
+                if !inner.enter(ChanState::Up) {
+                    return Ok(false);
+                }
+                inner.last_heartbeat = Instant::now();
+                drop(inner);
+                O::channel_up(&self.session, self.index, self.generation);
+                Ok(false)
+            }
+            (Kind::HelloReply, ChanState::Handshake, None) if role == Role::Client => {
+                let reply = HelloReply::decode(payload).map_err(|reason| Refusal {
+                    reason,
+                    what: if reason == Reason::Malformed {
+                        "a malformed hello reply"
+                    } else {
+                        ""
+                    },
+                })?;
+                if reply.status != Reason::None {
+                    return Err(reply.status.into());
+                }
+                inner.credits.set_peer_depth(reply.queue_depth);
+                inner.credits.grant(h.credits)?;
+                inner.peer_depth = reply.queue_depth;
+                inner.peer_max_msg = reply.max_msg.min(self.session.params().max_msg);
+                inner.peer_inline = reply.inline_size.min(self.session.params().inline_size);
+                if !inner.enter(ChanState::Up) {
+                    return Ok(false);
+                }
+                inner.last_heartbeat = Instant::now();
+                drop(inner);
+                O::channel_up(&self.session, self.index, self.generation);
+                Ok(false)
+            }
+            (Kind::Heartbeat, ChanState::Up, _) => {
+                inner.credits.grant(h.credits)?;
+                self.stats.add(Counter::HeartbeatsRx, 1);
+                // No credit for the ack: the peer's heartbeat times out only if
+                // this goes on, which is what it should measure.
+                let _ = self.send_locked(&mut inner, Kind::HeartbeatAck, h.cookie, &[]);
+                Ok(granted)
+            }
+            (Kind::Message, ChanState::Up, _) => {
+                inner.credits.grant(h.credits)?;
+                drop(inner);
+                self.stats.add(Counter::DataRx, 1);
+                O::deliver(&self.session, payload);
+                Ok(granted)
+            }
+            (Kind::Request, ChanState::Up, _) => {
+                inner.credits.grant(h.credits)?;
+                let (head, hdr, data) =
+                    RequestHead::parse(payload, self.session.params().inline_size)
+                        .map_err(|_| Refusal::breach("a malformed request"))?;
+                // The requester may have its queue depth in flight: this
+                // side's depth, which is also the tag count.
+                let tag = inner
+                    .xfer
+                    .as_mut()
+                    .and_then(Xfer::take_incoming)
+                    .ok_or(Refusal::breach("more requests than its queue depth"))?;
+                drop(inner);
+                self.stats.add(Counter::RequestsRx, 1);
+                // The header and inline data, kept until the consumer
+                // responds; the receive buffer goes back to the peer now.
+                let mut bytes = KVec::new();
+                let inc = bytes
+                    .reserve(hdr.len() + data.len(), GFP_KERNEL)
+                    .map_err(Error::from)
+                    .and_then(|()| {
+                        bytes.extend_from_slice(hdr, GFP_KERNEL)?;
+                        bytes.extend_from_slice(data, GFP_KERNEL)?;
+                        KBox::new(
+                            Incoming {
+                                chan: self.clone(),
+                                tag,
+                                cookie: h.cookie,
+                                head,
+                                bytes,
+                                moved: 0,
+                            },
+                            GFP_KERNEL,
+                        )
+                        .map_err(Error::from)
+                    });
+                match inc {
+                    Ok(inc) => O::deliver_request(&self.session, inc),
+                    Err(_) => {
+                        self.incoming_dropped(tag);
+                        return Err(Reason::NoResources.into());
+                    }
+                }
+                Ok(granted)
+            }
+            (Kind::Response, ChanState::Up, _) => {
+                inner.credits.grant(h.credits)?;
+                if invalidated.is_some() {
+                    self.stats.add(Counter::InvRemote, 1);
+                }
+                let x = inner
+                    .xfer
+                    .as_mut()
+                    .ok_or(Refusal::breach("a response on a channel without requests"))?;
+                match x.response(h.cookie, invalidated, payload)? {
+                    Response::Finished(f) => {
+                        let grow = x.wants_regions() > 0;
+                        drop(inner);
+                        f.complete();
+                        if grow {
+                            Self::grow_regions(self.clone());
+                        }
+                        // Its tag and regions are free.
+                        O::credits_returned(&self.session, self.index);
+                    }
+                    Response::Invalidate(tag, keys) => {
+                        let qp = inner.qp.as_ref().ok_or(Reason::LocalClose)?;
+                        if let Err(e) = qp.local_invalidate(tag, keys.as_slice()) {
+                            // Once per channel: the failure closes it.
+                            pr_warn!(
+                                "session {} channel {}: posting {} invalidations failed: {:?}\n",
+                                self.session.id(),
+                                self.index,
+                                keys.as_slice().len(),
+                                e
+                            );
+                            return Err(Reason::TransportError.into());
+                        }
+                        self.stats
+                            .add(Counter::InvLocal, keys.as_slice().len() as u64);
+                    }
+                }
+                Ok(granted)
+            }
+            (Kind::HeartbeatAck, ChanState::Up, _) => {
+                inner.credits.grant(h.credits)?;
+                if let Some((seq, at)) = inner.heartbeat_out {
+                    if seq == h.cookie {
+                        let us = at.elapsed().as_micros_ceil();
+                        inner.rtt_us = u32::try_from(us).unwrap_or(u32::MAX);
+                        inner.heartbeat_out = None;
+                    }
+                }
+                Ok(granted)
+            }
+            (Kind::Credits, ChanState::Up, _) => {
+                inner.credits.grant(h.credits)?;
+                Ok(granted)
+            }
+            // Completions still coming in after the channel failed: nothing
+            // to act on, and no fault of the peer's.
+            (_, ChanState::Failed | ChanState::Closed, _) => Ok(false),
+            // A message out of place: a hello twice, a reply to a server, data
+            // before the handshake.
+            _ => Err(Refusal::breach("a message out of place")),
+        }
+    }
+
+    /// A failed work completion: the first one that is not a flush is logged
+    /// and fails the channel; flushes are only counted.
+    pub(super) fn wc_failed(&self, wc: &Wc) {
+        self.stats.add_wc(wc.status());
+        if wc.flushed() {
+            // A flush is the echo of a failure that came first, unless the
+            // channel is still up: then nothing else said why.
+            if self.stats.add(Counter::FlushErrors, 1) == 0
+                && self.inner.lock().state == ChanState::Up
+            {
+                pr_warn!(
+                    "session {} channel {}: work flushed on a channel still up\n",
+                    self.session.id(),
+                    self.index
+                );
+            }
+        } else {
+            let first = self.stats.add(Counter::WcErrors, 1) == 0;
+            if first {
+                pr_warn!(
+                    "session {} channel {}: {} (status {}, vendor error {:#x})\n",
+                    self.session.id(),
+                    self.index,
+                    wc.status_msg(),
+                    wc.status(),
+                    wc.vendor_err()
+                );
+            }
+        }
+        self.fail(Reason::TransportError);
+    }
+
+    pub(super) fn recv_done(self: &Arc<Self>, wc: &Wc, data: &[u8]) -> bool {
+        if !wc.ok() {
+            self.wc_failed(wc);
+            return false;
+        }
+        let res = self.receive(data, wc.invalidated());
+        if res == Ok(true) {
+            self.unblocked();
+        }
+        match res {
+            Ok(_) => true,
+            Err(r) => {
+                if !r.what.is_empty() {
+                    pr_warn!(
+                        "session {} channel {}: the peer broke the protocol ({}, {} bytes): closing the connection\n",
+                        self.session.id(),
+                        self.index,
+                        r.what,
+                        data.len()
+                    );
+                }
+                self.fail(r.reason);
+                false
+            }
+        }
+    }
+}
+
+impl<O: Owner> Completion for Channel<O> {
+    fn recv_done(this: ArcBorrow<'_, Self>, _slot: u32, wc: &Wc, data: &[u8]) -> bool {
+        let this: Arc<Self> = this.into();
+        this.recv_done(wc, data)
+    }
+
+    fn tag_done(this: ArcBorrow<'_, Self>, tag: u32, op: TagOp, wc: &Wc) {
+        match op {
+            // Registrations are unsignaled: this is a failure.
+            // Both complete only on failure: the transfer's own completion
+            // follows, flushed.
+            TagOp::Reg | TagOp::RdmaStep => this.wc_failed(wc),
+            TagOp::Inv if !wc.ok() => this.wc_failed(wc),
+            TagOp::Inv => {
+                let (f, grow) = {
+                    let mut inner = this.inner.lock();
+                    let x = inner.xfer.as_mut();
+                    x.map_or((None, false), |x| {
+                        (x.invalidated(tag), x.wants_regions() > 0)
+                    })
+                };
+                if let Some(f) = f {
+                    f.complete();
+                    if grow {
+                        Self::grow_regions(this.into());
+                    }
+                    // Its tag and regions are free: what waits for them may go on.
+                    O::credits_returned(&this.session, this.index);
+                }
+            }
+            TagOp::Rdma => {
+                this.rdma_completed(tag, wc.ok());
+                if !wc.ok() {
+                    this.wc_failed(wc);
+                }
+            }
+        }
+    }
+
+    fn handling(this: ArcBorrow<'_, Self>, on: bool) {
+        // Completions of one CQ never run concurrently: this is the only task
+        // that stores here.
+        this.cb_task
+            .store(if on { current_task() } else { 0 }, Release);
+    }
+
+    fn recv_reposted(this: ArcBorrow<'_, Self>, _slot: u32) {
+        let mut inner = this.inner.lock();
+        if inner.credits.reposted() && inner.state == ChanState::Up {
+            // Nothing else went out to carry the grant: send it alone.
+            if this.send_locked(&mut inner, Kind::Credits, 0, &[]).is_ok() {
+                this.stats.add(Counter::CreditUpdates, 1);
+            }
+        }
+    }
+
+    fn send_done(this: ArcBorrow<'_, Self>, _slot: u32, wc: &Wc) {
+        if !wc.ok() {
+            this.wc_failed(wc);
+            return;
+        }
+        let mut inner = this.inner.lock();
+        inner.last_ack = Instant::now();
+        let state = inner.state;
+        drop(inner);
+        if let ChanState::Refusing(reason) = state {
+            this.fail(reason);
+            return;
+        }
+        // Send slots came free: what found none may go on.
+        this.unblocked();
+    }
+}
