@@ -69,7 +69,7 @@ def module_deps(src):
     # The crate root (the file that declares the modules) and the modules it
     # binds in from rust/ with #[path]: leaves, but for the root's own items.
     root = next((n for n, f in mods.items()
-                 if re.search(r'^mod \w+;', open(f[0], encoding='utf-8').read(), re.M)), None)
+                 if re.search(r'^module!', open(f[0], encoding='utf-8').read(), re.M)), None)
     wrappers = set()
     if root:
         with open(mods[root][0], encoding='utf-8') as fh:
@@ -157,18 +157,19 @@ def self_test():
     import tempfile
     cases = {
         # (files, circle expected)
-        'layered': ({'root.rs': 'mod a;\nmod b;\nfn f() { a::x(); }\n',
+        'layered': ({'root.rs': 'module! {}\nmod a;\nmod b;\nfn f() { a::x(); }\n',
                      'a.rs': 'use crate::b::Y;\n',
                      'b.rs': '// crate::a::X in a comment\nconst S: &str = "crate::a";\n'},
                     False),
         'use tree': ({'root.rs': 'mod a;\nmod b;\n',
                       'a.rs': 'use crate::{\n    b::{self, Y},\n};\n',
                       'b.rs': 'fn f() { crate::a::x() }\n'}, True),
-        'folder': ({'root.rs': 'mod a;\nmod b;\n',
+        # (A module with children of its own is not taken for the root.)
+        'folder': ({'root.rs': 'module! {}\nmod a;\nmod b;\n',
                     'a.rs': 'mod inner;\n',
                     'a/inner.rs': 'use crate::b::Y;\n',
                     'b.rs': 'use crate::a::X;\n'}, True),
-        'root item': ({'root.rs': 'mod a;\nstruct G;\nfn f() { a::x(); }\n',
+        'root item': ({'root.rs': 'module! {}\nmod a;\nstruct G;\nfn f() { a::x(); }\n',
                        'a.rs': 'use crate::G;\n'}, True),
     }
     ok = True

@@ -1,0 +1,512 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A session's life: connecting (a client's attempts, a server's channels
+//! joining), failures and reconnects with backoff, the tick's timers,
+//! device removal and the close.
+
+use super::*;
+
+impl Session {
+    /// Creates a server session for the connection request `data` from `peer`.
+    pub(crate) fn server(
+        host: Arc<dyn Host>,
+        net: &Net,
+        peer: SockAddr,
+        data: &crate::wire::ConnectData,
+        listener: u32,
+    ) -> Result<Arc<Self>> {
+        // The client's limits (checked by the decoder), or the defaults; the
+        // receive buffers of a channel stay within `SERVER_RX_BUDGET`, so a
+        // client cannot make the server pin much memory. The hello reply
+        // tells the client the depth it got.
+        let d = Params::DEFAULT;
+        let or = |v: u32, d: u32| if v == 0 { d } else { v };
+        let max_msg = or(data.max_msg, d.max_msg);
+        let queue_depth = or(u32::from(data.queue_depth), d.queue_depth)
+            .min(SERVER_RX_BUDGET / (max_msg + d.inline_size))
+            .max(wire::MIN_QUEUE_DEPTH);
+        let params = Params {
+            channels: data.channels,
+            max_msg,
+            queue_depth,
+            ..d
+        };
+        let id = host.next_session_id();
+        let s = Self::create(
+            host.clone(),
+            id,
+            data.session_id,
+            Role::Server,
+            net,
+            peer,
+            params,
+            Some(listener),
+            None,
+            None,
+        )?;
+        s.inner.lock().generation = data.generation;
+        host.add_session(s.clone())?;
+        s.notify();
+        Ok(s)
+    }
+
+    /// Opens a client session and waits until it is connected or has failed.
+    /// On failure the session is gone, `consumer` was told nothing, and the
+    /// reason is returned.
+    pub(crate) fn connect(
+        host: Arc<dyn Host>,
+        net: &Net,
+        peer: SockAddr,
+        service: ServiceName,
+        params: Params,
+        consumer: Option<Arc<dyn Consumer>>,
+    ) -> Result<Arc<Self>, Reason> {
+        let id = host.next_session_id();
+        let session_id = loop {
+            let v = work::random_u64();
+            if v != 0 {
+                break v;
+            }
+        };
+        let s = Self::create(
+            host.clone(),
+            id,
+            session_id,
+            Role::Client,
+            net,
+            peer,
+            params,
+            None,
+            Some(service),
+            consumer,
+        )
+        .map_err(|_| Reason::NoResources)?;
+        host.add_session(s.clone())
+            .map_err(|_| Reason::NoResources)?;
+        s.notify();
+        s.start_attempt();
+        let mut inner = s.inner.lock();
+        let deadline = Instant::<Monotonic>::now();
+        while inner.state == SessionState::Connecting {
+            let left = i64::from(CONNECT_TIMEOUT_MS) + 2000 - deadline.elapsed().as_millis();
+            if left <= 0 {
+                break;
+            }
+            // CAST: `left` is positive and below 2^31.
+            if let CondVarTimeoutResult::Signal { .. } = s
+                .changed
+                .wait_interruptible_timeout(&mut inner, msecs_to_jiffies(left as u32))
+            {
+                break;
+            }
+        }
+        let (state, reason) = (inner.state, inner.reason);
+        drop(inner);
+        if state == SessionState::Connected {
+            // The consumer hears `up` before the caller hears of success.
+            s.events.lock().mute = false;
+            s.sync_events();
+            return Ok(s);
+        }
+        // Still connecting when the wait ended: the attempt timed out, or a
+        // signal came.
+        let reason = if reason == Reason::None {
+            Reason::Timeout
+        } else {
+            reason
+        };
+        // The caller learns of the failure from the return value alone: the
+        // events stay muted.
+        s.close(reason);
+        Err(reason)
+    }
+
+    /// Client: starts a connect attempt with a new generation.
+    pub(super) fn start_attempt(self: &Arc<Self>) {
+        let mut inner = self.inner.lock();
+        if inner.state != SessionState::Connecting {
+            return;
+        }
+        inner.generation = inner.generation.wrapping_add(1);
+        inner.attempt_started = Instant::now();
+        let generation = inner.generation;
+        let mut channels = KVec::new();
+        for i in 0..self.params.channels {
+            match Channel::client(self, i, generation) {
+                Ok(c) if channels.push(c.clone(), GFP_KERNEL).is_ok() => {}
+                _ => {
+                    drop(inner);
+                    return self.channel_failed(i, generation, Reason::NoResources);
+                }
+            }
+        }
+        let list = match clone_all(&channels) {
+            Ok(l) => l,
+            Err(_) => {
+                drop(inner);
+                return self.channel_failed(0, generation, Reason::NoResources);
+            }
+        };
+        inner.channels = channels;
+        drop(inner);
+        for c in list.iter() {
+            c.start();
+        }
+    }
+
+    /// Server: adds the channel of a connection request, or refuses it.
+    /// The channel may have finished its handshake already (its hello can
+    /// come while it is being accepted): if it was the last, the session is
+    /// connected now.
+    pub(crate) fn add_channel(self: &Arc<Self>, chan: Arc<Channel>) -> Result<(), Reason> {
+        let (index, generation) = (chan.index(), chan.generation());
+        {
+            let mut inner = self.inner.lock();
+            if inner.state != SessionState::Connecting {
+                return Err(Reason::BadChannel);
+            }
+            inner
+                .channels
+                .push(chan, GFP_KERNEL)
+                .map_err(|_| Reason::NoResources)?;
+        }
+        self.channel_up(index, generation);
+        Ok(())
+    }
+
+    /// Server: whether a request for channel `index` of `generation` fits.
+    pub(crate) fn check_request(
+        &self,
+        generation: u32,
+        index: u16,
+        count: u16,
+    ) -> Result<(), Reason> {
+        let inner = self.inner.lock();
+        if count != self.params.channels || generation != inner.generation {
+            return Err(Reason::BadChannel);
+        }
+        if inner.state != SessionState::Connecting {
+            return Err(Reason::DuplicateChannel);
+        }
+        if inner.channels.iter().any(|c| c.index() == index) {
+            return Err(Reason::DuplicateChannel);
+        }
+        Ok(())
+    }
+
+    /// Server: checks a channel's hello. The first one asks the service to
+    /// accept the session; all channels must name the same service.
+    pub(crate) fn check_hello(self: &Arc<Self>, hello: &Hello) -> Reason {
+        if self.host.shutting_down() {
+            return Reason::ShuttingDown;
+        }
+        // The other channels' hellos wait here for the service's answer.
+        let _accepting = self.accepting.lock();
+        {
+            let inner = self.inner.lock();
+            match inner.service {
+                Some(s) if s != hello.service => return Reason::BadParams,
+                Some(_) => return inner.refused.unwrap_or(Reason::None),
+                None => {}
+            }
+        }
+        let res = self.host.attach(self, &hello.service);
+        let mut inner = self.inner.lock();
+        inner.service = Some(hello.service);
+        match res {
+            Ok(()) => Reason::None,
+            Err(r) => {
+                inner.refused = Some(r);
+                r
+            }
+        }
+    }
+
+    /// A channel completed its handshake.
+    pub(crate) fn channel_up(self: &Arc<Self>, _index: u16, generation: u32) {
+        let mut inner = self.inner.lock();
+        if inner.generation != generation || inner.state != SessionState::Connecting {
+            return;
+        }
+        let all = inner.channels.len() == usize::from(self.params.channels)
+            && inner.channels.iter().all(|c| c.info().up);
+        if !all {
+            return;
+        }
+        // Published before the state says so: a sender that sees the
+        // session connected finds its channels.
+        for c in inner.channels.iter() {
+            if let Some(q) = self.queues.get(usize::from(c.index())) {
+                q.set(Some(c.clone()));
+            }
+        }
+        if self.set_state(&mut inner, SessionState::Connected).is_err() {
+            self.unpublish();
+            return;
+        }
+        if inner.connected_once {
+            inner.reconnects += 1;
+            pr_info!("session {}: reconnected to {}\n", self.id, self.peer);
+        }
+        inner.connected_once = true;
+        self.update_sendable(&inner);
+        inner.reason = Reason::None;
+        inner.backoff.reset();
+        inner.failed_since = None;
+        drop(inner);
+        self.notify();
+    }
+
+    /// A channel failed: handled on the transport's work queue, by the
+    /// session's own work item (nothing to allocate, so no failure is lost
+    /// for want of memory). Callable from CM and completion handlers: takes
+    /// a spinlock and ferry's work-queue mutex. A failure of a newer
+    /// generation replaces one not yet handled, never one of an older; of
+    /// one generation, the first counts (the rest would find the session
+    /// changed already).
+    pub(crate) fn channel_failed(self: &Arc<Self>, index: u16, generation: u32, reason: Reason) {
+        {
+            let mut f = self.failure.lock();
+            // CAST: generations wrap; the difference's sign says which is
+            // newer.
+            let newer = f.is_none_or(|(_, g, _)| generation.wrapping_sub(g) as i32 > 0);
+            if newer {
+                *f = Some((index, generation, reason));
+            }
+        }
+        self.host.queue_failure(self.clone());
+    }
+
+    pub(super) fn handle_failure(self: &Arc<Self>, index: u16, generation: u32, reason: Reason) {
+        let mut inner = self.inner.lock();
+        if inner.generation != generation {
+            return;
+        }
+        let next = match (self.role, inner.state) {
+            (Role::Client, SessionState::Connected) => SessionState::Reconnecting,
+            (Role::Client, SessionState::Connecting) if inner.connected_once => {
+                SessionState::Reconnecting
+            }
+            (_, SessionState::Connecting) | (Role::Server, SessionState::Connected) => {
+                SessionState::Closing
+            }
+            _ => return,
+        };
+        if inner.state == SessionState::Connected {
+            pr_info!(
+                "session {}: channel {} to {} failed: {}\n",
+                self.id,
+                index,
+                self.peer,
+                reason.describe()
+            );
+        }
+        inner.reason = reason;
+        let channels = core::mem::take(&mut inner.channels);
+        // Senders hear what comes before the channels go.
+        let sendable = if next == SessionState::Closing {
+            ENOTCONN
+        } else {
+            EAGAIN
+        };
+        self.sendable.store(sendable.to_errno(), Release);
+        self.unpublish();
+        if next == SessionState::Closing {
+            inner.tearing_down += 1;
+            drop(inner);
+            self.tear_down(&channels);
+            self.close(reason);
+            return;
+        }
+        if self.set_state(&mut inner, next).is_err() {
+            return;
+        }
+        let now = Instant::now();
+        if inner.failed_since.is_none() {
+            inner.failed_since = Some(now);
+        }
+        let delay = inner.backoff.next_delay_ms(work::random_u32());
+        if inner.connected_once && inner.state == SessionState::Reconnecting {
+            pr_info!(
+                "session {}: attempt {} to {} failed ({}), next in {} ms\n",
+                self.id,
+                inner.backoff.attempts(),
+                self.peer,
+                reason.describe(),
+                delay
+            );
+        }
+        inner.next_attempt = Some(now);
+        inner.next_delay_ms = delay;
+        inner.tearing_down += 1;
+        drop(inner);
+        self.tear_down(&channels);
+        self.notify();
+    }
+
+    /// Closes the session for good: tears its channels down, waits for them,
+    /// removes it and tells the consumer. Idempotent: a second caller returns
+    /// once the first one is done. May sleep; not from a CM or completion
+    /// handler.
+    pub(crate) fn close(self: &Arc<Self>, reason: Reason) {
+        let mut inner = self.inner.lock();
+        if inner.state == SessionState::Closing {
+            // Another thread closes it: wait until it has.
+            while inner.state != SessionState::Closed {
+                self.changed.wait(&mut inner);
+            }
+        }
+        if inner.state == SessionState::Closed {
+            drop(inner);
+            // `gone` may still be on its way in the closing thread.
+            self.sync_events();
+            return;
+        }
+        if inner.state != SessionState::Closing
+            && self.set_state(&mut inner, SessionState::Closing).is_err()
+        {
+            return;
+        }
+        if inner.reason == Reason::None {
+            inner.reason = reason;
+        }
+        let channels = core::mem::take(&mut inner.channels);
+        self.sendable.store(ENOTCONN.to_errno(), Release);
+        self.unpublish();
+        drop(inner);
+        shutdown_all(&channels);
+        let mut inner = self.inner.lock();
+        // Channels a failure or a device removal tears down may still be
+        // completing requests: the session is not closed before they are.
+        while inner.tearing_down > 0 {
+            self.changed.wait(&mut inner);
+        }
+        // A concurrent close (a failure and the connect waiter) may have won.
+        if inner.state == SessionState::Closed {
+            return;
+        }
+        let _ = self.set_state(&mut inner, SessionState::Closed);
+        drop(inner);
+        self.host.remove_session(self);
+        self.notify();
+    }
+
+    /// Tears down the channels on RDMA device `index` before the device goes,
+    /// and lets the session recover (client) or close (server) afterwards.
+    pub(crate) fn device_removed(&self, index: u32) {
+        let mut inner = self.inner.lock();
+        let mut hit = KVec::new();
+        for c in inner.channels.iter() {
+            // A channel that cannot be recorded is torn down by its failure.
+            if c.on_device(index) && hit.push(c.clone(), GFP_KERNEL).is_err() {
+                c.fail(Reason::NoResources);
+            }
+        }
+        inner.tearing_down += 1;
+        drop(inner);
+        for c in hit.iter() {
+            c.fail(Reason::DeviceRemoved);
+        }
+        // (The failure takes them out of the session and keeps their counts.)
+        shutdown_all(&hit);
+        self.torn_down();
+    }
+
+    /// Shuts `channels`, taken out of the session, down (their requests
+    /// complete), keeps their counts, and ends a teardown counted in
+    /// `tearing_down`.
+    pub(super) fn tear_down(&self, channels: &[Arc<Channel>]) {
+        shutdown_all(channels);
+        // Drained: their counts are final, and stay the session's.
+        for c in channels.iter() {
+            self.retired.absorb(&c.stats.snapshot());
+        }
+        self.torn_down();
+    }
+
+    /// A teardown counted in `tearing_down` is over.
+    pub(super) fn torn_down(&self) {
+        let mut inner = self.inner.lock();
+        inner.tearing_down -= 1;
+        self.changed.notify_all();
+    }
+
+    /// Periodic work, from the transport's tick.
+    pub(crate) fn tick(self: &Arc<Self>) {
+        let inner = self.inner.lock();
+        let state = inner.state;
+        let Ok(channels) = clone_all(&inner.channels) else {
+            return;
+        };
+        let due = inner
+            .next_attempt
+            .is_some_and(|t| t.elapsed().as_millis() >= i64::from(inner.next_delay_ms));
+        let stuck =
+            inner.attempt_started.elapsed().as_millis() > i64::from(CONNECT_TIMEOUT_MS) + 1000;
+        let gave_up = self.params.give_up_s != 0
+            && inner.failed_since.is_some_and(|t| {
+                t.elapsed().as_millis() >= i64::from(self.params.give_up_s) * 1000
+            });
+        drop(inner);
+        match state {
+            // A server session whose client stopped opening channels.
+            SessionState::Connecting if self.role == Role::Server && stuck => {
+                self.close(Reason::Timeout);
+            }
+            SessionState::Connecting | SessionState::Connected => {
+                for c in channels.iter() {
+                    c.tick(
+                        self.params.heartbeat_ms,
+                        self.params.timeout_ms,
+                        CONNECT_TIMEOUT_MS,
+                    );
+                }
+            }
+            SessionState::Reconnecting if gave_up => {
+                pr_info!(
+                    "session {}: gave up reconnecting to {}\n",
+                    self.id,
+                    self.peer
+                );
+                self.close(Reason::GaveUp);
+            }
+            SessionState::Reconnecting if due => {
+                let mut inner = self.inner.lock();
+                inner.next_attempt = None;
+                if self.set_state(&mut inner, SessionState::Connecting).is_ok() {
+                    drop(inner);
+                    self.notify();
+                    self.start_attempt();
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl WorkItem for Session {
+    type Pointer = Arc<Session>;
+
+    fn run(this: Arc<Session>) {
+        let f = this.failure.lock().take();
+        if let Some((index, generation, reason)) = f {
+            this.handle_failure(index, generation, reason);
+        }
+    }
+}
+
+/// Tears down `channels`, each waiting for its QP and CM id.
+pub(super) fn shutdown_all(channels: &[Arc<Channel>]) {
+    for c in channels {
+        c.shutdown();
+    }
+}
+
+/// A copy of `channels`, to work on without the session's lock.
+pub(super) fn clone_all(channels: &[Arc<Channel>]) -> Result<KVec<Arc<Channel>>> {
+    let mut v = KVec::with_capacity(channels.len(), GFP_KERNEL)?;
+    for c in channels {
+        v.push(c.clone(), GFP_KERNEL)?;
+    }
+    Ok(v)
+}
