@@ -21,48 +21,59 @@ impl Session {
         data: Option<SgList>,
         nowait: bool,
     ) -> Result<(), Refused<Req>> {
-        let mut item = (req, data);
-        let mut guard: Option<kernel::sync::MutexGuard<'_, ()>> = None;
+        if nowait {
+            return self.try_request(on, own, req, data);
+        }
+        self.wait_for_room((req, data), |(req, data)| {
+            self.try_request(on, own, req, data)
+                .map_err(|(e, req, data)| (e, (req, data)))
+        })
+        .map_err(|(e, (req, data))| (e, req, data))
+    }
+
+    /// Makes `attempt` (a send or submit of `item`) until it succeeds or
+    /// fails for another reason than `EAGAIN`, sleeping up to the session's
+    /// timeout for room: credits, tags, regions, a reconnect. `EDEADLK` in a
+    /// completion of the session (only it could make room), `ETIMEDOUT`,
+    /// `EINTR`; the item comes back with the error. The one wait of the
+    /// session's senders.
+    fn wait_for_room<T>(
+        &self,
+        mut item: T,
+        mut attempt: impl FnMut(T) -> Result<(), (Error, T)>,
+    ) -> Result<(), (Error, T)> {
         let start = Instant::<Monotonic>::now();
+        let mut guard = None;
         loop {
-            let (req, data) = item;
-            match self.try_request(on, own, req, data) {
-                Ok(()) => return Ok(()),
-                Err((e, req, data)) if e == EAGAIN && !nowait => {
-                    if self.in_callback() {
-                        return Err((EDEADLK, req, data));
-                    }
-                    let left = i64::from(self.params.timeout_ms) - start.elapsed().as_millis();
-                    if left <= 0 {
-                        return Err((ETIMEDOUT, req, data));
-                    }
-                    let g = guard.get_or_insert_with(|| self.wait.lock());
-                    self.waiters.fetch_add(1, SeqCst);
-                    // A credit that came back meanwhile woke nobody: try
-                    // again under the lock before sleeping.
-                    let again = self.try_request(on, own, req, data);
-                    let (req, data) = match again {
-                        Ok(()) => {
-                            self.waiters.fetch_sub(1, SeqCst);
-                            return Ok(());
-                        }
-                        Err((e, req, data)) if e == EAGAIN => (req, data),
-                        Err(e) => {
-                            self.waiters.fetch_sub(1, SeqCst);
-                            return Err(e);
-                        }
-                    };
-                    // CAST: `0 < left <= timeout_ms`, a `u32`.
-                    let r = self
-                        .credit_cv
-                        .wait_interruptible_timeout(g, msecs_to_jiffies(left as u32));
+            item = match attempt(item) {
+                Err((e, t)) if e == EAGAIN => t,
+                r => return r,
+            };
+            if self.in_callback() {
+                return Err((EDEADLK, item));
+            }
+            let left = i64::from(self.params.timeout_ms) - start.elapsed().as_millis();
+            if left <= 0 {
+                return Err((ETIMEDOUT, item));
+            }
+            let g = guard.get_or_insert_with(|| self.wait.lock());
+            self.waiters.fetch_add(1, SeqCst);
+            // Room that came back meanwhile woke nobody: try again under
+            // the lock before sleeping.
+            item = match attempt(item) {
+                Err((e, t)) if e == EAGAIN => t,
+                r => {
                     self.waiters.fetch_sub(1, SeqCst);
-                    if let CondVarTimeoutResult::Signal { .. } = r {
-                        return Err((EINTR, req, data));
-                    }
-                    item = (req, data);
+                    return r;
                 }
-                Err(e) => return Err(e),
+            };
+            // CAST: `0 < left <= timeout_ms`, a `u32`.
+            let r = self
+                .credit_cv
+                .wait_interruptible_timeout(g, msecs_to_jiffies(left as u32));
+            self.waiters.fetch_sub(1, SeqCst);
+            if let CondVarTimeoutResult::Signal { .. } = r {
+                return Err((EINTR, item));
             }
         }
     }
@@ -193,36 +204,11 @@ impl Session {
         if on.is_some_and(|q| q >= self.params.channels) {
             return Err(EINVAL);
         }
-        let first = self.try_send(on, data);
-        if nowait || first != Err(EAGAIN) {
-            return first;
+        if nowait {
+            return self.try_send(on, data);
         }
-        if self.in_callback() {
-            return Err(EDEADLK);
-        }
-        let start = Instant::<Monotonic>::now();
-        let mut guard = self.wait.lock();
-        loop {
-            self.waiters.fetch_add(1, SeqCst);
-            let res = self.try_send(on, data);
-            let left = i64::from(self.params.timeout_ms) - start.elapsed().as_millis();
-            let res = match res {
-                Err(e) if e == EAGAIN && left <= 0 => Err(ETIMEDOUT),
-                // CAST: `0 < left <= timeout_ms`, a `u32`.
-                Err(e) if e == EAGAIN => match self
-                    .credit_cv
-                    .wait_interruptible_timeout(&mut guard, msecs_to_jiffies(left as u32))
-                {
-                    CondVarTimeoutResult::Signal { .. } => Err(EINTR),
-                    _ => Err(EAGAIN),
-                },
-                r => r,
-            };
-            self.waiters.fetch_sub(1, SeqCst);
-            if res != Err(EAGAIN) {
-                return res;
-            }
-        }
+        self.wait_for_room((), |()| self.try_send(on, data).map_err(|e| (e, ())))
+            .map_err(|(e, ())| e)
     }
 
     pub(super) fn try_send(&self, on: Option<u16>, data: &[u8]) -> Result {
