@@ -77,6 +77,12 @@ pub fn num_online_cpus() -> u32 {
     unsafe { bindings::ferry_helper_num_online_cpus() }
 }
 
+/// The kernel's tick count (`get_jiffies_64()`), which never wraps.
+pub fn jiffies_64() -> u64 {
+    // SAFETY: No preconditions; it reads the counter.
+    unsafe { bindings::ferry_helper_get_jiffies_64() }
+}
+
 /// A random `u64` from the kernel's CRNG.
 pub fn random_u64() -> u64 {
     (u64::from(random_u32()) << 32) | u64::from(random_u32())

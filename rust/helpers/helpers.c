@@ -322,6 +322,11 @@ unsigned int ferry_helper_num_online_cpus(void)
 	return num_online_cpus();
 }
 
+u64 ferry_helper_get_jiffies_64(void)
+{
+	return get_jiffies_64();
+}
+
 void *ferry_helper_genlmsg_put_ntf(const struct genl_family *family,
 				    struct sk_buff *skb, u8 cmd)
 {

@@ -111,6 +111,7 @@ int ferry_helper_genlmsg_multicast_allns(const struct genl_family *family,
 					 struct sk_buff *skb, void *hdr,
 					 unsigned int group);
 unsigned int ferry_helper_num_online_cpus(void);
+u64 ferry_helper_get_jiffies_64(void);
 void *ferry_helper_genlmsg_put_ntf(const struct genl_family *family,
 				    struct sk_buff *skb, u8 cmd);
 int ferry_helper_nla_put_u16(struct sk_buff *skb, int type, u16 value);

@@ -258,6 +258,9 @@ impl Drop for Registered {
 pub struct DeviceName([u8; NAME_MAX]);
 
 impl DeviceName {
+    /// No name (a channel that has no device yet).
+    pub const NONE: Self = Self([0; NAME_MAX]);
+
     /// The name as a C string.
     pub fn as_cstr(&self) -> &CStr {
         // The helper always NUL-terminates; fall back to "" if that ever broke.

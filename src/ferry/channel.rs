@@ -347,6 +347,15 @@ impl<O: Owner> Channel<O> {
         }
     }
 
+    /// The name of the channel's RDMA device, for logs ("" before it has
+    /// one).
+    pub(crate) fn device_name(&self) -> DeviceName {
+        self.inner
+            .lock()
+            .device
+            .map_or(DeviceName::NONE, |(_, n)| n)
+    }
+
     /// The peer's limits learnt in the handshake: (queue depth, largest
     /// message, inline data).
     pub(crate) fn peer_limits(&self) -> (u32, u32, u32) {

@@ -39,6 +39,7 @@ mod hostile;
 mod listener;
 mod netlink;
 mod params;
+mod ratelimit;
 mod service;
 mod session;
 mod state;

@@ -104,7 +104,7 @@ impl Listener {
         let data = match ConnectData::decode(ev.private_data()) {
             Ok(d) => d,
             Err(r) => {
-                pr_info!(
+                crate::ratelimit::pr_info_limited!(
                     "listener {}: refused a request from {}: {}\n",
                     self.id,
                     req.id().dst_addr(),

@@ -179,8 +179,10 @@ impl<O: Owner> Channel<O> {
                         let qp = inner.qp.as_ref().ok_or(Reason::LocalClose)?;
                         if let Err(e) = qp.local_invalidate(tag, keys.as_slice()) {
                             // Once per channel: the failure closes it.
-                            pr_warn!(
-                                "session {} channel {}: posting {} invalidations failed: {:?}\n",
+                            let dev = inner.device.map_or(DeviceName::NONE, |(_, n)| n);
+                            crate::ratelimit::pr_warn_limited!(
+                                "{}: session {} channel {}: posting {} invalidations failed: {:?}\n",
+                                dev.as_cstr(),
                                 self.session.id(),
                                 self.index,
                                 keys.as_slice().len(),
@@ -237,8 +239,9 @@ impl<O: Owner> Channel<O> {
         } else {
             let first = self.stats.add(Counter::WcErrors, 1) == 0;
             if first {
-                pr_warn!(
-                    "session {} channel {}: {} (status {}, vendor error {:#x})\n",
+                crate::ratelimit::pr_warn_limited!(
+                    "{}: session {} channel {}: {} (status {}, vendor error {:#x})\n",
+                    self.device_name().as_cstr(),
                     self.session.id(),
                     self.index,
                     wc.status_msg(),
@@ -263,8 +266,9 @@ impl<O: Owner> Channel<O> {
             Ok(_) => true,
             Err(r) => {
                 if !r.what.is_empty() {
-                    pr_warn!(
-                        "session {} channel {}: the peer broke the protocol ({}, {} bytes): closing the connection\n",
+                    crate::ratelimit::pr_warn_limited!(
+                        "{}: session {} channel {}: the peer broke the protocol ({}, {} bytes): closing the connection\n",
+                        self.device_name().as_cstr(),
                         self.session.id(),
                         self.index,
                         r.what,

@@ -292,8 +292,10 @@ impl Session {
             }
             _ => return,
         };
-        if inner.state == SessionState::Connected {
-            pr_info!(
+        // A client's disconnect is how a server session ends: not a failure.
+        let normal_end = self.role == Role::Server && reason == Reason::PeerClosed;
+        if inner.state == SessionState::Connected && !normal_end {
+            crate::ratelimit::pr_info_limited!(
                 "session {}: channel {} to {} failed: {}\n",
                 self.id,
                 index,
