@@ -232,7 +232,10 @@ impl Dir {
 /// [`Pages::sgl`] returns the head of a valid scatterlist of that many
 /// entries holding [`Pages::len`] bytes, the same on every call, whose pages
 /// stay allocated and are neither read, written nor DMA-mapped by anyone but
-/// ferry until the object is given back.
+/// ferry until the object is given back. ferry writes the entries' DMA
+/// fields through the pointer (mapping them), so the entries must not live
+/// inside the object where a shared reference covers them: in a separate
+/// allocation, as `sg_table`s are.
 pub unsafe trait Pages: Send + 'static {
     /// The scatterlist's head and entry count.
     fn sgl(&self) -> (*mut bindings::scatterlist, c_uint);
@@ -384,6 +387,12 @@ impl Drop for Data {
 /// A caller's own buffer lent as it is, with no copy: the first `len` bytes
 /// of a `VVec`'s pages. [`Lent::into_inner`] gives the buffer back.
 ///
+/// The pages are reached by DMA through their `struct page` and by the CPU
+/// through the vmalloc address: on an architecture whose caches can alias
+/// (not x86 or arm64), a caller must `flush_kernel_vmap_range()` before
+/// lending and `invalidate_kernel_vmap_range()` after data came in, as
+/// `bio_map_kern()` does; `Data` has no such caveat.
+///
 /// # Invariants
 ///
 /// `table` was filled by `sg_alloc_table_from_pages_segment` over the pages
@@ -397,8 +406,6 @@ pub struct Lent {
 
 // SAFETY: The table only points at the pages of the object's own buffer.
 unsafe impl Send for Lent {}
-// SAFETY: Shared references only read.
-unsafe impl Sync for Lent {}
 
 impl Lent {
     /// Lends the first `len` bytes (at least one) of `buf`, which must hold

@@ -141,6 +141,9 @@ struct Inner<O: Owner> {
     ring: Option<SendRing>,
     /// Loans of the QP that have not ended (see the module docs).
     lent: u32,
+    /// Growths of the region pool at work (they hold the PD; see
+    /// [`Channel::shutdown`]).
+    growing: u32,
     credits: Credits,
     /// Largest message the peer accepts.
     peer_max_msg: u32,
@@ -273,6 +276,7 @@ impl<O: Owner> Channel<O> {
                     qp: None,
                     ring: None,
                     lent: 0,
+                    growing: 0,
                     credits: Credits::new(session.params().queue_depth),
                     peer_max_msg: wire::MIN_MSG_SIZE,
                     peer_inline: 0,
@@ -443,7 +447,12 @@ impl<O: Owner> Channel<O> {
             cb.done(ECONNABORTED.to_errno());
         }
         // Nothing of the device stays: its PD's registration reference would
-        // hold up the device's removal.
+        // hold up the device's removal, and a region registered after it
+        // would outlive the device. A growth of the pool that started
+        // before the close ends soon (it registers a few regions).
+        while self.inner.lock().growing != 0 {
+            fsleep(Delta::from_millis(1));
+        }
         let (xfer, pd) = {
             let mut inner = self.inner.lock();
             (inner.xfer.take(), inner.pd.take())

@@ -37,6 +37,10 @@ pub(crate) enum Fault {
     /// The next RDMA transfer uses the right key on the bytes right after
     /// the region it was given.
     BeyondRegion = 8,
+    /// The next message fills the whole send buffer: the peer's receive
+    /// buffer has room for it (its inline room), but it is larger than the
+    /// largest message agreed.
+    Oversized = 9,
 }
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
@@ -52,6 +56,7 @@ impl Fault {
             6 => Self::ForgedKey,
             7 => Self::StaleKey,
             8 => Self::BeyondRegion,
+            9 => Self::Oversized,
             _ => return None,
         })
     }
@@ -81,10 +86,17 @@ impl Hostile {
             .is_ok()
     }
 
-    /// A consumer's message about to be sent, as `buf` (header first).
-    pub(crate) fn message(&self, buf: &mut [u8]) {
+    /// A consumer's message of `n` bytes about to be sent, in `buf` (header
+    /// first, as large as the send buffer); returns the bytes to send.
+    pub(crate) fn message(&self, buf: &mut [u8], n: usize) -> usize {
         if buf.len() < 8 {
-            return;
+            return n;
+        }
+        if self.take(Fault::Oversized) {
+            // The header says so too: only the size is wrong.
+            let len = u32::try_from(buf.len() - 16).unwrap_or(u32::MAX);
+            buf[4..8].copy_from_slice(&len.to_le_bytes());
+            return buf.len();
         }
         if self.take(Fault::UnknownKind) {
             buf[0] = 0x7f;
@@ -94,6 +106,7 @@ impl Hostile {
         } else if self.take(Fault::OverGrant) {
             buf[2..4].copy_from_slice(&u16::MAX.to_le_bytes());
         }
+        n
     }
 
     /// A request about to be sent, as `buf` (header first, then its head).
@@ -123,7 +136,9 @@ impl Hostile {
 impl Hostile {
     /// Production build: sends the message as it is.
     #[inline(always)]
-    pub(crate) fn message(&self, _buf: &mut [u8]) {}
+    pub(crate) fn message(&self, _buf: &mut [u8], n: usize) -> usize {
+        n
+    }
 
     /// Production build: sends the request as it is.
     #[inline(always)]

@@ -437,7 +437,7 @@ impl<R: Request> Xfer<R> {
         send: impl FnOnce(u32, &Regions, u64, &RequestHead, &[u8], Option<&SgList>) -> Result,
     ) -> Result<(), Refused<R>> {
         let dir = req.dir();
-        if (dir == Dir::None) != data.is_none() {
+        if (dir == Dir::None) != data.is_none() || data.as_ref().is_some_and(|d| d.is_empty()) {
             return Err((EINVAL, req, data));
         }
         if self.in_flight >= limit {

@@ -4,8 +4,10 @@
 
 Each top-level module of the crate (a file `src/ferry/NAME.rs`, with its
 folder `src/ferry/NAME/` if it has one) is a node; `NAME` depends on `OTHER`
-when its code names `crate::OTHER` (in a `use` or in a path), or `OTHER`
-items through `super::` from a submodule. The safe wrappers of rust/ (bound
+when its code names `crate::OTHER` (in a `use` or in a path), and on the
+crate root when it names a root item (`crate::Item`); the root depends on
+the modules it names. (Submodules of a folder reach each other through
+`super::`, inside their node.) The safe wrappers of rust/ (bound
 in with `#[path]`) are leaves: they are left out. Tests (`#[cfg(...KUNIT...)]`
 modules) count too, as they are part of the module.
 

@@ -17,6 +17,12 @@ impl<O: Owner> Channel<O> {
         invalidated: Option<u32>,
     ) -> Result<bool, Refusal> {
         let (h, payload) = Header::parse(msg)?;
+        // The receive buffers have room for inline data beyond the largest
+        // message: nothing but a request's inline data may use it.
+        let max_msg = self.session.params().max_msg as usize;
+        if h.kind != Kind::Request && msg.len() > max_msg {
+            return Err(Refusal::breach("a message beyond the largest agreed"));
+        }
         let granted = h.credits != 0;
         let role = self.session.role();
         // The session's lock comes before the channel's: ask it first.
@@ -115,6 +121,11 @@ impl<O: Owner> Channel<O> {
                 let (head, hdr, data) =
                     RequestHead::parse(payload, self.session.params().inline_size)
                         .map_err(|_| Refusal::breach("a malformed request"))?;
+                if msg.len() - data.len() > max_msg {
+                    return Err(Refusal::breach(
+                        "a request beyond the largest message agreed",
+                    ));
+                }
                 // The requester may have its queue depth in flight: this
                 // side's depth, which is also the tag count.
                 let tag = inner

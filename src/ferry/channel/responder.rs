@@ -32,6 +32,10 @@ impl<O: Owner> Channel<O> {
             return Err(EINVAL);
         }
         if inc.head.inline {
+            // As for an RDMA: only while the connection lives.
+            if self.inner.lock().state != ChanState::Up {
+                return Err(ENOTCONN);
+            }
             sg.copy_from(inc.inline_data())?;
             inc.moved = inc.head.data_len;
             return Ok(Some(done));

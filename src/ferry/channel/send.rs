@@ -21,9 +21,9 @@ impl<O: Owner> Channel<O> {
         };
         let grant = inner.credits.take(kind == Kind::Credits).ok_or(EAGAIN)?;
         let fill = |buf: &mut [u8]| {
-            let n = Header::write(kind, grant, cookie, payload, buf)?;
+            let mut n = Header::write(kind, grant, cookie, payload, buf)?;
             if kind == Kind::Message {
-                self.session.hostile().message(buf);
+                n = self.session.hostile().message(buf, n);
             }
             Ok(n)
         };

@@ -100,15 +100,24 @@ impl<O: Owner> WorkItem<1> for Channel<O> {
     type Pointer = Arc<Channel<O>>;
 
     fn run(this: Arc<Self>) {
+        // Counted in `growing` while it holds the PD: the teardown waits for
+        // it, so no region outlives the channel's device.
         let (n, pd, pages) = {
-            let inner = this.inner.lock();
+            let mut inner = this.inner.lock();
+            if inner.state == ChanState::Closed {
+                return;
+            }
             let n = inner.xfer.as_ref().map_or(0, Xfer::wants_regions);
             let pages = inner
                 .caps
                 .map_or(0, |c| c.max_fast_reg_page_list_len.min(MAX_REG_PAGES));
-            (n, inner.pd.clone(), pages)
+            let pd = inner.pd.clone().filter(|_| n > 0 && pages > 0);
+            if pd.is_some() {
+                inner.growing += 1;
+            }
+            (n, pd, pages)
         };
-        let Some(pd) = pd.filter(|_| n > 0 && pages > 0) else {
+        let Some(pd) = pd else {
             return;
         };
         let mut mrs = KVec::with_capacity(n as usize, GFP_KERNEL).unwrap_or_default();
@@ -133,6 +142,8 @@ impl<O: Owner> WorkItem<1> for Channel<O> {
         }
         // What found no room (the channel closed) is deregistered here.
         drop(mrs);
+        drop(pd);
+        this.inner.lock().growing -= 1;
         // Requests that waited for regions may go.
         O::credits_returned(&this.session, this.index);
     }

@@ -152,8 +152,10 @@ impl Session {
         self.wake_senders();
         let bit = 1u64.checked_shl(u32::from(qid)).unwrap_or(0);
         let mine = bit != 0 && self.want_writable.fetch_and(!bit, SeqCst) & bit != 0;
-        // (`|` not `||`: an "any" waiter is served too.)
-        if mine | self.want_any.swap(false, SeqCst) {
+        // (`|` not `||`: an "any" waiter is served too, by a channel the
+        // session's own pick uses: not a polled one.)
+        let any = !self.params.polled(qid) && self.want_any.swap(false, SeqCst);
+        if mine | any {
             let consumer = self.inner.lock().consumer.clone();
             if let Some(c) = consumer {
                 c.writable(self, qid);

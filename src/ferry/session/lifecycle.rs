@@ -398,14 +398,30 @@ impl Session {
     pub(crate) fn device_removed(&self, index: u32) {
         let mut inner = self.inner.lock();
         let mut hit = KVec::new();
+        let mut unrecorded = false;
         for c in inner.channels.iter() {
-            // A channel that cannot be recorded is torn down by its failure.
             if c.on_device(index) && hit.push(c.clone(), GFP_KERNEL).is_err() {
-                c.fail(Reason::NoResources);
+                unrecorded = true;
             }
         }
         inner.tearing_down += 1;
+        // A channel that cannot be recorded is torn down by its failure
+        // (failing takes the work queue's lock: not under `inner`).
+        let rest = match unrecorded.then(|| clone_all(&inner.channels)) {
+            Some(Ok(all)) => Some(all),
+            Some(Err(_)) => {
+                // Out of memory twice: under the lock, as a last resort.
+                for c in inner.channels.iter().filter(|c| c.on_device(index)) {
+                    c.fail(Reason::NoResources);
+                }
+                None
+            }
+            None => None,
+        };
         drop(inner);
+        for c in rest.iter().flatten().filter(|c| c.on_device(index)) {
+            c.fail(Reason::NoResources);
+        }
         for c in hit.iter() {
             c.fail(Reason::DeviceRemoved);
         }

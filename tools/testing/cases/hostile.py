@@ -14,6 +14,7 @@ MESSAGE_FAULTS = {
     3: 'credits beyond the buffers it has',
     4: 'a response to no request in flight',
     5: 'a malformed request',
+    9: 'a message beyond the largest agreed',
 }
 RQ_SUMMARY = re.compile(r'client: (\d+) requests, (\d+) done, (\d+) wrong, (\d+) failed')
 
@@ -27,8 +28,9 @@ def hostile_peer(t):
     """One VM, rxe in loopback. While a well-behaved client holds a session
     to the Rust echo service, a hostile client opens sessions to it and
     sends a message of unknown kind, a header whose length lies, a credit
-    grant beyond its buffers, a response to a request never made, and a
-    request whose data length lies. Each time the service side logs what the
+    grant beyond its buffers, a response to a request never made, a request
+    whose data length lies, and a message larger than the largest agreed
+    (which the receive buffer's inline room would hold). Each time the service side logs what the
     peer did wrong and closes that session alone: the good session never
     goes down and the service goes on serving. Then a hostile service RDMAs
     into a requester's pages with a forged key (4 KiB, then 1 MiB, which

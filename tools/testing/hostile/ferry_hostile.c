@@ -3,7 +3,7 @@
  * ferry_hostile: a peer that breaks ferry's protocol on purpose, for the
  * hostile-peer test case (test builds of ferry only: ferry_test_misbehave()).
  *
- * As a client (peer=ADDR port=PORT service=NAME fault=1..5) it opens a
+ * As a client (peer=ADDR port=PORT service=NAME fault=1..5 or 9) it opens a
  * session of one channel, commits the fault (see include/ferry/ferry_test.h)
  * and waits for the peer to close the connection; the load fails if it does
  * not within 10 s. It logs "ferry_hostile: fault N: closed by the peer after
@@ -109,6 +109,7 @@ static int attack(void)
 		case FERRY_FAULT_UNKNOWN_KIND:
 		case FERRY_FAULT_LYING_LENGTH:
 		case FERRY_FAULT_OVER_GRANT:
+		case FERRY_FAULT_OVERSIZED:
 			ret = ferry_send(s, msg, sizeof(msg), 0);
 			break;
 		case FERRY_FAULT_LYING_REQUEST:
