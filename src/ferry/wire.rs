@@ -502,6 +502,19 @@ pub(crate) struct Refusal {
 }
 
 impl Refusal {
+    /// A decoder's error: a malformed message is a breach (`what`), limits
+    /// out of range are a refusal for that reason, not a breach.
+    pub(crate) fn of_decode(reason: Reason, what: &'static str) -> Self {
+        Self {
+            reason,
+            what: if reason == Reason::Malformed {
+                what
+            } else {
+                ""
+            },
+        }
+    }
+
     /// A breach of the protocol: fails the channel with
     /// [`Reason::ProtocolError`].
     pub(crate) const fn breach(what: &'static str) -> Self {

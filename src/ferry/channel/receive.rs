@@ -28,15 +28,8 @@ impl<O: Owner> Channel<O> {
         // The session's lock comes before the channel's: ask it first.
         let hello = match (h.kind, role) {
             (Kind::Hello, Role::Server) => {
-                let hello = Hello::decode(payload).map_err(|reason| Refusal {
-                    reason,
-                    // Limits out of range are a refusal, not a breach.
-                    what: if reason == Reason::Malformed {
-                        "a malformed hello"
-                    } else {
-                        ""
-                    },
-                })?;
+                let hello = Hello::decode(payload)
+                    .map_err(|r| Refusal::of_decode(r, "a malformed hello"))?;
                 Some((hello, O::check_hello(&self.session, &hello)))
             }
             _ => None,
@@ -77,14 +70,8 @@ impl<O: Owner> Channel<O> {
                 Ok(false)
             }
             (Kind::HelloReply, ChanState::Handshake, None) if role == Role::Client => {
-                let reply = HelloReply::decode(payload).map_err(|reason| Refusal {
-                    reason,
-                    what: if reason == Reason::Malformed {
-                        "a malformed hello reply"
-                    } else {
-                        ""
-                    },
-                })?;
+                let reply = HelloReply::decode(payload)
+                    .map_err(|r| Refusal::of_decode(r, "a malformed hello reply"))?;
                 if reply.status != Reason::None {
                     return Err(reply.status.into());
                 }
