@@ -31,7 +31,7 @@ use core::sync::atomic::{
 use kernel::{
     new_mutex, new_spinlock_irq, new_work,
     prelude::*,
-    sync::{Arc, ArcBorrow, Mutex, SpinLockIrq},
+    sync::{Arc, ArcBorrow, Mutex, SpinLockIrq, SpinLockIrqGuard},
     time::{delay::fsleep, Delta, Instant, Monotonic},
     workqueue::{impl_has_work, Work, WorkItem},
 };
@@ -180,6 +180,15 @@ struct Inner<O: Owner> {
 }
 
 impl<O: Owner> Inner<O> {
+    /// What the peer's hello (or reply) says, bounded by this side's
+    /// `params`: its depth bounds its grants from here on.
+    fn learn_peer(&mut self, params: &Params, depth: u32, max_msg: u32, inline: u32) {
+        self.credits.set_peer_depth(depth);
+        self.peer_depth = depth;
+        self.peer_max_msg = max_msg.min(params.max_msg);
+        self.peer_inline = inline.min(params.inline_size);
+    }
+
     /// Moves to `to` if the table allows it ([`ChanState::allows`]). A
     /// refused move is a bug: it is warned about and the state stays.
     fn enter(&mut self, to: ChanState) -> bool {

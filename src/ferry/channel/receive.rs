@@ -8,6 +8,17 @@
 use super::*;
 
 impl<O: Owner> Channel<O> {
+    /// The handshake is over: the channel carries traffic, and its session
+    /// hears of it (without the channel's lock).
+    fn come_up(&self, mut inner: SpinLockIrqGuard<'_, Inner<O>>) {
+        if !inner.enter(ChanState::Up) {
+            return;
+        }
+        inner.last_heartbeat = Instant::now();
+        drop(inner);
+        O::channel_up(&self.session, self.index, self.generation);
+    }
+
     /// Handles one received message (`invalidated`: the key a
     /// send-with-invalidate ended); `Err` fails the channel. Returns whether
     /// the message granted credits.
@@ -40,13 +51,9 @@ impl<O: Owner> Channel<O> {
         self.stats.add(Counter::RxBytes, msg.len() as u64);
         match (h.kind, inner.state, hello) {
             (Kind::Hello, ChanState::Connecting | ChanState::Handshake, Some((hello, status))) => {
-                // The peer's depth bounds its grants from here on.
-                inner.credits.set_peer_depth(hello.queue_depth);
+                let p = self.session.params();
+                inner.learn_peer(p, hello.queue_depth, hello.max_msg, hello.inline_size);
                 inner.credits.grant(h.credits)?;
-                inner.peer_depth = hello.queue_depth;
-                let p = &self.session.params();
-                inner.peer_max_msg = hello.max_msg.min(p.max_msg);
-                inner.peer_inline = hello.inline_size.min(p.inline_size);
                 let reply = HelloReply {
                     status,
                     queue_depth: p.queue_depth,
@@ -61,12 +68,7 @@ impl<O: Owner> Channel<O> {
                     inner.enter(ChanState::Refusing(status));
                     return Ok(false);
                 }
-                if !inner.enter(ChanState::Up) {
-                    return Ok(false);
-                }
-                inner.last_heartbeat = Instant::now();
-                drop(inner);
-                O::channel_up(&self.session, self.index, self.generation);
+                self.come_up(inner);
                 Ok(false)
             }
             (Kind::HelloReply, ChanState::Handshake, None) if role == Role::Client => {
@@ -75,17 +77,10 @@ impl<O: Owner> Channel<O> {
                 if reply.status != Reason::None {
                     return Err(reply.status.into());
                 }
-                inner.credits.set_peer_depth(reply.queue_depth);
+                let p = self.session.params();
+                inner.learn_peer(p, reply.queue_depth, reply.max_msg, reply.inline_size);
                 inner.credits.grant(h.credits)?;
-                inner.peer_depth = reply.queue_depth;
-                inner.peer_max_msg = reply.max_msg.min(self.session.params().max_msg);
-                inner.peer_inline = reply.inline_size.min(self.session.params().inline_size);
-                if !inner.enter(ChanState::Up) {
-                    return Ok(false);
-                }
-                inner.last_heartbeat = Instant::now();
-                drop(inner);
-                O::channel_up(&self.session, self.index, self.generation);
+                self.come_up(inner);
                 Ok(false)
             }
             (Kind::Heartbeat, ChanState::Up, _) => {
