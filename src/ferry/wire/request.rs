@@ -293,6 +293,24 @@ mod tests {
             .is_err());
     }
 
+    /// A change made to a copy of a request.
+    type Spoil<'a> = &'a dyn Fn(&mut [u8]);
+
+    /// Checks that the `n`-byte request in `b` is refused truncated at every
+    /// length and padded, and returns a check that it is refused once a
+    /// change has spoiled a copy of it.
+    fn spoiler(b: [u8; 256], n: usize) -> impl Fn(Spoil<'_>) -> bool {
+        for len in 0..n {
+            assert!(RequestHead::parse(&b[..len], 4096).is_err());
+        }
+        assert!(RequestHead::parse(&b[..n + 1], 4096).is_err());
+        move |f: Spoil<'_>| {
+            let mut c = b;
+            f(&mut c[..n]);
+            RequestHead::parse(&c[..n], 4096).is_err()
+        }
+    }
+
     fn inline(len: u32) -> RequestHead {
         RequestHead {
             dir: Dir::ToPeer,
@@ -323,16 +341,8 @@ mod tests {
         assert!(RequestHead::parse(&b[..n], 0).is_err());
         // The writer's failure is the write's.
         assert_eq!(h.write(b"hdr", &mut b, |_| Err(EIO)), Err(EIO));
-        let bad = |f: &dyn Fn(&mut [u8])| {
-            let mut c = b;
-            f(&mut c[..n]);
-            RequestHead::parse(&c[..n], 4096).is_err()
-        };
-        // Truncated or padded; data that claims to be longer or shorter.
-        for len in 0..n {
-            assert!(RequestHead::parse(&b[..len], 4096).is_err());
-        }
-        assert!(RequestHead::parse(&b[..n + 1], 4096).is_err());
+        let bad = spoiler(b, n);
+        // Data that claims to be longer or shorter.
         assert!(bad(&|c| put32(c, 4, 101)));
         assert!(bad(&|c| put32(c, 4, 99)));
         assert!(bad(&|c| put32(c, 4, 0)));
@@ -354,16 +364,7 @@ mod tests {
         let mut b = [0u8; 256];
         let h = head(Dir::FromPeer, &[4096, 8192]);
         let n = h.write(b"x", &mut b, |_| Ok(())).unwrap();
-        let bad = |f: &dyn Fn(&mut [u8])| {
-            let mut c = b;
-            f(&mut c[..n]);
-            RequestHead::parse(&c[..n], 4096).is_err()
-        };
-        // Truncated at every length, or padded.
-        for len in 0..n {
-            assert!(RequestHead::parse(&b[..len], 4096).is_err());
-        }
-        assert!(RequestHead::parse(&b[..n + 1], 4096).is_err());
+        let bad = spoiler(b, n);
         // Regions that claim to be inline.
         assert!(bad(&|c| put16(c, 2, INLINE)));
         // Unknown direction.
