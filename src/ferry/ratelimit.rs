@@ -65,36 +65,33 @@ impl RateLimit {
     }
 }
 
-/// `pr_warn!` at most [`BURST`] times per [`INTERVAL_MS`] from this call
-/// site; a line says how many were suppressed before.
+/// `$pr!($args)` (a `kernel::pr_*` macro) at most [`BURST`] times per
+/// [`INTERVAL_MS`] from this call site; a line says how many were
+/// suppressed before.
+macro_rules! pr_limited {
+    ($pr:ident, $($arg:tt)*) => {{
+        static LIMIT: $crate::ratelimit::RateLimit = $crate::ratelimit::RateLimit::new();
+        let (ok, missed) = LIMIT.allow();
+        if missed > 0 {
+            kernel::$pr!("{} similar messages suppressed\n", missed);
+        }
+        if ok {
+            kernel::$pr!($($arg)*);
+        }
+    }};
+}
+
+/// `pr_warn!`, rate limited (see [`pr_limited!`]).
 macro_rules! pr_warn_limited {
-    ($($arg:tt)*) => {{
-        static LIMIT: $crate::ratelimit::RateLimit = $crate::ratelimit::RateLimit::new();
-        let (ok, missed) = LIMIT.allow();
-        if missed > 0 {
-            kernel::pr_warn!("{} similar messages suppressed\n", missed);
-        }
-        if ok {
-            kernel::pr_warn!($($arg)*);
-        }
-    }};
+    ($($arg:tt)*) => { $crate::ratelimit::pr_limited!(pr_warn, $($arg)*) };
 }
 
-/// `pr_info!` with the limit of [`pr_warn_limited!`].
+/// `pr_info!`, rate limited (see [`pr_limited!`]).
 macro_rules! pr_info_limited {
-    ($($arg:tt)*) => {{
-        static LIMIT: $crate::ratelimit::RateLimit = $crate::ratelimit::RateLimit::new();
-        let (ok, missed) = LIMIT.allow();
-        if missed > 0 {
-            kernel::pr_info!("{} similar messages suppressed\n", missed);
-        }
-        if ok {
-            kernel::pr_info!($($arg)*);
-        }
-    }};
+    ($($arg:tt)*) => { $crate::ratelimit::pr_limited!(pr_info, $($arg)*) };
 }
 
-pub(crate) use {pr_info_limited, pr_warn_limited};
+pub(crate) use {pr_info_limited, pr_limited, pr_warn_limited};
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 #[kunit_tests(ferry_ratelimit)]
