@@ -150,11 +150,17 @@ impl Session {
     /// submit of its was refused on that channel or on the session.
     pub(crate) fn credits_returned(self: &Arc<Self>, qid: u16) {
         self.wake_senders();
+        // Reads first, so that a completion writes the shared words only
+        // when a refusal is waiting (the refusal's later look sees the room
+        // this completion made: it takes the channel's lock after it).
         let bit = 1u64.checked_shl(u32::from(qid)).unwrap_or(0);
-        let mine = bit != 0 && self.want_writable.fetch_and(!bit, SeqCst) & bit != 0;
+        let mine = self.want_writable.load(SeqCst) & bit != 0
+            && self.want_writable.fetch_and(!bit, SeqCst) & bit != 0;
         // (`|` not `||`: an "any" waiter is served too, by a channel the
         // session's own pick uses: not a polled one.)
-        let any = !self.params.polled(qid) && self.want_any.swap(false, SeqCst);
+        let any = !self.params.polled(qid)
+            && self.want_any.load(SeqCst)
+            && self.want_any.swap(false, SeqCst);
         if mine | any {
             let consumer = self.inner.lock().consumer.clone();
             if let Some(c) = consumer {
