@@ -115,7 +115,7 @@ impl Session {
         let n = self.queues.len();
         let start = self.first_pick(&guard, on);
         let mut item = (req, data);
-        for i in 0..n {
+        for i in 0..self.candidates(on) {
             let (req, data) = item;
             let Some(c) = self.queues[(start + i) % n].get(&guard) else {
                 item = (req, data);
@@ -236,7 +236,7 @@ impl Session {
         let guard = rcu::read_lock();
         let n = self.queues.len();
         let start = self.first_pick(&guard, on);
-        for i in 0..n {
+        for i in 0..self.candidates(on) {
             let Some(c) = self.queues[(start + i) % n].get(&guard) else {
                 continue;
             };
@@ -284,6 +284,16 @@ impl Session {
     /// uses them. May sleep (an RCU grace period).
     pub(super) fn unpublish(&self) {
         RcuCell::clear_all(&self.queues);
+    }
+
+    /// How many queues a send for channel `on` looks at, from
+    /// [`Session::first_pick`] on: the named one alone, or all.
+    pub(super) fn candidates(&self, on: Option<u16>) -> usize {
+        if on.is_some() {
+            1
+        } else {
+            self.queues.len()
+        }
     }
 
     /// Whether a send for channel `on` may go out on `c`: `on` itself, or
