@@ -86,7 +86,8 @@ struct ferry_incoming;
  *	or send buffers came free. Sending on @qid may succeed again: a blk-mq
  *	driver restarts hardware queue @qid. Never missed (ferry notes a
  *	refusal, then looks once more), though it may come once with nothing
- *	left to restart.
+ *	left to restart. Also runs on ferry's work queue, when a channel's
+ *	pool of registrations has grown.
  *	May be NULL.
  * @request: the peer sent a request (see ferry_submit()). The consumer owns
  *	@in until it answers with ferry_respond(), from any context that may
