@@ -38,8 +38,13 @@ def plant_warn(t2):
 
 
 def plant_bug_message(t2):
-    # A report in the console alone (no taint, nothing left behind).
-    t2.vm.run('echo "BUG: planted by the runner self-test" > /dev/kmsg')
+    # Reports in the console alone (no taint, nothing left behind): a BUG,
+    # and the three ways the kernel says it ran out of memory.
+    for line in ('BUG: planted by the runner self-test',
+                 'planted: page allocation failure: order:4, mode:0x40cc0',
+                 'planted invoked oom-killer: gfp_mask=0xcc0, order=0',
+                 'Out of memory: Killed process 1 (planted)'):
+        t2.vm.run(f'echo "{line}" > /dev/kmsg')
 
 
 def mark_own_console(t2):
@@ -140,6 +145,8 @@ def runner_reuses_vms(t):
     rule('report_alone_fails_its_case_and_the_vm_goes', not r['planted-report'].ok
          and r['planted-report'].boots == 0 and r['mark-console'].boots == 1,
          f'{r["planted-report"].reasons}; the next case booted {r["mark-console"].boots}')
+    oom = [x for x in r['planted-report'].reasons if 'out of memory' in x]
+    rule('out_of_memory_fails_its_case', len(oom) == 3, r['planted-report'].reasons)
 
     def console(name):
         with open(os.path.join(t.outdir, name, 'vm.console')) as f:

@@ -45,6 +45,8 @@ BAD_PATTERNS = [
     (re.compile(_KMSG + r'.*\b(KASAN|UBSAN|KFENCE):'), 'sanitizer report'),
     (re.compile(_KMSG + r'.*(soft lockup|hard LOCKUP|rcu_\w+ detected stalls|'
                 r'blocked for more than)'), 'lockup or stall'),
+    (re.compile(_KMSG + r'.*(page allocation failure|Out of memory|invoked oom-killer|'
+                r'oom-kill:)'), 'out of memory'),
 ]
 
 JIFFIES_CLOCKSOURCES = ('jiffies', 'refined-jiffies')
