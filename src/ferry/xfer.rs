@@ -639,6 +639,15 @@ impl<R: Request> Xfer<R> {
         self.in_flight > 0 || self.incoming.iter().any(|s| s.rdma.is_some())
     }
 
+    /// What is at work, for logs: this side's requests waiting for an
+    /// answer, the peer's requests held here, and of those, the ones whose
+    /// RDMA is in flight.
+    pub(crate) fn load(&self) -> (u32, usize, usize) {
+        let held = self.incoming.iter().filter(|s| s.used).count();
+        let rdma = self.incoming.iter().filter(|s| s.rdma.is_some()).count();
+        (self.in_flight, held, rdma)
+    }
+
     /// Responder: a free tag for an incoming request.
     pub(crate) fn take_incoming(&mut self) -> Option<u32> {
         let i = self.incoming.iter().position(|s| !s.used)?;

@@ -38,6 +38,23 @@ impl<O: Owner> Channel<O> {
             ChanState::Failed | ChanState::Closed => false,
         };
         if timed_out {
+            if inner.state == ChanState::Up {
+                // What the channel was doing, for whoever reads why it failed.
+                let (waiting, held, rdma) = inner.xfer.as_ref().map_or((0, 0, 0), Xfer::load);
+                let dev = inner.device.map_or(DeviceName::NONE, |(_, n)| n);
+                crate::ratelimit::pr_warn_limited!(
+                    "{}: session {} channel {}: nothing from the peer for {} ms, its adapter's last ack {} ms ago; {} requests waiting for answers, {} of the peer's held here ({} in RDMA), {} credits\n",
+                    dev.as_cstr(),
+                    self.session.id(),
+                    self.index,
+                    inner.last_rx.elapsed().as_millis(),
+                    inner.last_ack.elapsed().as_millis(),
+                    waiting,
+                    held,
+                    rdma,
+                    inner.credits.available()
+                );
+            }
             drop(inner);
             self.fail(Reason::Timeout);
             return;
