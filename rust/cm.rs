@@ -110,6 +110,25 @@ impl SockAddr {
         }
     }
 
+    /// Whether this is an address one host answers to: not unspecified,
+    /// multicast, broadcast or reserved (IPv4 240/4), and not a v4-mapped
+    /// IPv6 address of those.
+    pub fn is_unicast(&self) -> bool {
+        let v4 = |a: &[u8]| a[0] != 0 && a[0] < 224;
+        match self.ip() {
+            a if a.len() == 4 => v4(a),
+            a if a.len() == 16 => {
+                let mapped = a[..10].iter().all(|&b| b == 0) && a[10] == 0xff && a[11] == 0xff;
+                if mapped {
+                    v4(&a[12..])
+                } else {
+                    a[0] != 0xff && a.iter().any(|&b| b != 0)
+                }
+            }
+            _ => false,
+        }
+    }
+
     /// The port, in host byte order.
     pub fn port(&self) -> u16 {
         u16::from_be_bytes([self.0[2], self.0[3]])
@@ -657,4 +676,42 @@ unsafe extern "C" fn trampoline<H: Handler>(
     H::event(handler, &locked, &event);
     // The id is owned by its `CmId`: never let rdma_cm destroy it.
     0
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kunit_tests(ferry_cm)]
+mod tests {
+    use super::SockAddr;
+
+    #[test]
+    fn only_unicast_peers() {
+        let v6 = |s: [u16; 8]| {
+            let mut b = [0u8; 16];
+            for (i, w) in s.iter().enumerate() {
+                b[2 * i..2 * i + 2].copy_from_slice(&w.to_be_bytes());
+            }
+            SockAddr::v6(b, 1)
+        };
+        for a in [[192, 0, 2, 1], [10, 0, 0, 1], [223, 255, 255, 254]] {
+            assert!(SockAddr::v4(a, 1).is_unicast());
+        }
+        for a in [
+            [0, 0, 0, 0],
+            [0, 1, 2, 3],
+            [224, 0, 0, 1],
+            [239, 1, 1, 1],
+            [240, 0, 0, 1],
+            [255; 4],
+        ] {
+            assert!(!SockAddr::v4(a, 1).is_unicast());
+        }
+        assert!(v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 1]).is_unicast());
+        assert!(v6([0xfe80, 0, 0, 0, 0, 0, 0, 1]).is_unicast());
+        assert!(v6([0, 0, 0, 0, 0, 0xffff, 0xc000, 0x0201]).is_unicast());
+        assert!(!v6([0; 8]).is_unicast());
+        assert!(!v6([0xffff; 8]).is_unicast());
+        assert!(!v6([0xff02, 0, 0, 0, 0, 0, 0, 1]).is_unicast());
+        assert!(!v6([0, 0, 0, 0, 0, 0xffff, 0xe000, 1]).is_unicast());
+        assert!(!v6([0, 0, 0, 0, 0, 0xffff, 0xffff, 0xffff]).is_unicast());
+    }
 }

@@ -179,7 +179,9 @@ fn session_params(
         p.give_up_s,
     )
     .ok()?;
-    Some((SockAddr::from_storage(ferry_abi::peer_bytes(p))?, params))
+    let peer = SockAddr::from_storage(ferry_abi::peer_bytes(p))?;
+    // Multicast, broadcast or unspecified: no one host answers.
+    Some((peer, params)).filter(|_| peer.is_unicast())
 }
 
 /// See `ferry_service_register()` in `include/ferry/ferry.h`.

@@ -318,6 +318,10 @@ fn bounded(
 pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
     let ferry = Ferry::get().ok_or(ENODEV)?;
     let peer = sockaddr(req, s_attr::ADDR, s_attr::PORT)?;
+    if !peer.is_unicast() {
+        req.bad_attr(s_attr::ADDR, c"the peer must be a unicast address");
+        return Err(EINVAL);
+    }
     req.require(s_attr::SERVICE)?;
     let Some(service) = req
         .str(s_attr::SERVICE)

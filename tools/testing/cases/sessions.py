@@ -78,7 +78,8 @@ def wait_state(t, vm, sid, states, timeout=60):
 def session_refusals(t):
     """A connect to a port nobody listens on, and to a service the peer does
     not offer, fail with that reason (not a bare "connection reset"); bad
-    arguments get extack messages; nothing stays behind."""
+    arguments get extack messages, and a peer address that is not unicast
+    is one; nothing stays behind."""
     vm = loopback(t)
     ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
     r = ferryctl(t, vm, f'session connect 192.0.2.1 port {PORT + 1} service echo', check=False)
@@ -90,6 +91,11 @@ def session_refusals(t):
     r = ferryctl(t, vm, f'session connect 192.0.2.1 port {PORT} service echo queue-depth 1',
                  check=False)
     t.check(r.rc == 2 and 'queue depth' in r.err, f'queue depth 1 refused: {r}')
+    # No one host answers these: refused before anything is resolved.
+    for addr in ('ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff', 'ff02::1', '::', '224.0.0.1',
+                 '255.255.255.255', '0.0.0.0', '::ffff:224.0.0.1'):
+        r = ferryctl(t, vm, f'session connect {addr} port {PORT} service echo', check=False)
+        t.check(r.rc == 2 and 'unicast' in r.err, f'{addr} refused: {r}')
     r = ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}', check=False)
     t.check(r.rc == 2 and 'already listens' in r.err, f'duplicate listener: {r}')
     vm.run('sleep 1')
