@@ -93,6 +93,10 @@ pub mod listener {
     pub const PORT: u32 = bindings::FERRY_A_LISTENER_PORT;
     /// Open sessions accepted through it.
     pub const SESSIONS: u32 = bindings::FERRY_A_LISTENER_SESSIONS;
+    /// Requests refused for not proving a known session's secret.
+    pub const AUTH_REFUSED: u32 = bindings::FERRY_A_LISTENER_AUTH_REFUSED;
+    /// Padding of the `u64` attribute.
+    pub const PAD: u32 = bindings::FERRY_A_LISTENER_PAD;
 }
 
 /// Attribute numbers of the `session` set.

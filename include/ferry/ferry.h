@@ -309,8 +309,10 @@ void ferry_service_unregister(struct ferry_service *svc);
  * @p->give_up_s passes.
  *
  * Return: the session, holding one reference for the caller; or an ERR_PTR():
- * -EINVAL for bad parameters, -ECONNREFUSED if nobody listens there or the
- * peer has no such service or refused it, -ETIMEDOUT if the peer did not
+ * -EINVAL for bad parameters (a peer address that is not unicast among them),
+ * -ECONNREFUSED if nobody listens there or the peer has no such service or
+ * refused it, -EACCES if the peer knows the session's id and it could not
+ * prove the session's secret, -ETIMEDOUT if the peer did not
  * answer, -EHOSTUNREACH without a route, -EPROTO or -EPROTONOSUPPORT for a
  * peer that does not speak ferry 1.x, -ENOMEM, -ESHUTDOWN while ferry unloads,
  * -EINTR if a signal interrupted the wait.

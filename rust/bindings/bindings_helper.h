@@ -4,6 +4,8 @@
  * flags kbuild uses for C; rust/bindings.rs includes what it generates. Only the
  * items allowed by bindgen_parameters are emitted.
  */
+#include <crypto/sha2.h>
+#include <crypto/utils.h>
 #include <linux/err.h>
 #include <linux/errno.h>
 #include <linux/random.h>

@@ -3,6 +3,7 @@
  * C shims for the static inline functions and macros ferry's Rust code needs.
  * See helpers.h.
  */
+#include <crypto/sha2.h>
 #include <linux/netdevice.h>
 #include <linux/workqueue.h>
 #include <net/genetlink.h>
@@ -325,6 +326,12 @@ unsigned int ferry_helper_num_online_cpus(void)
 u64 ferry_helper_get_jiffies_64(void)
 {
 	return get_jiffies_64();
+}
+
+void ferry_helper_hmac_sha256_update(struct hmac_sha256_ctx *ctx, const u8 *data,
+				      size_t len)
+{
+	hmac_sha256_update(ctx, data, len);
 }
 
 void *ferry_helper_genlmsg_put_ntf(const struct genl_family *family,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * C shims for the static inline functions and macros of ib_verbs.h, rdma_cm.h,
- * genetlink.h, netlink.h, net_namespace.h and workqueue.h that ferry's Rust
+ * genetlink.h, netlink.h, net_namespace.h, workqueue.h and crypto/sha2.h that ferry's Rust
  * code calls: bindgen cannot see through those.
  * Each does exactly what the function or macro it is named after does.
  */
@@ -12,6 +12,7 @@
 #include <rdma/rdma_cm.h>
 
 struct genl_family;
+struct hmac_sha256_ctx;
 struct genl_info;
 struct ib_client;
 struct ib_cq;
@@ -112,6 +113,8 @@ int ferry_helper_genlmsg_multicast_allns(const struct genl_family *family,
 					 unsigned int group);
 unsigned int ferry_helper_num_online_cpus(void);
 u64 ferry_helper_get_jiffies_64(void);
+void ferry_helper_hmac_sha256_update(struct hmac_sha256_ctx *ctx, const u8 *data,
+				      size_t len);
 void *ferry_helper_genlmsg_put_ntf(const struct genl_family *family,
 				    struct sk_buff *skb, u8 cmd);
 int ferry_helper_nla_put_u16(struct sk_buff *skb, int type, u16 value);

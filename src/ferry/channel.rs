@@ -56,7 +56,7 @@ use crate::{
         self,
         request::{Dir, RequestHead, ResponseHead},
         AcceptData, ConnectData, Header, Hello, HelloReply, Kind, Reason, Refusal, RejectData,
-        ServiceName,
+        Secret, ServiceName,
     },
     xfer::{self, PendingResponse, RdmaDone, RdmaOp, Refused, Request, Response, Xfer},
 };
@@ -107,6 +107,18 @@ pub(crate) trait Owner: Send + Sync + Sized + 'static {
     fn channel_failed(this: &Arc<Self>, index: u16, generation: u32, reason: Reason);
     /// Channel `qid` got credits, tags or regions back.
     fn credits_returned(this: &Arc<Self>, qid: u16);
+    /// Client: the session's secret, which a connection request proves it
+    /// knows; none before the first channel came up.
+    fn join_secret(&self) -> Option<Secret>;
+    /// Client: the server handed the session's secret (channel 0's hello
+    /// reply). Called under the channel's lock: takes a spinlock at most.
+    fn learn_secret(&self, secret: Secret);
+    /// Server: the secret channel `index`'s hello reply hands the client,
+    /// if it is channel 0 of a client that takes one.
+    fn reply_secret(&self, index: u16) -> Option<Secret>;
+    /// Server: the client spoke on channel 0 after its hello reply, so it
+    /// has the session's secret. Lock-free.
+    fn peer_confirmed(&self);
     /// A consumer's message arrived.
     fn deliver(this: &Arc<Self>, data: &[u8]);
     /// A request arrived.

@@ -15,6 +15,8 @@
 mod bindings;
 #[path = "../../rust/cm.rs"]
 pub mod cm;
+#[path = "../../rust/crypto.rs"]
+pub mod crypto;
 #[path = "../../rust/ferry_abi.rs"]
 pub mod ferry_abi;
 #[path = "../../rust/ferry_nl.rs"]

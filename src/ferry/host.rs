@@ -14,6 +14,7 @@
 //! the tick, init and exit.
 
 mod device;
+mod secrets;
 mod transport;
 
 pub(crate) use device::{Ferry, Observer, OWNER};

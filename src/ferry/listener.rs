@@ -6,7 +6,15 @@
 //! private data must decode (see [`crate::wire::ConnectData`]) and fit the
 //! session it names. A refusal goes back as CM reject data carrying the
 //! [`Reason`], which the client reports instead of a bare "rejected".
+//!
+//! A request for a session id the host knows (a live server session, or
+//! one closed recently) must prove the session's secret (see
+//! [`crate::wire::JoinProof`]); one that does not is refused with
+//! [`Reason::AuthFailed`] before it touches anything, counted and logged. A
+//! new session starts with channel 0, whose hello reply hands the client a
+//! fresh secret.
 
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use kernel::{
     new_mutex,
     prelude::*,
@@ -18,7 +26,7 @@ use crate::{
     cm::{CmId, ConnectRequest, Event, EventKind, Handler, Locked, SockAddr},
     netns::Net,
     session::{self, Channel, Session},
-    wire::{ConnectData, Reason, RejectData},
+    wire::{ConnectData, Reason, RejectData, Secret, SECRET_LEN},
 };
 
 /// Connection requests rdma_cm queues for a listener.
@@ -29,6 +37,9 @@ const BACKLOG: i32 = 128;
 pub(crate) trait Host: Send + Sync {
     /// The live server session `session_id` from `peer`, if there is one.
     fn server_session(&self, session_id: u64, peer: &SockAddr) -> Option<Arc<Session>>;
+    /// The secret of session `session_id` from `peer`'s address, if the
+    /// host knows the session (live or closed recently).
+    fn session_secret(&self, session_id: u64, peer: &SockAddr) -> Option<Secret>;
     /// Closes `s` for `reason` on the module's work queue (not in a CM
     /// handler, which closing would wait for).
     fn close_later(&self, s: Arc<Session>, reason: Reason);
@@ -51,6 +62,8 @@ pub(crate) struct Listener {
     /// The module around it, for the listener and for the sessions it makes.
     host: Arc<dyn Host>,
     sessions: Arc<dyn session::Host>,
+    /// Requests refused because they did not prove a known session's secret.
+    pub(crate) auth_refused: AtomicU64,
 }
 
 impl Listener {
@@ -70,6 +83,7 @@ impl Listener {
                 cm <- new_mutex!(None),
                 host,
                 sessions,
+                auth_refused: AtomicU64::new(0),
             }),
             GFP_KERNEL,
         )?;
@@ -117,6 +131,32 @@ impl Listener {
             return Self::refuse(req, Reason::ShuttingDown);
         }
         let peer = req.id().dst_addr();
+        let secret = match self.host.session_secret(data.session_id, &peer) {
+            Some(secret) if data.proves(&secret) => secret,
+            Some(_) => {
+                self.auth_refused.fetch_add(1, Relaxed);
+                crate::ratelimit::pr_warn_limited!(
+                    "listener {}: refused a connect from {} to session {:#x} (channel {}): {}\n",
+                    self.id,
+                    peer,
+                    data.session_id,
+                    data.channel,
+                    if data.proof.is_some() {
+                        c"wrong proof of the session's secret"
+                    } else {
+                        c"no proof of the session's secret"
+                    }
+                );
+                return Self::refuse(req, Reason::AuthFailed);
+            }
+            // Unknown: a new session, which starts with channel 0.
+            None if data.channel != 0 => return Self::refuse(req, Reason::BadChannel),
+            None => {
+                let mut s = [0u8; SECRET_LEN];
+                crate::crypto::random_bytes(&mut s);
+                s
+            }
+        };
         let session = match self.host.server_session(data.session_id, &peer) {
             Some(s) if s.generation() == data.generation => {
                 if let Err(r) = s.check_request(data.generation, data.channel, data.channels) {
@@ -128,13 +168,27 @@ impl Listener {
             // is half-open and must not block it.
             Some(s) if (data.generation.wrapping_sub(s.generation()) as i32) > 0 => {
                 self.host.close_later(s, Reason::PeerClosed);
-                match Session::server(self.sessions.clone(), &self.net, peer, &data, self.id) {
+                match Session::server(
+                    self.sessions.clone(),
+                    &self.net,
+                    peer,
+                    &data,
+                    self.id,
+                    secret,
+                ) {
                     Ok(s) => s,
                     Err(_) => return Self::refuse(req, Reason::NoResources),
                 }
             }
             Some(_) => return Self::refuse(req, Reason::BadChannel),
-            None => match Session::server(self.sessions.clone(), &self.net, peer, &data, self.id) {
+            None => match Session::server(
+                self.sessions.clone(),
+                &self.net,
+                peer,
+                &data,
+                self.id,
+                secret,
+            ) {
                 Ok(s) => s,
                 Err(_) => return Self::refuse(req, Reason::NoResources),
             },

@@ -109,7 +109,12 @@ fn fill_listener(w: &mut Writer<'_>, ferry: &Ferry, l: &Listener) -> Result {
     w.put_u32(l_attr::ID, l.id)?;
     w.put_bytes(l_attr::ADDR, l.addr.ip())?;
     w.put_u16(l_attr::PORT, l.addr.port())?;
-    w.put_u32(l_attr::SESSIONS, ferry.listener_sessions(l.id))
+    w.put_u32(l_attr::SESSIONS, ferry.listener_sessions(l.id))?;
+    w.put_u64(
+        l_attr::AUTH_REFUSED,
+        l.auth_refused.load(core::sync::atomic::Ordering::Relaxed),
+        l_attr::PAD,
+    )
 }
 
 /// `listener-add`: listen on an address and port.

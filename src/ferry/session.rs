@@ -244,6 +244,16 @@ pub(crate) struct Session {
     retired: Stats,
     /// Test builds: a breach of the protocol to commit.
     pub(crate) hostile: Hostile,
+    /// The session's secret (see [`wire::Secret`]): a server's from its
+    /// creation, a client's once channel 0's hello reply handed it. A leaf
+    /// lock; never shown.
+    #[pin]
+    secret: SpinLock<Option<wire::Secret>>,
+    /// Server: the client's minor version (1.2 takes the secret).
+    peer_minor: u8,
+    /// Server: the client showed it has the secret (it proved it, or spoke
+    /// after channel 0's hello reply), so it is kept once the session closes.
+    pub(crate) confirmed: AtomicBool,
 }
 
 impl_has_work! {
@@ -276,6 +286,8 @@ impl Session {
         listener: Option<u32>,
         client_service: Option<ServiceName>,
         consumer: Option<Arc<dyn Consumer>>,
+        secret: Option<wire::Secret>,
+        peer_minor: u8,
     ) -> Result<Arc<Self>> {
         let mut queues = KVec::with_capacity(usize::from(params.channels), GFP_KERNEL)?;
         for _ in 0..params.channels {
@@ -328,6 +340,9 @@ impl Session {
                 rx_dropped: AtomicU64::new(0),
                 retired: Stats::default(),
                 hostile: Hostile::default(),
+                secret <- new_spinlock!(secret),
+                peer_minor,
+                confirmed: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )
@@ -338,6 +353,14 @@ impl Session {
         self.client_service
             .or_else(|| self.inner.lock().service)
             .unwrap_or(ServiceName::EMPTY)
+    }
+
+    /// Server: the session's secret.
+    pub(crate) fn server_secret(&self) -> Option<wire::Secret> {
+        match self.role {
+            Role::Server => *self.secret.lock(),
+            Role::Client => None,
+        }
     }
 
     /// The generation of the channels (server: of the client's attempt).
@@ -467,6 +490,33 @@ impl Owner for Session {
 
     fn credits_returned(this: &Arc<Self>, qid: u16) {
         Session::credits_returned(this, qid)
+    }
+
+    fn join_secret(&self) -> Option<wire::Secret> {
+        match self.role {
+            Role::Client => *self.secret.lock(),
+            Role::Server => None,
+        }
+    }
+
+    fn learn_secret(&self, secret: wire::Secret) {
+        if self.role == Role::Client {
+            *self.secret.lock() = Some(secret);
+        }
+    }
+
+    fn reply_secret(&self, index: u16) -> Option<wire::Secret> {
+        if self.role == Role::Server && index == 0 && self.peer_minor >= 2 {
+            *self.secret.lock()
+        } else {
+            None
+        }
+    }
+
+    fn peer_confirmed(&self) {
+        if !self.confirmed.load(Relaxed) {
+            self.confirmed.store(true, Relaxed);
+        }
     }
 
     fn deliver(this: &Arc<Self>, data: &[u8]) {

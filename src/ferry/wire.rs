@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! ferry's wire protocol, version 1.1: the CM private data of a connection and
+//! ferry's wire protocol, version 1.2: the CM private data of a connection and
 //! the messages of a channel. Documentation/session.md draws the exchange.
 //!
 //! Everything is little-endian with fixed offsets, encoded and decoded by hand
@@ -8,9 +8,10 @@
 //! here before any other code sees it. A decoder's error is the [`Reason`] the
 //! peer is refused with.
 //!
-//! - [`ConnectData`] (32 bytes) rides in the CM connect request: magic, version,
-//!   session id, reconnect generation, channel index and count. RoCE leaves
-//!   56 bytes for it.
+//! - [`ConnectData`] (56 bytes, 32 before 1.2) rides in the CM connect
+//!   request: magic, version, session id, reconnect generation, channel index
+//!   and count, and (1.2) the proof that the client knows the session's
+//!   secret. RoCE leaves 56 bytes for it.
 //! - [`AcceptData`] (16 bytes) rides in the CM accept, [`RejectData`] (8 bytes)
 //!   in a reject: the [`Reason`] the peer gets.
 //! - Once a channel is up, every SEND starts with a [`Header`] (16 bytes): the
@@ -24,6 +25,14 @@
 //! request's data to the announcer may travel in the request message itself
 //! (in bytes 1.0 keeps reserved and zero, so a 1.0 peer announces and is sent
 //! none), and a request says so in its flags (see [`request`]).
+//!
+//! Version 1.2 made a session id useless without the session's secret: the
+//! server hands the client a [`Secret`] in channel 0's hello reply, and every
+//! later connection request of that session carries a [`JoinProof`], a MAC
+//! of the request under the secret (see [`ConnectData::prove`]). It also
+//! added authentication with a pre-shared key: the server's nonce rides in
+//! the CM accept, the client's nonce and its MAC in the hello, the server's
+//! MAC in the hello reply (see [`Auth`]).
 
 use kernel::prelude::*;
 
@@ -34,7 +43,7 @@ pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"FRRY");
 /// The protocol's major version: a peer with another major is refused.
 pub(crate) const MAJOR: u8 = 1;
 /// The protocol's minor version: additions a 1.0 peer may ignore.
-pub(crate) const MINOR: u8 = 1;
+pub(crate) const MINOR: u8 = 2;
 
 /// Most channels one session may have.
 pub(crate) const MAX_CHANNELS: u16 = 64;
@@ -102,6 +111,8 @@ pub(crate) enum Reason {
     Refused = 19,
     /// The consumer reset a channel (`ferry_reset_channel()`).
     Reset = 20,
+    /// The peer could not prove a session's secret or a key.
+    AuthFailed = 21,
 }
 
 impl Reason {
@@ -129,6 +140,7 @@ impl Reason {
             17 => Self::GaveUp,
             19 => Self::Refused,
             20 => Self::Reset,
+            21 => Self::AuthFailed,
             _ => Self::CmRejected,
         }
     }
@@ -157,6 +169,7 @@ impl Reason {
             Self::CmRejected => c"the peer's connection manager refused",
             Self::Refused => c"the service refused the session",
             Self::Reset => c"reset by its consumer",
+            Self::AuthFailed => c"authentication failed",
         }
     }
 
@@ -179,6 +192,7 @@ impl Reason {
             Self::PeerClosed | Self::TransportError | Self::Reset => ECONNABORTED,
             Self::DeviceRemoved => ENODEV,
             Self::LocalClose => EINTR,
+            Self::AuthFailed => EACCES,
         }
     }
 }
@@ -226,24 +240,49 @@ fn put_preamble(b: &mut [u8]) {
     b[5] = MINOR;
 }
 
+/// A session's secret: the server draws it when the session is new and
+/// hands it to the client in channel 0's hello reply; neither side shows it.
+pub(crate) type Secret = [u8; SECRET_LEN];
+/// Bytes of a [`Secret`].
+pub(crate) const SECRET_LEN: usize = 16;
+/// Bytes of a [`JoinProof`]'s MAC: HMAC-SHA256 cut to 128 bits.
+pub(crate) const JOIN_MAC_LEN: usize = 16;
+/// What the join MAC is computed over, before the request's bytes 0..40.
+const JOIN_LABEL: &[u8] = b"ferry 1.2 join\0";
+
+/// A client's proof, in a connection request, that it knows the session's
+/// [`Secret`]: a fresh random nonce, and the MAC under the secret of the
+/// request's first 40 bytes (nonce included) in their canonical encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct JoinProof {
+    /// Random, drawn for this request.
+    pub(crate) nonce: u64,
+    /// `HMAC-SHA256(secret, label || request[0..40])[0..16]`.
+    pub(crate) mac: [u8; JOIN_MAC_LEN],
+}
+
 /// The CM connect request's private data.
 ///
 /// | bytes | field |
 /// |---|---|
 /// | 0..4 | magic `FRRY` |
 /// | 4, 5 | major, minor |
-/// | 6..8 | flags, zero in 1.0 (ignored) |
+/// | 6..8 | flags: bit 0, a [`JoinProof`] follows (1.2); others ignored |
 /// | 8..16 | session id, random, not 0 |
 /// | 16..20 | generation: the client's connect attempt |
 /// | 20..22, 22..24 | channel index, channel count |
 /// | 24..28 | largest message the client will send, 0: the server's default |
 /// | 28..30 | the client's queue depth, 0: the server's default |
 /// | 30..32 | reserved, zero (ignored) |
+/// | 32..40 | 1.2, with flag bit 0: the proof's nonce |
+/// | 40..56 | 1.2, with flag bit 0: the proof's MAC |
 ///
 /// The server sizes its receive buffers from the two limits before the first
 /// message can arrive; the hello repeats them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ConnectData {
+    /// The client's minor version (decoded; encoding writes [`MINOR`]).
+    pub(crate) minor: u8,
     /// The session's id, chosen by the client.
     pub(crate) session_id: u64,
     /// The client's connect attempt: a higher one replaces a server session.
@@ -256,15 +295,25 @@ pub(crate) struct ConnectData {
     pub(crate) max_msg: u32,
     /// The client's queue depth (0: unspecified).
     pub(crate) queue_depth: u16,
+    /// 1.2: the proof that the client knows the session's secret; none on
+    /// a session's first connection.
+    pub(crate) proof: Option<JoinProof>,
 }
 
+/// [`ConnectData`]'s flag: a [`JoinProof`] follows.
+const FLAG_PROOF: u16 = 1;
+
 impl ConnectData {
-    /// Encoded size.
+    /// The shortest request a server takes (1.0 and 1.1 sent no more).
     pub(crate) const LEN: usize = 32;
+    /// Encoded size (1.2).
+    pub(crate) const ENCODED_LEN: usize = 56;
+    /// The bytes the proof's MAC covers.
+    const MAC_COVERS: usize = 40;
 
     /// Encodes into a fresh buffer.
-    pub(crate) fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
+    pub(crate) fn encode(&self) -> [u8; Self::ENCODED_LEN] {
+        let mut b = [0u8; Self::ENCODED_LEN];
         put_preamble(&mut b);
         put64(&mut b, 8, self.session_id);
         put32(&mut b, 16, self.generation);
@@ -272,7 +321,43 @@ impl ConnectData {
         put16(&mut b, 22, self.channels);
         put32(&mut b, 24, self.max_msg);
         put16(&mut b, 28, self.queue_depth);
+        if let Some(p) = &self.proof {
+            put16(&mut b, 6, FLAG_PROOF);
+            put64(&mut b, 32, p.nonce);
+            b[Self::MAC_COVERS..].copy_from_slice(&p.mac);
+        }
         b
+    }
+
+    /// The join MAC of this request under `secret`, over its canonical
+    /// encoding with the proof's nonce (the MAC itself left out).
+    fn join_mac(&self, secret: &Secret) -> [u8; JOIN_MAC_LEN] {
+        let b = self.encode();
+        let full = crate::crypto::hmac_sha256(secret, &[JOIN_LABEL, &b[..Self::MAC_COVERS]]);
+        let mut mac = [0u8; JOIN_MAC_LEN];
+        mac.copy_from_slice(&full[..JOIN_MAC_LEN]);
+        mac
+    }
+
+    /// Adds the proof that the client knows `secret`, with a fresh nonce.
+    pub(crate) fn prove(&mut self, secret: &Secret) {
+        self.proof = Some(JoinProof {
+            nonce: crate::work::random_u64(),
+            mac: [0; JOIN_MAC_LEN],
+        });
+        let mac = self.join_mac(secret);
+        if let Some(p) = self.proof.as_mut() {
+            p.mac = mac;
+        }
+    }
+
+    /// Whether the request proves knowledge of `secret` (compared in
+    /// constant time). Without a proof, it does not.
+    pub(crate) fn proves(&self, secret: &Secret) -> bool {
+        match &self.proof {
+            Some(p) => crate::crypto::equal_secret(&self.join_mac(secret), &p.mac),
+            None => false,
+        }
     }
 
     /// Decodes and validates; rdma_cm may append zero padding.
@@ -281,7 +366,22 @@ impl ConnectData {
         if b.len() < Self::LEN {
             return Err(Reason::Malformed);
         }
+        let proof = if le16(b, 6) & FLAG_PROOF != 0 {
+            if b.len() < Self::ENCODED_LEN {
+                return Err(Reason::Malformed);
+            }
+            let mut mac = [0u8; JOIN_MAC_LEN];
+            mac.copy_from_slice(&b[Self::MAC_COVERS..Self::ENCODED_LEN]);
+            Some(JoinProof {
+                nonce: le64(b, 32),
+                mac,
+            })
+        } else {
+            None
+        };
         let d = Self {
+            minor: b[5],
+            proof,
             session_id: le64(b, 8),
             generation: le32(b, 16),
             channel: le16(b, 20),
@@ -305,34 +405,139 @@ impl ConnectData {
     }
 }
 
-/// The CM accept's private data: magic, version and the session id echoed.
+/// Bytes of a handshake nonce.
+pub(crate) const NONCE_LEN: usize = 16;
+/// A handshake nonce: random, drawn for one connection.
+pub(crate) type Nonce = [u8; NONCE_LEN];
+
+/// The CM accept's private data.
+///
+/// | bytes | field |
+/// |---|---|
+/// | 0..4 | magic `FRRY` |
+/// | 4, 5 | major, minor |
+/// | 6..8 | reserved |
+/// | 8..16 | the session id of the request, echoed |
+/// | 16..32 | 1.2: the server's nonce for this connection (see [`Auth`]) |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct AcceptData {
     /// The session id of the request.
     pub(crate) session_id: u64,
+    /// 1.2: the server's nonce.
+    pub(crate) nonce: Option<Nonce>,
 }
 
 impl AcceptData {
-    /// Encoded size.
+    /// The shortest accept (1.0 and 1.1).
     pub(crate) const LEN: usize = 16;
+    /// Encoded size (1.2).
+    pub(crate) const ENCODED_LEN: usize = Self::LEN + NONCE_LEN;
 
     /// Encodes into a fresh buffer.
-    pub(crate) fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
+    pub(crate) fn encode(&self) -> [u8; Self::ENCODED_LEN] {
+        let mut b = [0u8; Self::ENCODED_LEN];
         put_preamble(&mut b);
         put64(&mut b, 8, self.session_id);
+        if let Some(n) = &self.nonce {
+            b[Self::LEN..].copy_from_slice(n);
+        }
         b
     }
 
-    /// Decodes and validates.
+    /// Decodes and validates; rdma_cm may append zero padding, so whether a
+    /// nonce is there goes by the minor version.
     pub(crate) fn decode(b: &[u8]) -> Result<Self, Reason> {
         check_preamble(b)?;
         if b.len() < Self::LEN {
             return Err(Reason::Malformed);
         }
+        let nonce = if b[5] >= 2 {
+            let mut n = [0u8; NONCE_LEN];
+            n.copy_from_slice(
+                b.get(Self::LEN..Self::ENCODED_LEN)
+                    .ok_or(Reason::Malformed)?,
+            );
+            Some(n)
+        } else {
+            None
+        };
         Ok(Self {
             session_id: le64(b, 8),
+            nonce,
         })
+    }
+}
+
+/// Authentication with a pre-shared key (1.2), mutual, by challenge and
+/// response: the server's nonce `ns` rides in the CM accept; the client
+/// answers in its hello with its own nonce `nc` and
+/// `HMAC-SHA256(key, "ferry 1.2 client\0" || ns || nc || ids)`; the server
+/// answers in its hello reply with the same over `"ferry 1.2 server\0"`.
+/// `ids` are the session id, generation and channel index, little-endian,
+/// so a response is good for one connection alone. Channel 0's secret then
+/// travels masked with `HMAC-SHA256(key, "ferry 1.2 secret\0" || ns || nc)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Auth {
+    /// The client's nonce.
+    pub(crate) nonce: Nonce,
+    /// The client's MAC.
+    pub(crate) mac: [u8; crate::crypto::HMAC_SHA256_LEN],
+}
+
+/// What a handshake MAC is bound to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AuthContext {
+    /// The server's nonce, from the CM accept.
+    pub(crate) server_nonce: Nonce,
+    /// The client's nonce, from the hello.
+    pub(crate) client_nonce: Nonce,
+    /// The session's handshake id.
+    pub(crate) session_id: u64,
+    /// The client's attempt.
+    pub(crate) generation: u32,
+    /// The channel.
+    pub(crate) channel: u16,
+}
+
+/// Authentication type in the hello: none.
+const AUTH_NONE: u16 = 0;
+/// Authentication type in the hello: a pre-shared key, HMAC-SHA256.
+const AUTH_PSK_HMAC_SHA256: u16 = 1;
+
+impl AuthContext {
+    fn mac(&self, key: &[u8], label: &[u8]) -> [u8; crate::crypto::HMAC_SHA256_LEN] {
+        let mut ids = [0u8; 14];
+        put64(&mut ids, 0, self.session_id);
+        put32(&mut ids, 8, self.generation);
+        put16(&mut ids, 12, self.channel);
+        crate::crypto::hmac_sha256(key, &[label, &self.server_nonce, &self.client_nonce, &ids])
+    }
+
+    /// The client's response.
+    pub(crate) fn client_mac(&self, key: &[u8]) -> [u8; crate::crypto::HMAC_SHA256_LEN] {
+        self.mac(key, b"ferry 1.2 client\0")
+    }
+
+    /// The server's response.
+    pub(crate) fn server_mac(&self, key: &[u8]) -> [u8; crate::crypto::HMAC_SHA256_LEN] {
+        self.mac(key, b"ferry 1.2 server\0")
+    }
+
+    /// Masks (or unmasks) channel 0's secret in the hello reply.
+    pub(crate) fn mask_secret(&self, key: &[u8], secret: &Secret) -> Secret {
+        let pad = crate::crypto::hmac_sha256(
+            key,
+            &[
+                b"ferry 1.2 secret\0",
+                &self.server_nonce,
+                &self.client_nonce,
+            ],
+        );
+        let mut out = *secret;
+        for (o, p) in out.iter_mut().zip(pad.iter()) {
+            *o ^= p;
+        }
+        out
     }
 }
 
@@ -583,10 +788,11 @@ impl core::fmt::Debug for ServiceName {
 /// | 32..36 | queue depth: receive buffers the client posted |
 /// | 36..40 | largest message the client accepts |
 /// | 40..44 | heartbeat interval, ms |
-/// | 44..46 | authentication type: 0 (none) in 1.0 |
-/// | 46..48 | authentication data length: 0 in 1.0 |
+/// | 44..46 | authentication type: 0 none, 1 (1.2) a pre-shared key |
+/// | 46..48 | authentication data length: 0, or 48 for type 1 |
 /// | 48..52 | inline data the client takes in a request, bytes (1.1; 0: none) |
 /// | 52..64 | reserved, zero |
+/// | 64..112 | type 1: the client's nonce (16) and MAC (32), see [`Auth`] |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Hello {
     /// The service asked for.
@@ -599,6 +805,8 @@ pub(crate) struct Hello {
     pub(crate) heartbeat_ms: u32,
     /// Data to the client a request may carry inline (0: none).
     pub(crate) inline_size: u32,
+    /// The client's response to the server's challenge (1.2).
+    pub(crate) auth: Option<Auth>,
 }
 
 /// Validates the limits both hello messages carry.
@@ -619,32 +827,63 @@ fn check_limits(
 }
 
 impl Hello {
-    /// Encoded size.
+    /// Encoded size without authentication.
     pub(crate) const LEN: usize = 64;
+    /// Bytes of type 1's authentication data.
+    const AUTH_LEN: usize = NONCE_LEN + crate::crypto::HMAC_SHA256_LEN;
+    /// Encoded size with it.
+    pub(crate) const MAX_LEN: usize = Self::LEN + Self::AUTH_LEN;
 
     /// Encodes into a fresh buffer.
-    pub(crate) fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
+    pub(crate) fn encode(&self) -> Encoded<{ Self::MAX_LEN }> {
+        let mut b = [0u8; Self::MAX_LEN];
         b[..SERVICE_LEN].copy_from_slice(&self.service.0);
         put32(&mut b, 32, self.queue_depth);
         put32(&mut b, 36, self.max_msg);
         put32(&mut b, 40, self.heartbeat_ms);
         put32(&mut b, 48, self.inline_size);
-        b
+        let len = match &self.auth {
+            Some(a) => {
+                put16(&mut b, 44, AUTH_PSK_HMAC_SHA256);
+                // CAST: 48.
+                put16(&mut b, 46, Self::AUTH_LEN as u16);
+                b[Self::LEN..Self::LEN + NONCE_LEN].copy_from_slice(&a.nonce);
+                b[Self::LEN + NONCE_LEN..].copy_from_slice(&a.mac);
+                Self::MAX_LEN
+            }
+            None => Self::LEN,
+        };
+        Encoded { buf: b, len }
     }
 
     /// Decodes and validates a hello payload.
     pub(crate) fn decode(b: &[u8]) -> Result<Self, Reason> {
-        if b.len() != Self::LEN {
+        if b.len() < Self::LEN {
             return Err(Reason::Malformed);
         }
         let service = ServiceName::from_field(&b[..SERVICE_LEN]).ok_or(Reason::Malformed)?;
-        // Authentication is not defined in 1.0: a peer asking for it is refused
-        // rather than let in unauthenticated.
-        if le16(b, 44) != 0 || le16(b, 46) != 0 {
-            return Err(Reason::BadParams);
+        let auth_len = usize::from(le16(b, 46));
+        if b.len() != Self::LEN + auth_len {
+            return Err(Reason::Malformed);
         }
+        let auth = match (le16(b, 44), auth_len) {
+            (AUTH_NONE, 0) => None,
+            (AUTH_PSK_HMAC_SHA256, Self::AUTH_LEN) => {
+                let mut a = Auth {
+                    nonce: [0; NONCE_LEN],
+                    mac: [0; crate::crypto::HMAC_SHA256_LEN],
+                };
+                a.nonce
+                    .copy_from_slice(&b[Self::LEN..Self::LEN + NONCE_LEN]);
+                a.mac.copy_from_slice(&b[Self::LEN + NONCE_LEN..]);
+                Some(a)
+            }
+            // A method this side does not know: refused rather than let in
+            // unauthenticated.
+            _ => return Err(Reason::AuthFailed),
+        };
         let h = Self {
+            auth,
             service,
             queue_depth: le32(b, 32),
             max_msg: le32(b, 36),
@@ -661,12 +900,14 @@ impl Hello {
 /// | bytes | field |
 /// |---|---|
 /// | 0..2 | status: a [`Reason`], 0 if accepted |
-/// | 2..4 | reserved, zero |
+/// | 2..4 | flags (1.2): bit 0 a secret follows, bit 1 the server's MAC |
 /// | 4..8 | queue depth: receive buffers the server posted |
 /// | 8..12 | largest message the server accepts |
 /// | 12..16 | the server's heartbeat interval, ms |
 /// | 16..20 | inline data the server takes in a request, bytes (1.1; 0: none) |
 /// | 20..32 | reserved, zero |
+/// | then 16 | with flag bit 0 (channel 0 of a 1.2 client): the session's [`Secret`], masked if authenticated |
+/// | then 32 | with flag bit 1: the server's MAC (see [`Auth`]) |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct HelloReply {
     /// [`Reason::None`] if the session is accepted.
@@ -679,30 +920,97 @@ pub(crate) struct HelloReply {
     pub(crate) heartbeat_ms: u32,
     /// Data to the server a request may carry inline (0: none).
     pub(crate) inline_size: u32,
+    /// The session's secret, on channel 0 (1.2).
+    pub(crate) secret: Option<Secret>,
+    /// The server's response to the client's challenge (1.2).
+    pub(crate) mac: Option<[u8; crate::crypto::HMAC_SHA256_LEN]>,
+}
+
+const REPLY_SECRET: u16 = 1;
+const REPLY_MAC: u16 = 2;
+
+/// An encoding of up to `N` bytes.
+pub(crate) struct Encoded<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> core::ops::Deref for Encoded<N> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl<const N: usize> core::ops::DerefMut for Encoded<N> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
 }
 
 impl HelloReply {
-    /// Encoded size.
+    /// Encoded size without what 1.2 may add.
     pub(crate) const LEN: usize = 32;
+    /// Encoded size with everything.
+    pub(crate) const MAX_LEN: usize = Self::LEN + SECRET_LEN + crate::crypto::HMAC_SHA256_LEN;
 
     /// Encodes into a fresh buffer.
-    pub(crate) fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
+    pub(crate) fn encode(&self) -> Encoded<{ Self::MAX_LEN }> {
+        let mut b = [0u8; Self::MAX_LEN];
         put16(&mut b, 0, self.status as u16);
         put32(&mut b, 4, self.queue_depth);
         put32(&mut b, 8, self.max_msg);
         put32(&mut b, 12, self.heartbeat_ms);
         put32(&mut b, 16, self.inline_size);
-        b
+        let mut len = Self::LEN;
+        let mut flags = 0;
+        if let Some(s) = &self.secret {
+            b[len..len + SECRET_LEN].copy_from_slice(s);
+            len += SECRET_LEN;
+            flags |= REPLY_SECRET;
+        }
+        if let Some(m) = &self.mac {
+            b[len..len + m.len()].copy_from_slice(m);
+            len += m.len();
+            flags |= REPLY_MAC;
+        }
+        put16(&mut b, 2, flags);
+        Encoded { buf: b, len }
     }
 
     /// Decodes a reply; a refusal decodes fine (its limits are not checked),
     /// an acceptance must carry valid limits.
     pub(crate) fn decode(b: &[u8]) -> Result<Self, Reason> {
-        if b.len() != Self::LEN {
+        if b.len() < Self::LEN {
+            return Err(Reason::Malformed);
+        }
+        let flags = le16(b, 2);
+        let mut at = Self::LEN;
+        let mut take = |n: usize, set: bool| -> Result<Option<&[u8]>, Reason> {
+            if !set {
+                return Ok(None);
+            }
+            let s = b.get(at..at + n).ok_or(Reason::Malformed)?;
+            at += n;
+            Ok(Some(s))
+        };
+        let secret = take(SECRET_LEN, flags & REPLY_SECRET != 0)?.map(|s| {
+            let mut v = [0u8; SECRET_LEN];
+            v.copy_from_slice(s);
+            v
+        });
+        let mac = take(crate::crypto::HMAC_SHA256_LEN, flags & REPLY_MAC != 0)?.map(|s| {
+            let mut v = [0u8; crate::crypto::HMAC_SHA256_LEN];
+            v.copy_from_slice(s);
+            v
+        });
+        if at != b.len() || flags & !(REPLY_SECRET | REPLY_MAC) != 0 {
             return Err(Reason::Malformed);
         }
         let r = Self {
+            secret,
+            mac,
             status: Reason::from_wire(le16(b, 0)),
             queue_depth: le32(b, 4),
             max_msg: le32(b, 8),
@@ -717,10 +1025,11 @@ impl HelloReply {
 }
 
 // The encodings fit where they travel.
-const _: () = assert!(ConnectData::LEN <= crate::cm::REQ_PRIVATE_DATA_MAX);
-const _: () = assert!(AcceptData::LEN <= crate::cm::REP_PRIVATE_DATA_MAX);
+const _: () = assert!(ConnectData::ENCODED_LEN <= crate::cm::REQ_PRIVATE_DATA_MAX);
+const _: () = assert!(AcceptData::ENCODED_LEN <= crate::cm::REP_PRIVATE_DATA_MAX);
 const _: () = assert!(RejectData::LEN <= crate::cm::REJ_PRIVATE_DATA_MAX);
-const _: () = assert!(Header::LEN + Hello::LEN <= MIN_MSG_SIZE as usize);
+const _: () = assert!(Header::LEN + Hello::MAX_LEN <= MIN_MSG_SIZE as usize);
+const _: () = assert!(Header::LEN + HelloReply::MAX_LEN <= MIN_MSG_SIZE as usize);
 // A queue depth travels in 16 bits of the connect data.
 const _: () = assert!(MAX_QUEUE_DEPTH <= u16::MAX as u32);
 
@@ -731,6 +1040,8 @@ mod tests {
 
     fn connect() -> ConnectData {
         ConnectData {
+            minor: MINOR,
+            proof: None,
             session_id: 0x1122_3344_5566_7788,
             generation: 3,
             channel: 1,
@@ -745,9 +1056,60 @@ mod tests {
         let enc = connect().encode();
         // rdma_cm delivers the request's full 56 bytes, zero-padded.
         let mut padded = [0u8; crate::cm::REQ_PRIVATE_DATA_MAX];
-        padded[..ConnectData::LEN].copy_from_slice(&enc);
+        padded[..ConnectData::ENCODED_LEN].copy_from_slice(&enc);
         assert_eq!(ConnectData::decode(&padded), Ok(connect()));
         assert_eq!(&enc[..4], b"FRRY");
+        // A 1.1 client's 32 bytes.
+        let mut old = enc;
+        old[5] = 1;
+        let want = ConnectData {
+            minor: 1,
+            ..connect()
+        };
+        assert_eq!(ConnectData::decode(&old[..ConnectData::LEN]), Ok(want));
+    }
+
+    #[test]
+    fn join_proofs_need_the_secret() {
+        let secret = [7u8; SECRET_LEN];
+        let mut d = connect();
+        assert!(!d.proves(&secret));
+        d.prove(&secret);
+        let enc = d.encode();
+        let got = ConnectData::decode(&enc).unwrap();
+        assert_eq!(got, d);
+        assert!(got.proves(&secret));
+        // Another secret, or any field changed after the proof: refused.
+        let mut other = secret;
+        other[15] ^= 1;
+        assert!(!got.proves(&other));
+        for (at, bit) in [
+            (8, 1),
+            (16, 1),
+            (20, 1),
+            (22, 2),
+            (24, 1),
+            (28, 1),
+            (32, 1),
+            (40, 1),
+            (55, 0x80),
+        ] {
+            let mut b = enc;
+            b[at] ^= bit;
+            if let Ok(f) = ConnectData::decode(&b) {
+                assert!(!f.proves(&secret));
+            }
+        }
+        // Two proofs of one request differ in their nonce and MAC.
+        let mut again = connect();
+        again.prove(&secret);
+        assert!(again.proves(&secret));
+        assert_ne!(again.proof, d.proof);
+        // The flag without the proof's bytes.
+        assert_eq!(
+            ConnectData::decode(&enc[..ConnectData::ENCODED_LEN - 1]),
+            Err(Reason::Malformed)
+        );
     }
 
     #[test]
@@ -772,7 +1134,11 @@ mod tests {
         // A newer minor is compatible.
         let mut enc = connect().encode();
         enc[5] = 200;
-        assert_eq!(ConnectData::decode(&enc), Ok(connect()));
+        let want = ConnectData {
+            minor: 200,
+            ..connect()
+        };
+        assert_eq!(ConnectData::decode(&enc), Ok(want));
     }
 
     #[test]
@@ -811,6 +1177,8 @@ mod tests {
             assert_eq!(ConnectData::decode(&d.encode()), Err(Reason::BadParams));
         }
         let last = ConnectData {
+            minor: MINOR,
+            proof: None,
             session_id: u64::MAX,
             generation: u32::MAX,
             channel: MAX_CHANNELS - 1,
@@ -850,11 +1218,28 @@ mod tests {
             RejectData::decode(&enc).map(|r| r.reason),
             Some(Reason::CmRejected)
         );
-        let a = AcceptData { session_id: 42 };
+        let a = AcceptData {
+            session_id: 42,
+            nonce: Some([9; NONCE_LEN]),
+        };
         assert_eq!(AcceptData::decode(&a.encode()), Ok(a));
         assert_eq!(
             AcceptData::decode(&a.encode()[..15]),
             Err(Reason::Malformed)
+        );
+        // 1.2 has a nonce; 1.1 had none.
+        assert_eq!(
+            AcceptData::decode(&a.encode()[..AcceptData::LEN]),
+            Err(Reason::Malformed)
+        );
+        let mut old = a.encode();
+        old[5] = 1;
+        assert_eq!(
+            AcceptData::decode(&old[..AcceptData::LEN]),
+            Ok(AcceptData {
+                session_id: 42,
+                nonce: None
+            })
         );
     }
 
@@ -898,7 +1283,89 @@ mod tests {
             max_msg: 4096,
             heartbeat_ms: 1000,
             inline_size: 4096,
+            auth: None,
         }
+    }
+
+    fn ctx() -> AuthContext {
+        AuthContext {
+            server_nonce: [1; NONCE_LEN],
+            client_nonce: [2; NONCE_LEN],
+            session_id: 0x1122_3344_5566_7788,
+            generation: 3,
+            channel: 1,
+        }
+    }
+
+    #[test]
+    fn hello_with_auth_round_trips() {
+        let key = b"a key of the test, 32 bytes long";
+        let h = Hello {
+            auth: Some(Auth {
+                nonce: [2; NONCE_LEN],
+                mac: ctx().client_mac(key),
+            }),
+            ..hello()
+        };
+        let enc = h.encode();
+        assert_eq!(enc.len(), Hello::MAX_LEN);
+        assert_eq!(Hello::decode(&enc), Ok(h));
+        // The length must match the type's.
+        assert_eq!(
+            Hello::decode(&enc[..Hello::MAX_LEN - 1]),
+            Err(Reason::Malformed)
+        );
+        let mut short = hello().encode();
+        short[44] = 1;
+        assert_eq!(Hello::decode(&short), Err(Reason::AuthFailed));
+        // A method this side does not know.
+        let mut other = h.encode();
+        other[44] = 2;
+        assert_eq!(Hello::decode(&other), Err(Reason::AuthFailed));
+    }
+
+    #[test]
+    fn handshake_macs_bind_key_nonces_and_connection() {
+        let key = b"a key of the test, 32 bytes long";
+        let c = ctx();
+        let m = c.client_mac(key);
+        assert_eq!(m, ctx().client_mac(key));
+        // The server's answer is not the client's, so neither can be
+        // reflected back.
+        assert_ne!(m, c.server_mac(key));
+        // Another key, or a replay under another server nonce, client
+        // nonce, session, generation or channel: another MAC.
+        assert_ne!(m, c.client_mac(b"another key of the test, 32 byte"));
+        let variants = [
+            AuthContext {
+                server_nonce: [9; NONCE_LEN],
+                ..c
+            },
+            AuthContext {
+                client_nonce: [9; NONCE_LEN],
+                ..c
+            },
+            AuthContext { session_id: 1, ..c },
+            AuthContext { generation: 4, ..c },
+            AuthContext { channel: 0, ..c },
+        ];
+        for v in variants {
+            assert_ne!(v.client_mac(key), m);
+            assert_ne!(v.server_mac(key), c.server_mac(key));
+        }
+        // The secret's mask: undone by itself, and not the secret.
+        let s = [0x5a; SECRET_LEN];
+        let masked = c.mask_secret(key, &s);
+        assert_ne!(masked, s);
+        assert_eq!(c.mask_secret(key, &masked), s);
+        assert_ne!(
+            AuthContext {
+                client_nonce: [9; NONCE_LEN],
+                ..c
+            }
+            .mask_secret(key, &s),
+            masked
+        );
     }
 
     #[test]
@@ -956,10 +1423,10 @@ mod tests {
             b[..name.len()].copy_from_slice(name);
             assert_eq!(Hello::decode(&b), Err(Reason::Malformed));
         }
-        // Authentication asked for, which 1.0 cannot do.
+        // Authentication data without a type.
         let mut b = hello().encode();
-        b[44] = 1;
-        assert_eq!(Hello::decode(&b), Err(Reason::BadParams));
+        b[46] = 1;
+        assert_eq!(Hello::decode(&b), Err(Reason::Malformed));
         assert!(ServiceName::new(&[b'a'; SERVICE_LEN]).is_none());
         assert!(ServiceName::new(&[b'a'; SERVICE_LEN - 1]).is_some());
     }
@@ -972,8 +1439,41 @@ mod tests {
             max_msg: 8192,
             heartbeat_ms: 500,
             inline_size: MAX_INLINE,
+            secret: None,
+            mac: None,
         };
         assert_eq!(HelloReply::decode(&r.encode()), Ok(r));
+        assert_eq!(r.encode().len(), HelloReply::LEN);
+        // Channel 0's, with the session's secret.
+        let with = HelloReply {
+            secret: Some([0x5a; SECRET_LEN]),
+            ..r
+        };
+        assert_eq!(with.encode().len(), HelloReply::LEN + SECRET_LEN);
+        assert_eq!(HelloReply::decode(&with.encode()), Ok(with));
+        assert_eq!(
+            HelloReply::decode(&with.encode()[..HelloReply::LEN + SECRET_LEN - 1]),
+            Err(Reason::Malformed)
+        );
+        // With the server's MAC too, or alone.
+        let both = HelloReply {
+            mac: Some([0xa5; 32]),
+            ..with
+        };
+        assert_eq!(both.encode().len(), HelloReply::MAX_LEN);
+        assert_eq!(HelloReply::decode(&both.encode()), Ok(both));
+        let mac = HelloReply {
+            secret: None,
+            ..both
+        };
+        assert_eq!(HelloReply::decode(&mac.encode()), Ok(mac));
+        // Bytes no flag accounts for, or a flag this side does not know.
+        let mut long = [0u8; HelloReply::LEN + 1];
+        long[..HelloReply::LEN].copy_from_slice(&r.encode());
+        assert_eq!(HelloReply::decode(&long), Err(Reason::Malformed));
+        let mut unknown = r.encode();
+        unknown[2] = 4;
+        assert_eq!(HelloReply::decode(&unknown), Err(Reason::Malformed));
         let big = HelloReply {
             inline_size: MAX_INLINE + 1,
             ..r
@@ -986,6 +1486,8 @@ mod tests {
             max_msg: 0,
             heartbeat_ms: 0,
             inline_size: 0,
+            secret: None,
+            mac: None,
         };
         assert_eq!(HelloReply::decode(&no.encode()), Ok(no));
         // An acceptance does.

@@ -60,6 +60,7 @@ impl<O: Owner> Channel<O> {
             .and_then(|()| req.id().modify_qp(&qp, QpState::Rts));
         let accept = AcceptData {
             session_id: data.session_id,
+            nonce: None,
         }
         .encode();
         // In the session before its hello can come: the hello of its last
@@ -227,7 +228,9 @@ impl<O: Owner> Channel<O> {
     /// Client: route known; create the QP and send the connect request.
     pub(super) fn route_resolved(self: &Arc<Self>, id: &Locked<'_>) -> Result<(), Reason> {
         let (qp, ring) = self.create_qp(id)?;
-        let data = ConnectData {
+        let mut data = ConnectData {
+            minor: wire::MINOR,
+            proof: None,
             session_id: self.session.session_id(),
             generation: self.generation,
             channel: self.index,
@@ -235,8 +238,11 @@ impl<O: Owner> Channel<O> {
             max_msg: self.session.params().max_msg,
             // CAST: at most `MAX_QUEUE_DEPTH`, which fits.
             queue_depth: self.session.params().queue_depth as u16,
+        };
+        if let Some(secret) = self.session.join_secret() {
+            data.prove(&secret);
         }
-        .encode();
+        let data = data.encode();
         // Held until the connect is out: the teardown, which takes the QP,
         // takes the id under it first.
         let cm = self.cm.lock();

@@ -38,10 +38,18 @@ impl<O: Owner> Channel<O> {
         let role = self.session.role();
         // The session's lock comes before the channel's: ask it first.
         let hello = match (h.kind, role) {
-            (Kind::Hello, Role::Server) => {
-                let hello = Hello::decode(payload)
-                    .map_err(|r| Refusal::of_decode(r, "a malformed hello"))?;
-                Some((hello, O::check_hello(&self.session, &hello)))
+            (Kind::Hello, Role::Server) => match Hello::decode(payload) {
+                Ok(hello) => Some((Some(hello), O::check_hello(&self.session, &hello))),
+                // Limits out of range or authentication asked for: refused,
+                // with a reply that says why.
+                Err(r) if r != Reason::Malformed => Some((None, r)),
+                Err(r) => return Err(Refusal::of_decode(r, "a malformed hello")),
+            },
+            (_, Role::Server) if self.index == 0 => {
+                // A client speaks after the hello only once it has the reply,
+                // and with it the session's secret.
+                self.session.peer_confirmed();
+                None
             }
             _ => None,
         };
@@ -52,7 +60,9 @@ impl<O: Owner> Channel<O> {
         match (h.kind, inner.state, hello) {
             (Kind::Hello, ChanState::Connecting | ChanState::Handshake, Some((hello, status))) => {
                 let p = self.session.params();
-                inner.learn_peer(p, hello.queue_depth, hello.max_msg, hello.inline_size);
+                if let Some(hello) = &hello {
+                    inner.learn_peer(p, hello.queue_depth, hello.max_msg, hello.inline_size);
+                }
                 inner.credits.grant(h.credits)?;
                 let reply = HelloReply {
                     status,
@@ -60,10 +70,25 @@ impl<O: Owner> Channel<O> {
                     max_msg: p.max_msg,
                     heartbeat_ms: p.heartbeat_ms,
                     inline_size: p.inline_size,
+                    secret: match status {
+                        Reason::None => self.session.reply_secret(self.index),
+                        _ => None,
+                    },
+                    mac: None,
                 };
                 self.send_locked(&mut inner, Kind::HelloReply, 0, &reply.encode())
                     .map_err(|_| Reason::NoResources)?;
                 if status != Reason::None {
+                    // (Not `device_name()`: the channel's lock is held.)
+                    let dev = inner.device.map_or(DeviceName::NONE, |(_, n)| n);
+                    crate::ratelimit::pr_info_limited!(
+                        "{}: session {} channel {}: refused the client's hello from {}: {}\n",
+                        dev.as_cstr(),
+                        self.session.id(),
+                        self.index,
+                        self.session.peer(),
+                        status.describe()
+                    );
                     // Fail once the refusal has left (see `send_done`).
                     inner.enter(ChanState::Refusing(status));
                     return Ok(false);
@@ -76,6 +101,9 @@ impl<O: Owner> Channel<O> {
                     .map_err(|r| Refusal::of_decode(r, "a malformed hello reply"))?;
                 if reply.status != Reason::None {
                     return Err(reply.status.into());
+                }
+                if let Some(secret) = reply.secret {
+                    self.session.learn_secret(secret);
                 }
                 let p = self.session.params();
                 inner.learn_peer(p, reply.queue_depth, reply.max_msg, reply.inline_size);

@@ -149,6 +149,7 @@ impl<O: Owner> Channel<O> {
             max_msg: p.max_msg,
             heartbeat_ms: p.heartbeat_ms,
             inline_size: p.inline_size,
+            auth: None,
         };
         self.send_locked(inner, Kind::Hello, 0, &hello.encode())
     }

@@ -21,7 +21,7 @@ use kernel::{
     workqueue::{DelayedWork, HasWork, WorkItem},
 };
 
-use super::device::Ferry;
+use super::{device::Ferry, secrets::Secrets};
 use crate::{
     channel::ChannelWork,
     cm::SockAddr,
@@ -30,7 +30,7 @@ use crate::{
     rdma::Pd,
     service::{Service, ServiceOps, Services},
     session::{self, Channel, Session},
-    wire::{Reason, ServiceName},
+    wire::{Reason, Secret, ServiceName},
     work::OwnedQueue,
 };
 
@@ -102,6 +102,9 @@ pub(crate) struct Transport {
     sessions: Mutex<KVec<Arc<Session>>>,
     #[pin]
     listeners: Mutex<KVec<Arc<Listener>>>,
+    /// The server sessions' secrets, kept a while past their sessions.
+    #[pin]
+    secrets: Mutex<Secrets>,
     #[pin]
     queue: Mutex<Option<OwnedQueue>>,
     ticker: Arc<Ticker>,
@@ -120,6 +123,7 @@ impl Transport {
         Ok(try_pin_init!(Self {
             sessions <- new_mutex!(KVec::new()),
             listeners <- new_mutex!(KVec::new()),
+            secrets <- new_mutex!(Secrets::new(super::secrets::IDLE_TTL_MS)),
             queue <- new_mutex!(Some(queue)),
             ticker,
             services <- Services::new(),
@@ -240,16 +244,44 @@ impl Ferry {
         if self.shutting_down() {
             return Err(ESHUTDOWN);
         }
-        self.transport.sessions.lock().push(s, GFP_KERNEL)?;
+        if let Some(secret) = s.server_secret() {
+            self.transport
+                .secrets
+                .lock()
+                .claim(s.session_id, &s.peer, secret)?;
+        }
+        if let Err(e) = self.transport.sessions.lock().push(s.clone(), GFP_KERNEL) {
+            self.release_secret(&s);
+            return Err(e.into());
+        }
         Ok(())
     }
 
     /// Forgets a closed session.
     pub(crate) fn remove_session(&self, s: &Session) {
-        self.transport
-            .sessions
-            .lock()
-            .retain(|x| !core::ptr::eq(&**x, s));
+        let mut list = self.transport.sessions.lock();
+        let before = list.len();
+        list.retain(|x| !core::ptr::eq(&**x, s));
+        let removed = list.len() != before;
+        drop(list);
+        if removed {
+            self.release_secret(s);
+        }
+    }
+
+    fn release_secret(&self, s: &Session) {
+        if s.server_secret().is_some() {
+            self.transport
+                .secrets
+                .lock()
+                .release(s.session_id, &s.peer, s.confirmed.load(Relaxed));
+        }
+    }
+
+    /// The secret of server session `session_id` from `peer`'s address,
+    /// live or recently closed.
+    pub(crate) fn session_secret(&self, session_id: u64, peer: &SockAddr) -> Option<Secret> {
+        self.transport.secrets.lock().find(session_id, peer)
     }
 
     /// The session with handle `id`.
@@ -431,6 +463,10 @@ impl session::Host for Ferry {
 impl listener::Host for Ferry {
     fn server_session(&self, session_id: u64, peer: &SockAddr) -> Option<Arc<Session>> {
         Ferry::server_session(self, session_id, peer)
+    }
+
+    fn session_secret(&self, session_id: u64, peer: &SockAddr) -> Option<Secret> {
+        Ferry::session_secret(self, session_id, peer)
     }
 
     fn close_later(&self, s: Arc<Session>, reason: Reason) {

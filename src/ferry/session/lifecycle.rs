@@ -7,13 +7,16 @@
 use super::*;
 
 impl Session {
-    /// Creates a server session for the connection request `data` from `peer`.
+    /// Creates a server session for the connection request `data` from
+    /// `peer`, with the session's `secret` (drawn for a new session, kept
+    /// from the one it replaces).
     pub(crate) fn server(
         host: Arc<dyn Host>,
         net: &Net,
         peer: SockAddr,
         data: &crate::wire::ConnectData,
         listener: u32,
+        secret: wire::Secret,
     ) -> Result<Arc<Self>> {
         // The client's limits (checked by the decoder), or the defaults; the
         // receive buffers of a channel stay within `SERVER_RX_BUDGET`, so a
@@ -43,7 +46,11 @@ impl Session {
             Some(listener),
             None,
             None,
+            Some(secret),
+            data.minor,
         )?;
+        // A client that proved the secret has it.
+        s.confirmed.store(data.proof.is_some(), Relaxed);
         s.inner.lock().generation = data.generation;
         host.add_session(s.clone())?;
         s.notify();
@@ -79,6 +86,8 @@ impl Session {
             None,
             Some(service),
             consumer,
+            None,
+            wire::MINOR,
         )
         .map_err(|_| Reason::NoResources)?;
         host.add_session(s.clone())
@@ -149,7 +158,10 @@ impl Session {
         };
         inner.channels = channels;
         drop(inner);
-        for c in list.iter() {
+        // Channel 0 first: its hello reply hands the session's secret
+        // (which the others' requests prove) when the server has none for
+        // the session id yet; see `channel_up`.
+        if let Some(c) = list.first() {
             c.start();
         }
     }
@@ -223,9 +235,21 @@ impl Session {
     }
 
     /// A channel completed its handshake.
-    pub(crate) fn channel_up(self: &Arc<Self>, _index: u16, generation: u32) {
+    pub(crate) fn channel_up(self: &Arc<Self>, index: u16, generation: u32) {
         let mut inner = self.inner.lock();
         if inner.generation != generation || inner.state != SessionState::Connecting {
+            return;
+        }
+        if self.role == Role::Client && index == 0 && inner.channels.len() > 1 {
+            // The others start now, with the secret channel 0 brought.
+            let Ok(rest) = clone_all(&inner.channels[1..]) else {
+                drop(inner);
+                return self.channel_failed(0, generation, Reason::NoResources);
+            };
+            drop(inner);
+            for c in rest.iter() {
+                c.start();
+            }
             return;
         }
         let all = inner.channels.len() == usize::from(self.params.channels)

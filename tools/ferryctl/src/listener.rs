@@ -21,6 +21,7 @@ pub struct Listener {
     pub addr: Option<IpAddr>,
     pub port: Option<u16>,
     pub sessions: Option<u32>,
+    pub auth_refused: Option<u64>,
 }
 
 fn bad(what: &str) -> Error {
@@ -46,6 +47,9 @@ impl Listener {
                 FERRY_A_LISTENER_SESSIONS => {
                     l.sessions = Some(attr::u32(p).ok_or_else(|| bad("sessions"))?)
                 }
+                FERRY_A_LISTENER_AUTH_REFUSED => {
+                    l.auth_refused = Some(attr::u64(p).ok_or_else(|| bad("auth-refused"))?)
+                }
                 _ => {}
             }
         }
@@ -55,7 +59,7 @@ impl Listener {
         Ok(l)
     }
 
-    /// The JSON object: `id`, `addr`, `port`, `sessions`.
+    /// The JSON object: `id`, `addr`, `port`, `sessions`, `auth_refused`.
     pub fn to_json(&self) -> Value {
         let mut o = Map::new();
         o.insert("id".into(), json!(self.id));
@@ -68,10 +72,13 @@ impl Listener {
         if let Some(n) = self.sessions {
             o.insert("sessions".into(), json!(n));
         }
+        if let Some(n) = self.auth_refused {
+            o.insert("auth_refused".into(), json!(n));
+        }
         Value::Object(o)
     }
 
-    /// `listener 1 addr 192.0.2.1 port 4791 sessions 0`.
+    /// `listener 1 addr 192.0.2.1 port 4791 sessions 0 auth-refused 0`.
     pub fn to_text(&self) -> String {
         let mut s = format!("listener {}", self.id);
         if let Some(a) = self.addr {
@@ -82,6 +89,9 @@ impl Listener {
         }
         if let Some(n) = self.sessions {
             s += &format!(" sessions {n}");
+        }
+        if let Some(n) = self.auth_refused {
+            s += &format!(" auth-refused {n}");
         }
         s.push('\n');
         s
@@ -95,6 +105,7 @@ pub fn attr_name(ty: u16) -> Option<&'static str> {
         FERRY_A_LISTENER_ADDR => Some("addr"),
         FERRY_A_LISTENER_PORT => Some("port"),
         FERRY_A_LISTENER_SESSIONS => Some("sessions"),
+        FERRY_A_LISTENER_AUTH_REFUSED => Some("auth-refused"),
         _ => None,
     }
 }
@@ -264,15 +275,16 @@ mod tests {
             .u32(FERRY_A_LISTENER_ID, 1)
             .binary(FERRY_A_LISTENER_ADDR, &[192, 0, 2, 1])
             .u16(FERRY_A_LISTENER_PORT, 4791)
-            .u32(FERRY_A_LISTENER_SESSIONS, 0);
+            .u32(FERRY_A_LISTENER_SESSIONS, 0)
+            .u64(FERRY_A_LISTENER_AUTH_REFUSED, 3);
         let l = Listener::decode(b.bytes()).unwrap();
         assert_eq!(
             l.to_text(),
-            "listener 1 addr 192.0.2.1 port 4791 sessions 0\n"
+            "listener 1 addr 192.0.2.1 port 4791 sessions 0 auth-refused 3\n"
         );
         assert_eq!(
             l.to_json(),
-            json!({"id": 1, "addr": "192.0.2.1", "port": 4791, "sessions": 0})
+            json!({"id": 1, "addr": "192.0.2.1", "port": 4791, "sessions": 0, "auth_refused": 3})
         );
         let mut v6 = [0u8; 16];
         v6[15] = 1;

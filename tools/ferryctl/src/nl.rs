@@ -131,6 +131,13 @@ impl Builder {
         self
     }
 
+    /// Adds a `u64` attribute.
+    #[cfg(test)]
+    pub fn u64(mut self, ty: u32, v: u64) -> Self {
+        self.put(ty as u16, &v.to_ne_bytes());
+        self
+    }
+
     /// Adds a `u16` attribute.
     pub fn u16(mut self, ty: u32, v: u16) -> Self {
         self.put(ty as u16, &v.to_ne_bytes());

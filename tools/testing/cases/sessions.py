@@ -3,9 +3,12 @@
 import json
 import time
 
+from ferryvm import ROOT
 from harness import UNLOAD_ECHO, CheckFailed, case
 
 PORT = 7471
+# Runs a command as an unprivileged user, without capabilities.
+NOBODY = 'setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all'
 
 
 def sessions(t, vm, role=None):
@@ -110,14 +113,66 @@ def session_unprivileged(t):
     vm = loopback(t)
     ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
     s = connect(t, vm, '192.0.2.1')
-    nobody = 'setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all'
     for args in (f'listener add 192.0.2.1 port {PORT + 1}', 'listener del id 1',
                  f'session connect 192.0.2.1 port {PORT} service echo',
                  f'session disconnect id {s["id"]}'):
-        r = vm.run(f'{nobody} {t.ferryctl} {args}', check=False)
+        r = vm.run(f'{NOBODY} {t.ferryctl} {args}', check=False)
         t.check(r.rc == 2 and 'not permitted' in r.err.lower(), f'{args} as nobody: {r}')
-    r = vm.run(f'{nobody} {t.ferryctl} -j session show', check=False)
+    r = vm.run(f'{NOBODY} {t.ferryctl} -j session show', check=False)
     t.check(r.rc == 0 and len(json.loads(r.out)) == 2, f'session show as nobody: {r}')
+    vm.run(UNLOAD_ECHO)
+
+
+@case(timeout=240)
+def session_takeover(t):
+    """A session id is not a credential. An unprivileged local user reads a
+    victim's session id (ferryctl shows it to anyone) and, through
+    /dev/infiniband/rdma_cm, sends connect requests for it with a newer
+    generation: without a proof of the session's secret, with a forged one,
+    for channel 0 and to join channel 1. Each is refused with
+    "authentication failed", counted on the listener and logged; the
+    victim's sessions on both sides stay as they were and still carry
+    messages. A reconnect of the victim's own (device removed and back)
+    proves the secret and is let in."""
+    vm = loopback(t)
+    # A wildcard listener: it stays when the device goes.
+    ferryctl(t, vm, f'listener add 0.0.0.0 port {PORT}')
+    victim = connect(t, vm, '192.0.2.1', extra='channels 2 heartbeat-ms 200')
+    t.eq(victim['state'], 'connected', 'the victim connected')
+    srv = [s for s in sessions(t, vm, 'server') if s['session_id'] == victim['session_id']]
+    t.require(len(srv) == 1, f'the victim\'s server session: {sessions(t, vm)}')
+    vm.run(f'install -m 0755 {ROOT}/tools/testing/hostile/cm_connect.py /tmp/cm_connect.py')
+    seen = json.loads(vm.run(f'{NOBODY} {t.ferryctl} -j session show').out)
+    sid = [s['session_id'] for s in seen if s['id'] == victim['id']][0]
+    attempts = (('0', '1', 'none'), ('0', '1', 'forged'), ('1', '2', 'forged'),
+                ('1', '2', 'none'))
+    for channel, count, proof in attempts:
+        r = vm.run(f'{NOBODY} python3 /tmp/cm_connect.py 192.0.2.1 {PORT} {sid} 1000 '
+                   f'{channel} {count} {proof}', check=False)
+        t.eq((r.rc, r.out.strip()), (0, 'rejected 21'),
+             f'channel {channel} of {count}, proof {proof}: refused, authentication failed')
+    lst = t.ferryctl_json(vm, 'listener show')
+    t.eq(lst[0].get('auth_refused'), len(attempts), f'refusals counted: {lst}')
+    log = vm.run('dmesg | grep "refused a connect"', check=False).out
+    t.check(f'to session {sid:#x}' in log and 'no proof' in log and 'wrong proof' in log,
+            f'refusals logged: {log!r}')
+    vm.run('sleep 1')
+    now = {s['id']: s for s in sessions(t, vm)}
+    t.eq((now[victim['id']]['state'], now[victim['id']]['reconnects']), ('connected', 0),
+         'the victim\'s client session is untouched')
+    t.eq(now.get(srv[0]['id'], {}).get('state'), 'connected',
+         'the victim\'s server session is untouched')
+    t.eq(len(now), 2, f'no session of the attacker\'s: {list(now.values())}')
+    # The victim's own reconnect proves the secret: its server session closed
+    # with the device, and the secret outlived it.
+    vm.run('rdma link delete rxe0')
+    wait_state(t, vm, victim['id'], ('reconnecting', 'connecting'))
+    t.rxe_add(vm)
+    st, secs = wait_state(t, vm, victim['id'], ('connected',), timeout=60)
+    t.log(f'the victim reconnected {secs:.1f} s after the device came back')
+    lst = t.ferryctl_json(vm, 'listener show')
+    t.eq(lst[0].get('auth_refused'), len(attempts), 'the reconnect was not refused')
+    ferryctl(t, vm, f'session disconnect id {victim["id"]}')
     vm.run(UNLOAD_ECHO)
 
 

@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The secrets of server sessions, by session id and client address: what a
+//! connection request for a known session must prove (see
+//! [`crate::wire::JoinProof`]).
+//!
+//! A record lives as long as a server session uses it, and past the last
+//! one for [`IDLE_TTL_MS`] if the client showed it has the secret (it proved
+//! it, or spoke after the hello reply that handed it): a server session
+//! closes on any failure while its client reconnects with a newer
+//! generation, and whoever learns the id must not take it in the meantime.
+//! A record whose client never had the secret goes with its last session,
+//! so a lost hello reply does not lock the client out. At most
+//! [`MAX_IDLE`] idle records are kept; beyond, the oldest goes.
+
+use kernel::{
+    prelude::*,
+    time::{Instant, Monotonic},
+};
+
+use crate::{cm::SockAddr, wire::Secret};
+
+/// How long a secret outlives its last session, in milliseconds: longer
+/// than a client's default give-up time (600 s).
+pub(crate) const IDLE_TTL_MS: i64 = 15 * 60 * 1000;
+
+/// Most records kept without a session.
+pub(crate) const MAX_IDLE: usize = 4096;
+
+struct Record {
+    session_id: u64,
+    peer: SockAddr,
+    secret: Secret,
+    /// Server sessions that use it.
+    live: u32,
+    /// The client had the secret.
+    confirmed: bool,
+    /// When the last session went (with `live` 0).
+    idle_since: Option<Instant<Monotonic>>,
+}
+
+impl Record {
+    fn is(&self, session_id: u64, peer: &SockAddr) -> bool {
+        self.session_id == session_id && self.peer.ip() == peer.ip()
+    }
+
+    fn expired(&self, ttl_ms: i64) -> bool {
+        self.idle_since
+            .is_some_and(|t| t.elapsed().as_millis() >= ttl_ms)
+    }
+}
+
+/// The records; the transport keeps them under a mutex.
+#[derive(Default)]
+pub(crate) struct Secrets {
+    records: KVec<Record>,
+    ttl_ms: i64,
+}
+
+impl Secrets {
+    /// No records; idle ones are kept `ttl_ms`.
+    pub(crate) fn new(ttl_ms: i64) -> Self {
+        Self {
+            records: KVec::new(),
+            ttl_ms,
+        }
+    }
+
+    /// The secret of session `session_id` from `peer`'s address, if it has one.
+    pub(crate) fn find(&self, session_id: u64, peer: &SockAddr) -> Option<Secret> {
+        self.records
+            .iter()
+            .find(|r| r.is(session_id, peer) && !r.expired(self.ttl_ms))
+            .map(|r| r.secret)
+    }
+
+    /// A server session with `secret` starts: its record is created or
+    /// taken up again.
+    pub(crate) fn claim(&mut self, session_id: u64, peer: &SockAddr, secret: Secret) -> Result {
+        self.prune();
+        if let Some(r) = self.records.iter_mut().find(|r| r.is(session_id, peer)) {
+            r.live += 1;
+            r.idle_since = None;
+            r.secret = secret;
+            return Ok(());
+        }
+        self.records.push(
+            Record {
+                session_id,
+                peer: *peer,
+                secret,
+                live: 1,
+                confirmed: false,
+                idle_since: None,
+            },
+            GFP_KERNEL,
+        )?;
+        Ok(())
+    }
+
+    /// A server session of the record ended; `confirmed`: its client had
+    /// the secret.
+    pub(crate) fn release(&mut self, session_id: u64, peer: &SockAddr, confirmed: bool) {
+        let Some(pos) = self.records.iter().position(|r| r.is(session_id, peer)) else {
+            return;
+        };
+        let r = &mut self.records[pos];
+        r.confirmed |= confirmed;
+        r.live = r.live.saturating_sub(1);
+        if r.live > 0 {
+            return;
+        }
+        if r.confirmed {
+            r.idle_since = Some(Instant::now());
+        } else {
+            self.forget(pos);
+        }
+    }
+
+    /// Records without a session.
+    pub(crate) fn idle(&self) -> usize {
+        self.records.iter().filter(|r| r.live == 0).count()
+    }
+
+    fn forget(&mut self, pos: usize) {
+        if let Ok(mut r) = self.records.remove(pos) {
+            r.secret.fill(0);
+        }
+    }
+
+    /// Drops expired records, and the oldest idle ones beyond [`MAX_IDLE`].
+    fn prune(&mut self) {
+        let mut i = 0;
+        while i < self.records.len() {
+            if self.records[i].expired(self.ttl_ms) {
+                self.forget(i);
+            } else {
+                i += 1;
+            }
+        }
+        while self.idle() >= MAX_IDLE {
+            let oldest = self
+                .records
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| r.idle_since.map(|t| (i, t.elapsed().as_nanos())))
+                .max_by_key(|&(_, age)| age)
+                .map(|(i, _)| i);
+            match oldest {
+                Some(i) => self.forget(i),
+                None => break,
+            }
+        }
+    }
+}
+
+impl Drop for Secrets {
+    fn drop(&mut self) {
+        for r in self.records.iter_mut() {
+            r.secret.fill(0);
+        }
+    }
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kunit_tests(ferry_secrets)]
+mod tests {
+    use super::*;
+
+    fn peer(last: u8) -> SockAddr {
+        SockAddr::v4([192, 0, 2, last], 4791)
+    }
+
+    #[test]
+    fn a_secret_lives_with_its_sessions() -> Result {
+        let mut s = Secrets::new(IDLE_TTL_MS);
+        assert_eq!(s.find(1, &peer(1)), None);
+        s.claim(1, &peer(1), [1; 16])?;
+        assert_eq!(s.find(1, &peer(1)), Some([1; 16]));
+        // Another address, or another id: not the same session.
+        assert_eq!(s.find(1, &peer(2)), None);
+        assert_eq!(s.find(2, &peer(1)), None);
+        // A replacing session, then the old one goes: still live.
+        s.claim(1, &peer(1), [1; 16])?;
+        s.release(1, &peer(1), false);
+        assert_eq!(s.find(1, &peer(1)), Some([1; 16]));
+        assert_eq!(s.idle(), 0);
+        // The last goes, its client confirmed: kept, idle.
+        s.release(1, &peer(1), true);
+        assert_eq!(s.find(1, &peer(1)), Some([1; 16]));
+        assert_eq!(s.idle(), 1);
+        // Taken up again by the client's reconnect.
+        s.claim(1, &peer(1), [1; 16])?;
+        assert_eq!(s.idle(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn an_unconfirmed_secret_goes_with_its_session() -> Result {
+        let mut s = Secrets::new(IDLE_TTL_MS);
+        s.claim(7, &peer(1), [7; 16])?;
+        s.release(7, &peer(1), false);
+        assert_eq!(s.find(7, &peer(1)), None);
+        // Releasing what is not there is harmless.
+        s.release(7, &peer(1), true);
+        assert_eq!(s.idle(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn idle_secrets_expire_and_are_bounded() -> Result {
+        // Expired at once: found no more, pruned at the next claim.
+        let mut s = Secrets::new(0);
+        s.claim(1, &peer(1), [1; 16])?;
+        s.release(1, &peer(1), true);
+        assert_eq!(s.find(1, &peer(1)), None);
+        s.claim(2, &peer(1), [2; 16])?;
+        assert_eq!(s.idle(), 0);
+        // At most MAX_IDLE idle records: the oldest goes first.
+        let mut s = Secrets::new(IDLE_TTL_MS);
+        for id in 1..=MAX_IDLE as u64 + 1 {
+            s.claim(id, &peer(1), [3; 16])?;
+            s.release(id, &peer(1), true);
+        }
+        s.claim(u64::MAX, &peer(1), [4; 16])?;
+        assert!(s.idle() < MAX_IDLE);
+        assert_eq!(s.find(1, &peer(1)), None);
+        assert_eq!(s.find(MAX_IDLE as u64 + 1, &peer(1)), Some([3; 16]));
+        Ok(())
+    }
+}
