@@ -131,6 +131,8 @@ pub struct Params<'a> {
     pub timeout_ms: u32,
     /// Seconds of failed reconnecting before the session closes.
     pub give_up_s: u32,
+    /// A pre-shared key's name: both sides prove they hold it.
+    pub key: Option<&'a CStr>,
 }
 
 impl<'a> Params<'a> {
@@ -147,6 +149,7 @@ impl<'a> Params<'a> {
             heartbeat_ms: 0,
             timeout_ms: 0,
             give_up_s: 0,
+            key: None,
         }
     }
 }
@@ -1019,6 +1022,7 @@ impl<H: Handler> Session<H> {
             heartbeat_ms: p.heartbeat_ms,
             timeout_ms: p.timeout_ms,
             give_up_s: p.give_up_s,
+            key: p.key.map_or(core::ptr::null(), |k| k.as_char_ptr()),
         };
         let priv_ = Arc::into_raw(handler).cast_mut().cast::<c_void>();
         // SAFETY: `raw` is valid for the call; the ops are static; `priv_`

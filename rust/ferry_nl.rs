@@ -97,6 +97,8 @@ pub mod listener {
     pub const AUTH_REFUSED: u32 = bindings::FERRY_A_LISTENER_AUTH_REFUSED;
     /// Padding of the `u64` attribute.
     pub const PAD: u32 = bindings::FERRY_A_LISTENER_PAD;
+    /// The key sessions must prove, by name.
+    pub const KEY: u32 = bindings::FERRY_A_LISTENER_KEY;
 }
 
 /// Attribute numbers of the `session` set.
@@ -147,6 +149,8 @@ pub mod session {
     pub const LISTENER: u32 = bindings::FERRY_A_SESSION_LISTENER;
     /// Padding for 64-bit attributes.
     pub const PAD: u32 = bindings::FERRY_A_SESSION_PAD;
+    /// The key the handshake proves, by name.
+    pub const KEY: u32 = bindings::FERRY_A_SESSION_KEY;
 }
 
 /// Attribute numbers of the `channel` set.
@@ -245,6 +249,16 @@ pub mod service {
     pub const NAME: u32 = bindings::FERRY_A_SERVICE_NAME;
     /// Its open sessions in the requester's namespace.
     pub const SESSIONS: u32 = bindings::FERRY_A_SERVICE_SESSIONS;
+}
+
+/// Attribute numbers of the `key` set.
+pub mod key {
+    use crate::bindings;
+
+    /// The key's name.
+    pub const NAME: u32 = bindings::FERRY_A_KEY_NAME;
+    /// Its bytes (`key-add` only).
+    pub const SECRET: u32 = bindings::FERRY_A_KEY_SECRET;
 }
 
 /// Attribute numbers of the `device-event` set.
@@ -419,7 +433,7 @@ dumpit!(
 );
 doit!(
     /// `FERRY_CMD_LISTENER_ADD`, do.
-    ferry_nl_listener_add_doit => crate::netlink::listener_add_doit, maxattr FERRY_A_LISTENER_PORT
+    ferry_nl_listener_add_doit => crate::netlink::listener_add_doit, maxattr FERRY_A_LISTENER_KEY
 );
 doit!(
     /// `FERRY_CMD_LISTENER_DEL`, do.
@@ -436,7 +450,7 @@ dumpit!(
 doit!(
     /// `FERRY_CMD_SESSION_CONNECT`, do.
     ferry_nl_session_connect_doit => crate::netlink::session_connect_doit,
-    maxattr FERRY_A_SESSION_GIVE_UP_S
+    maxattr FERRY_A_SESSION_KEY
 );
 doit!(
     /// `FERRY_CMD_SESSION_DISCONNECT`, do.
@@ -454,4 +468,16 @@ dumpit!(
 dumpit!(
     /// `FERRY_CMD_SERVICE_GET`, dump.
     ferry_nl_service_get_dumpit => crate::netlink::service_get_dumpit
+);
+doit!(
+    /// `FERRY_CMD_KEY_ADD`, do.
+    ferry_nl_key_add_doit => crate::netlink::key_add_doit, maxattr FERRY_A_KEY_SECRET
+);
+doit!(
+    /// `FERRY_CMD_KEY_DEL`, do.
+    ferry_nl_key_del_doit => crate::netlink::key_del_doit, maxattr FERRY_A_KEY_NAME
+);
+dumpit!(
+    /// `FERRY_CMD_KEY_GET`, dump.
+    ferry_nl_key_get_dumpit => crate::netlink::key_get_dumpit
 );

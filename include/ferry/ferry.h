@@ -199,6 +199,9 @@ struct ferry_request {
  *	longest a send waits for a credit.
  * @give_up_s: seconds of failed reconnecting before the session closes
  *	(@gone with -ETIMEDOUT); 0: 600.
+ * @key: NULL, or the name of a pre-shared key of @net's (``ferryctl key
+ *	add``): the peer's listener must prove it holds the same key, and this
+ *	side proves it to the peer (a mismatch fails with -EACCES).
  */
 struct ferry_session_params {
 	struct net *net;
@@ -212,6 +215,7 @@ struct ferry_session_params {
 	u32 heartbeat_ms;
 	u32 timeout_ms;
 	u32 give_up_s;
+	const char *key;
 };
 
 /**
@@ -311,8 +315,9 @@ void ferry_service_unregister(struct ferry_service *svc);
  * Return: the session, holding one reference for the caller; or an ERR_PTR():
  * -EINVAL for bad parameters (a peer address that is not unicast among them),
  * -ECONNREFUSED if nobody listens there or the peer has no such service or
- * refused it, -EACCES if the peer knows the session's id and it could not
- * prove the session's secret, -ETIMEDOUT if the peer did not
+ * refused it, -EACCES if authentication failed (@p->key, or the peer knows
+ * the session's id and it could not prove the session's secret), -ENOKEY if
+ * @net has no key @p->key, -ETIMEDOUT if the peer did not
  * answer, -EHOSTUNREACH without a route, -EPROTO or -EPROTONOSUPPORT for a
  * peer that does not speak ferry 1.x, -ENOMEM, -ESHUTDOWN while ferry unloads,
  * -EINTR if a signal interrupted the wait.

@@ -55,8 +55,8 @@ use crate::{
     wire::{
         self,
         request::{Dir, RequestHead, ResponseHead},
-        AcceptData, ConnectData, Header, Hello, HelloReply, Kind, Reason, Refusal, RejectData,
-        Secret, ServiceName,
+        AcceptData, Auth, AuthContext, ConnectData, Header, Hello, HelloReply, Kind, Nonce, Reason,
+        Refusal, RejectData, Secret, ServiceName,
     },
     xfer::{self, PendingResponse, RdmaDone, RdmaOp, Refused, Request, Response, Xfer},
 };
@@ -119,6 +119,9 @@ pub(crate) trait Owner: Send + Sync + Sized + 'static {
     /// Server: the client spoke on channel 0 after its hello reply, so it
     /// has the session's secret. Lock-free.
     fn peer_confirmed(&self);
+    /// The pre-shared key the session authenticates with: a client's that
+    /// it named, a server's that its listener requires.
+    fn psk(&self) -> Option<&[u8]>;
     /// A consumer's message arrived.
     fn deliver(this: &Arc<Self>, data: &[u8]);
     /// A request arrived.
@@ -189,6 +192,9 @@ struct Inner<O: Owner> {
     pd: Option<Arc<Pd>>,
     /// Requests both ways; see [`crate::xfer`].
     xfer: Option<Xfer<Req>>,
+    /// The handshake's nonces (see [`wire::Auth`]): the server's, from the
+    /// CM accept, and the client's, from its hello.
+    nonces: (Option<Nonce>, Nonce),
 }
 
 impl<O: Owner> Inner<O> {
@@ -283,6 +289,17 @@ pub(crate) struct ChannelInfo {
 }
 
 impl<O: Owner> Channel<O> {
+    /// What this connection's handshake MACs are bound to.
+    fn auth_context(&self, nonces: (Option<Nonce>, Nonce)) -> Option<AuthContext> {
+        Some(AuthContext {
+            server_nonce: nonces.0?,
+            client_nonce: nonces.1,
+            session_id: self.session.session_id(),
+            generation: self.generation,
+            channel: self.index,
+        })
+    }
+
     fn new(session: &Arc<O>, index: u16, generation: u32, state: ChanState) -> Result<Arc<Self>> {
         let now = Instant::now();
         Arc::pin_init(
@@ -313,6 +330,7 @@ impl<O: Owner> Channel<O> {
                     caps: None,
                     pd: None,
                     xfer: None,
+                    nonces: (None, [0; wire::NONCE_LEN]),
                 }),
                 stats: Stats::default(),
                 cb_task: AtomicUsize::new(0),

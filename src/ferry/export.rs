@@ -243,17 +243,19 @@ pub(crate) unsafe extern "C" fn ferry_session_open(
     if p.is_null() {
         return EINVAL.to_ptr();
     }
-    // SAFETY: `p` is valid for reads, its `service` a string and its `net`
-    // null or held by the caller across the call (the session takes its own
-    // reference); `ops` is valid until the session closes (the contract).
-    let (p, ops, service, net) = unsafe {
+    // SAFETY: `p` is valid for reads, its `service` a string, its `key` null
+    // or a string, and its `net` null or held by the caller across the call
+    // (the session takes its own reference); `ops` is valid until the session
+    // closes (the contract).
+    let (p, ops, service, key, net) = unsafe {
         let p = &*p;
         let net = if p.net.is_null() {
             Net::init()
         } else {
             Net::from_raw(p.net)
         };
-        (p, Ops::new(ops, priv_), ferry_abi::c_str(p.service), net)
+        let (service, key) = (ferry_abi::c_str(p.service), ferry_abi::c_str(p.key));
+        (p, Ops::new(ops, priv_), service, key, net)
     };
     let Some(ferry) = Ferry::get() else {
         return ESHUTDOWN.to_ptr();
@@ -265,11 +267,28 @@ pub(crate) unsafe extern "C" fn ferry_session_open(
     ) else {
         return EINVAL.to_ptr();
     };
+    // A key named must exist in the namespace.
+    let psk = match key.map(ServiceName::new) {
+        None => None,
+        Some(None) => return EINVAL.to_ptr(),
+        Some(Some(name)) => match ferry.key(net, &name) {
+            Some(k) => Some(k),
+            None => return ENOKEY.to_ptr(),
+        },
+    };
     let consumer: Arc<dyn Consumer> = match Arc::new(COps(ops), GFP_KERNEL) {
         Ok(c) => c,
         Err(_) => return ENOMEM.to_ptr(),
     };
-    match Session::connect(ferry.clone(), net, peer, service, params, Some(consumer)) {
+    match Session::connect(
+        ferry.clone(),
+        net,
+        peer,
+        service,
+        params,
+        Some(consumer),
+        psk,
+    ) {
         Ok(s) => Handle::into_raw(s),
         Err(reason) => reason.errno().to_ptr(),
     }

@@ -38,6 +38,7 @@ mod credits;
 mod export;
 mod host;
 mod hostile;
+mod keys;
 mod listener;
 mod netlink;
 mod params;

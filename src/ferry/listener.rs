@@ -24,6 +24,7 @@ use kernel::{
 use crate::{
     channel::OWNER,
     cm::{CmId, ConnectRequest, Event, EventKind, Handler, Locked, SockAddr},
+    keys::Psk,
     netns::Net,
     session::{self, Channel, Session},
     wire::{ConnectData, Reason, RejectData, Secret, SECRET_LEN},
@@ -64,6 +65,8 @@ pub(crate) struct Listener {
     sessions: Arc<dyn session::Host>,
     /// Requests refused because they did not prove a known session's secret.
     pub(crate) auth_refused: AtomicU64,
+    /// The key every session accepted here must prove.
+    pub(crate) psk: Option<Arc<Psk>>,
 }
 
 impl Listener {
@@ -74,6 +77,7 @@ impl Listener {
         addr: SockAddr,
         host: Arc<dyn Host>,
         sessions: Arc<dyn session::Host>,
+        psk: Option<Arc<Psk>>,
     ) -> Result<Arc<Self>> {
         let l = Arc::pin_init(
             pin_init!(Self {
@@ -84,6 +88,7 @@ impl Listener {
                 host,
                 sessions,
                 auth_refused: AtomicU64::new(0),
+                psk,
             }),
             GFP_KERNEL,
         )?;
@@ -175,6 +180,7 @@ impl Listener {
                     &data,
                     self.id,
                     secret,
+                    self.psk.clone(),
                 ) {
                     Ok(s) => s,
                     Err(_) => return Self::refuse(req, Reason::NoResources),
@@ -188,6 +194,7 @@ impl Listener {
                 &data,
                 self.id,
                 secret,
+                self.psk.clone(),
             ) {
                 Ok(s) => s,
                 Err(_) => return Self::refuse(req, Reason::NoResources),

@@ -13,11 +13,12 @@ use crate::{
     cm::SockAddr,
     ferry_nl::{
         self, channel as ch_attr, cq as cq_attr, device as attr, device_event as dev_ev,
-        listener as l_attr, service as sv_attr, session as s_attr, stats as st_attr,
+        key as k_attr, listener as l_attr, service as sv_attr, session as s_attr, stats as st_attr,
         wc_status as wc_attr,
     },
     genl::{Dump, Request, Writer},
     host::{Ferry, Observer},
+    keys::Psk,
     listener::Listener,
     params::Params,
     session::Session,
@@ -104,12 +105,18 @@ fn sockaddr(req: &mut Request<'_>, addr_ty: u32, port_ty: u32) -> Result<SockAdd
     Ok(addr)
 }
 
+/// Room for a listener's attributes in a reply.
+const LISTENER_SIZE: usize = 192;
+
 /// Writes a listener's attributes.
 fn fill_listener(w: &mut Writer<'_>, ferry: &Ferry, l: &Listener) -> Result {
     w.put_u32(l_attr::ID, l.id)?;
     w.put_bytes(l_attr::ADDR, l.addr.ip())?;
     w.put_u16(l_attr::PORT, l.addr.port())?;
     w.put_u32(l_attr::SESSIONS, ferry.listener_sessions(l.id))?;
+    if let Some(k) = &l.psk {
+        w.put_str(l_attr::KEY, k.name.as_cstr())?;
+    }
     w.put_u64(
         l_attr::AUTH_REFUSED,
         l.auth_refused.load(core::sync::atomic::Ordering::Relaxed),
@@ -125,7 +132,8 @@ pub(crate) fn listener_add_doit(req: &mut Request<'_>) -> Result {
         req.bad_attr(l_attr::PORT, c"port 0 is not a port");
         return Err(EINVAL);
     }
-    let l = match ferry.add_listener(req.net(), addr) {
+    let psk = named_key(req, &ferry, l_attr::KEY)?;
+    let l = match ferry.add_listener(req.net(), addr, psk) {
         Ok(l) => l,
         Err(e) => {
             req.error(match e {
@@ -137,9 +145,86 @@ pub(crate) fn listener_add_doit(req: &mut Request<'_>) -> Result {
             return Err(e);
         }
     };
-    let mut reply = req.reply_sized(128)?;
+    let mut reply = req.reply_sized(LISTENER_SIZE)?;
     fill_listener(&mut reply.writer(), &ferry, &l)?;
     reply.send()
+}
+
+/// The key attribute `ty` names, if the request has one: `ENOKEY` (with
+/// the extack saying so) if the namespace has no such key.
+fn named_key(
+    req: &mut Request<'_>,
+    ferry: &Ferry,
+    ty: u32,
+) -> Result<Option<kernel::sync::Arc<Psk>>> {
+    let Some(name) = req.str(ty) else {
+        return Ok(None);
+    };
+    let Some(name) = ServiceName::new(name.to_bytes()) else {
+        req.bad_attr(ty, c"key names are 1 to 31 of a-z, 0-9, '.', '_', '-'");
+        return Err(EINVAL);
+    };
+    match ferry.key(req.net(), &name) {
+        Some(k) => Ok(Some(k)),
+        None => {
+            req.bad_attr(ty, c"no such key (ferryctl key add)");
+            Err(ENOKEY)
+        }
+    }
+}
+
+/// `key-add`: a pre-shared key under a name.
+pub(crate) fn key_add_doit(req: &mut Request<'_>) -> Result {
+    let ferry = Ferry::get().ok_or(ENODEV)?;
+    req.require(k_attr::NAME)?;
+    req.require(k_attr::SECRET)?;
+    let Some(name) = req
+        .str(k_attr::NAME)
+        .and_then(|n| ServiceName::new(n.to_bytes()))
+    else {
+        req.bad_attr(
+            k_attr::NAME,
+            c"key names are 1 to 31 of a-z, 0-9, '.', '_', '-'",
+        );
+        return Err(EINVAL);
+    };
+    let Ok(key) = Psk::new(name, req.bytes(k_attr::SECRET).unwrap_or(&[])) else {
+        req.bad_attr(k_attr::SECRET, c"a key is 16 to 128 bytes");
+        return Err(EINVAL);
+    };
+    ferry.add_key(req.net(), key).inspect_err(|e| {
+        req.error(match *e {
+            EEXIST => c"a key of that name exists (delete it first)",
+            ENOSPC => c"too many keys in this network namespace",
+            _ => c"cannot add the key",
+        })
+    })
+}
+
+/// `key-del`: forget a key; what uses it keeps it.
+pub(crate) fn key_del_doit(req: &mut Request<'_>) -> Result {
+    let ferry = Ferry::get().ok_or(ENODEV)?;
+    req.require(k_attr::NAME)?;
+    let name = req
+        .str(k_attr::NAME)
+        .and_then(|n| ServiceName::new(n.to_bytes()));
+    let res = name
+        .ok_or(ENOENT)
+        .and_then(|n| ferry.del_key(req.net(), &n));
+    res.inspect_err(|_| req.bad_attr(k_attr::NAME, c"no such key"))
+}
+
+/// `key-get`: the names of the requester's namespace's keys.
+pub(crate) fn key_get_dumpit(dump: &mut Dump<'_>) -> Result {
+    let ferry = Ferry::get().ok_or(ENODEV)?;
+    let names = ferry.key_names(dump.net())?;
+    // CAST: a position is an index into the list.
+    for (i, name) in names.iter().enumerate().skip(*dump.position() as usize) {
+        dump.entry(|w| w.put_str(k_attr::NAME, name.as_cstr()))?;
+        // CAST: an index fits in 64 bits.
+        *dump.position() = i as u64 + 1;
+    }
+    Ok(())
 }
 
 /// `listener-del`: stop listening.
@@ -166,7 +251,7 @@ pub(crate) fn listener_get_doit(req: &mut Request<'_>) -> Result {
         req.bad_attr(l_attr::ID, c"no listener with this id");
         return Err(ENOENT);
     };
-    let mut reply = req.reply_sized(128)?;
+    let mut reply = req.reply_sized(LISTENER_SIZE)?;
     fill_listener(&mut reply.writer(), &ferry, &l)?;
     reply.send()
 }
@@ -193,7 +278,7 @@ fn session_size(s: &Session) -> usize {
     // status (a nest of a u32 and a padded u64).
     let stats = 16 * COUNTERS + 32 * WC_STATUSES;
     // The session's attributes and stats, and per channel its own and stats.
-    640 + stats + (96 + stats) * usize::from(s.params.channels)
+    680 + stats + (96 + stats) * usize::from(s.params.channels)
 }
 
 /// Writes a session's attributes.
@@ -230,6 +315,9 @@ fn fill_session(w: &mut Writer<'_>, s: &Session) -> Result {
     w.put_u64(s_attr::SESSION_ID, s.session_id, s_attr::PAD)?;
     if let Some(l) = s.listener {
         w.put_u32(s_attr::LISTENER, l)?;
+    }
+    if let Some(k) = &s.psk {
+        w.put_str(s_attr::KEY, k.name.as_cstr())?;
     }
     for c in info.channels.iter() {
         w.nest(s_attr::CHANNEL, |w| {
@@ -396,7 +484,8 @@ pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
         timeout_ms,
         give_up_s,
     };
-    match Session::connect(ferry.clone(), req.net(), peer, service, params, None) {
+    let psk = named_key(req, &ferry, s_attr::KEY)?;
+    match Session::connect(ferry.clone(), req.net(), peer, service, params, None, psk) {
         Ok(s) => {
             let mut reply = req.reply_sized(session_size(&s))?;
             fill_session(&mut reply.writer(), &s)?;

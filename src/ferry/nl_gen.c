@@ -18,9 +18,10 @@ static const struct nla_policy ferry_device_get_nl_policy[FERRY_A_DEVICE_NAME + 
 };
 
 /* FERRY_CMD_LISTENER_ADD - do */
-static const struct nla_policy ferry_listener_add_nl_policy[FERRY_A_LISTENER_PORT + 1] = {
+static const struct nla_policy ferry_listener_add_nl_policy[FERRY_A_LISTENER_KEY + 1] = {
 	[FERRY_A_LISTENER_ADDR] = NLA_POLICY_MAX_LEN(16),
 	[FERRY_A_LISTENER_PORT] = { .type = NLA_U16, },
+	[FERRY_A_LISTENER_KEY] = { .type = NLA_NUL_STRING, .len = FERRY_SERVICE_NAME_LEN, },
 };
 
 /* FERRY_CMD_LISTENER_DEL - do */
@@ -34,7 +35,7 @@ static const struct nla_policy ferry_listener_get_nl_policy[FERRY_A_LISTENER_ID 
 };
 
 /* FERRY_CMD_SESSION_CONNECT - do */
-static const struct nla_policy ferry_session_connect_nl_policy[FERRY_A_SESSION_GIVE_UP_S + 1] = {
+static const struct nla_policy ferry_session_connect_nl_policy[FERRY_A_SESSION_KEY + 1] = {
 	[FERRY_A_SESSION_ADDR] = NLA_POLICY_MAX_LEN(16),
 	[FERRY_A_SESSION_PORT] = { .type = NLA_U16, },
 	[FERRY_A_SESSION_SERVICE] = { .type = NLA_NUL_STRING, .len = FERRY_SERVICE_NAME_LEN, },
@@ -44,6 +45,7 @@ static const struct nla_policy ferry_session_connect_nl_policy[FERRY_A_SESSION_G
 	[FERRY_A_SESSION_HEARTBEAT_MS] = { .type = NLA_U32, },
 	[FERRY_A_SESSION_TIMEOUT_MS] = { .type = NLA_U32, },
 	[FERRY_A_SESSION_GIVE_UP_S] = { .type = NLA_U32, },
+	[FERRY_A_SESSION_KEY] = { .type = NLA_NUL_STRING, .len = FERRY_SERVICE_NAME_LEN, },
 };
 
 /* FERRY_CMD_SESSION_DISCONNECT - do */
@@ -54,6 +56,17 @@ static const struct nla_policy ferry_session_disconnect_nl_policy[FERRY_A_SESSIO
 /* FERRY_CMD_SESSION_GET - do */
 static const struct nla_policy ferry_session_get_nl_policy[FERRY_A_SESSION_ID + 1] = {
 	[FERRY_A_SESSION_ID] = { .type = NLA_U32, },
+};
+
+/* FERRY_CMD_KEY_ADD - do */
+static const struct nla_policy ferry_key_add_nl_policy[FERRY_A_KEY_SECRET + 1] = {
+	[FERRY_A_KEY_NAME] = { .type = NLA_NUL_STRING, .len = FERRY_SERVICE_NAME_LEN, },
+	[FERRY_A_KEY_SECRET] = NLA_POLICY_MAX_LEN(128),
+};
+
+/* FERRY_CMD_KEY_DEL - do */
+static const struct nla_policy ferry_key_del_nl_policy[FERRY_A_KEY_NAME + 1] = {
+	[FERRY_A_KEY_NAME] = { .type = NLA_NUL_STRING, .len = FERRY_SERVICE_NAME_LEN, },
 };
 
 /* Ops table for ferry */
@@ -74,7 +87,7 @@ static const struct genl_split_ops ferry_nl_ops[] = {
 		.cmd		= FERRY_CMD_LISTENER_ADD,
 		.doit		= ferry_nl_listener_add_doit,
 		.policy		= ferry_listener_add_nl_policy,
-		.maxattr	= FERRY_A_LISTENER_PORT,
+		.maxattr	= FERRY_A_LISTENER_KEY,
 		.flags		= GENL_ADMIN_PERM | GENL_CMD_CAP_DO,
 	},
 	{
@@ -100,7 +113,7 @@ static const struct genl_split_ops ferry_nl_ops[] = {
 		.cmd		= FERRY_CMD_SESSION_CONNECT,
 		.doit		= ferry_nl_session_connect_doit,
 		.policy		= ferry_session_connect_nl_policy,
-		.maxattr	= FERRY_A_SESSION_GIVE_UP_S,
+		.maxattr	= FERRY_A_SESSION_KEY,
 		.flags		= GENL_ADMIN_PERM | GENL_CMD_CAP_DO,
 	},
 	{
@@ -126,6 +139,25 @@ static const struct genl_split_ops ferry_nl_ops[] = {
 		.cmd	= FERRY_CMD_SERVICE_GET,
 		.dumpit	= ferry_nl_service_get_dumpit,
 		.flags	= GENL_CMD_CAP_DUMP,
+	},
+	{
+		.cmd		= FERRY_CMD_KEY_ADD,
+		.doit		= ferry_nl_key_add_doit,
+		.policy		= ferry_key_add_nl_policy,
+		.maxattr	= FERRY_A_KEY_SECRET,
+		.flags		= GENL_ADMIN_PERM | GENL_CMD_CAP_DO,
+	},
+	{
+		.cmd		= FERRY_CMD_KEY_DEL,
+		.doit		= ferry_nl_key_del_doit,
+		.policy		= ferry_key_del_nl_policy,
+		.maxattr	= FERRY_A_KEY_NAME,
+		.flags		= GENL_ADMIN_PERM | GENL_CMD_CAP_DO,
+	},
+	{
+		.cmd	= FERRY_CMD_KEY_GET,
+		.dumpit	= ferry_nl_key_get_dumpit,
+		.flags	= GENL_ADMIN_PERM | GENL_CMD_CAP_DUMP,
 	},
 };
 

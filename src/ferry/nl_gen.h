@@ -28,6 +28,9 @@ int ferry_nl_session_get_dumpit(struct sk_buff *skb,
 				struct netlink_callback *cb);
 int ferry_nl_service_get_dumpit(struct sk_buff *skb,
 				struct netlink_callback *cb);
+int ferry_nl_key_add_doit(struct sk_buff *skb, struct genl_info *info);
+int ferry_nl_key_del_doit(struct sk_buff *skb, struct genl_info *info);
+int ferry_nl_key_get_dumpit(struct sk_buff *skb, struct netlink_callback *cb);
 
 enum {
 	FERRY_NLGRP_EVENTS,

@@ -44,6 +44,7 @@ use crate::{
     channel::{self, ChannelInfo, ChannelWork, Owner, Req},
     cm::SockAddr,
     hostile::Hostile,
+    keys::Psk,
     netns::Net,
     params::Params,
     rdma::{mr::SgList, Pd},
@@ -254,6 +255,9 @@ pub(crate) struct Session {
     /// Server: the client showed it has the secret (it proved it, or spoke
     /// after channel 0's hello reply), so it is kept once the session closes.
     pub(crate) confirmed: AtomicBool,
+    /// The pre-shared key the handshake proves: the one a client named, or
+    /// the one its listener requires of a server session.
+    pub(crate) psk: Option<Arc<Psk>>,
 }
 
 impl_has_work! {
@@ -288,6 +292,7 @@ impl Session {
         consumer: Option<Arc<dyn Consumer>>,
         secret: Option<wire::Secret>,
         peer_minor: u8,
+        psk: Option<Arc<Psk>>,
     ) -> Result<Arc<Self>> {
         let mut queues = KVec::with_capacity(usize::from(params.channels), GFP_KERNEL)?;
         for _ in 0..params.channels {
@@ -343,6 +348,7 @@ impl Session {
                 secret <- new_spinlock!(secret),
                 peer_minor,
                 confirmed: AtomicBool::new(false),
+                psk,
             }),
             GFP_KERNEL,
         )
@@ -517,6 +523,10 @@ impl Owner for Session {
         if !self.confirmed.load(Relaxed) {
             self.confirmed.store(true, Relaxed);
         }
+    }
+
+    fn psk(&self) -> Option<&[u8]> {
+        self.psk.as_deref().map(Psk::bytes)
     }
 
     fn deliver(this: &Arc<Self>, data: &[u8]) {

@@ -58,9 +58,12 @@ impl<O: Owner> Channel<O> {
             .id()
             .modify_qp(&qp, QpState::Rtr)
             .and_then(|()| req.id().modify_qp(&qp, QpState::Rts));
+        let mut nonce = [0u8; wire::NONCE_LEN];
+        crate::crypto::random_bytes(&mut nonce);
+        chan.inner.lock().nonces.0 = Some(nonce);
         let accept = AcceptData {
             session_id: data.session_id,
-            nonce: None,
+            nonce: Some(nonce),
         }
         .encode();
         // In the session before its hello can come: the hello of its last
@@ -273,6 +276,11 @@ impl<O: Owner> Channel<O> {
         if acc.session_id != self.session.session_id() {
             return Err(Reason::ProtocolError);
         }
+        // A server before 1.2 cannot answer the key's challenge.
+        if self.session.psk().is_some() && acc.nonce.is_none() {
+            return Err(Reason::AuthFailed);
+        }
+        self.inner.lock().nonces.0 = acc.nonce;
         // As in `route_resolved`: no teardown takes the QP meanwhile.
         let cm = self.cm.lock();
         let qp = match cm.as_ref() {

@@ -8,6 +8,26 @@
 use super::*;
 
 impl<O: Owner> Channel<O> {
+    /// Server: whether a hello answers the challenge of the key the
+    /// listener requires ([`Reason::AuthFailed`] if not). A client that
+    /// authenticates where no key is required is refused too: it asked
+    /// the server to prove a key it does not have.
+    fn check_auth(&self, hello: &Hello) -> Reason {
+        let server_nonce = self.inner.lock().nonces.0;
+        let good = match (self.session.psk(), &hello.auth) {
+            (None, None) => true,
+            (Some(key), Some(a)) => self
+                .auth_context((server_nonce, a.nonce))
+                .is_some_and(|c| crate::crypto::equal_secret(&c.client_mac(key), &a.mac)),
+            _ => false,
+        };
+        if good {
+            Reason::None
+        } else {
+            Reason::AuthFailed
+        }
+    }
+
     /// The handshake is over: the channel carries traffic, and its session
     /// hears of it (without the channel's lock).
     fn come_up(&self, mut inner: SpinLockIrqGuard<'_, Inner<O>>) {
@@ -39,7 +59,14 @@ impl<O: Owner> Channel<O> {
         // The session's lock comes before the channel's: ask it first.
         let hello = match (h.kind, role) {
             (Kind::Hello, Role::Server) => match Hello::decode(payload) {
-                Ok(hello) => Some((Some(hello), O::check_hello(&self.session, &hello))),
+                // The service hears of an authenticated client alone.
+                Ok(hello) => Some((
+                    Some(hello),
+                    match self.check_auth(&hello) {
+                        Reason::None => O::check_hello(&self.session, &hello),
+                        r => r,
+                    },
+                )),
                 // Limits out of range or authentication asked for: refused,
                 // with a reply that says why.
                 Err(r) if r != Reason::Malformed => Some((None, r)),
@@ -62,19 +89,31 @@ impl<O: Owner> Channel<O> {
                 let p = self.session.params();
                 if let Some(hello) = &hello {
                     inner.learn_peer(p, hello.queue_depth, hello.max_msg, hello.inline_size);
+                    if let Some(a) = &hello.auth {
+                        inner.nonces.1 = a.nonce;
+                    }
                 }
                 inner.credits.grant(h.credits)?;
+                // Authenticated: the server's response, and the secret masked.
+                let auth = match (status, self.session.psk()) {
+                    (Reason::None, Some(key)) => self.auth_context(inner.nonces).map(|c| (c, key)),
+                    _ => None,
+                };
+                let mut secret = match status {
+                    Reason::None => self.session.reply_secret(self.index),
+                    _ => None,
+                };
+                if let (Some(s), Some((c, key))) = (secret.as_mut(), &auth) {
+                    *s = c.mask_secret(key, s);
+                }
                 let reply = HelloReply {
                     status,
                     queue_depth: p.queue_depth,
                     max_msg: p.max_msg,
                     heartbeat_ms: p.heartbeat_ms,
                     inline_size: p.inline_size,
-                    secret: match status {
-                        Reason::None => self.session.reply_secret(self.index),
-                        _ => None,
-                    },
-                    mac: None,
+                    secret,
+                    mac: auth.map(|(c, key)| c.server_mac(key)),
                 };
                 self.send_locked(&mut inner, Kind::HelloReply, 0, &reply.encode())
                     .map_err(|_| Reason::NoResources)?;
@@ -102,7 +141,24 @@ impl<O: Owner> Channel<O> {
                 if reply.status != Reason::None {
                     return Err(reply.status.into());
                 }
-                if let Some(secret) = reply.secret {
+                // A client that named a key hears the server prove it too.
+                let auth = match self.session.psk() {
+                    Some(key) => {
+                        let c = self.auth_context(inner.nonces).ok_or(Reason::AuthFailed)?;
+                        let good = reply
+                            .mac
+                            .is_some_and(|m| crate::crypto::equal_secret(&m, &c.server_mac(key)));
+                        if !good {
+                            return Err(Reason::AuthFailed.into());
+                        }
+                        Some((c, key))
+                    }
+                    None => None,
+                };
+                if let Some(mut secret) = reply.secret {
+                    if let Some((c, key)) = &auth {
+                        secret = c.mask_secret(key, &secret);
+                    }
                     self.session.learn_secret(secret);
                 }
                 let p = self.session.params();

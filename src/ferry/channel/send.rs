@@ -143,13 +143,23 @@ impl<O: Owner> Channel<O> {
     /// Client, connection up: sends the hello.
     pub(super) fn send_hello(&self, inner: &mut Inner<O>) -> Result {
         let p = &self.session.params();
+        let auth = match (self.session.psk(), inner.nonces.0) {
+            (Some(key), Some(_)) => {
+                crate::crypto::random_bytes(&mut inner.nonces.1);
+                self.auth_context(inner.nonces).map(|c| Auth {
+                    nonce: inner.nonces.1,
+                    mac: c.client_mac(key),
+                })
+            }
+            _ => None,
+        };
         let hello = Hello {
             service: self.session.service(),
             queue_depth: p.queue_depth,
             max_msg: p.max_msg,
             heartbeat_ms: p.heartbeat_ms,
             inline_size: p.inline_size,
-            auth: None,
+            auth,
         };
         self.send_locked(inner, Kind::Hello, 0, &hello.encode())
     }

@@ -16,7 +16,7 @@ use core::sync::atomic::{
 use kernel::{
     impl_has_delayed_work, new_condvar, new_delayed_work, new_mutex,
     prelude::*,
-    sync::{Arc, CondVar, Mutex},
+    sync::{aref::ARef, Arc, CondVar, Mutex},
     time::msecs_to_jiffies,
     workqueue::{DelayedWork, HasWork, WorkItem},
 };
@@ -25,6 +25,7 @@ use super::{device::Ferry, secrets::Secrets};
 use crate::{
     channel::ChannelWork,
     cm::SockAddr,
+    keys::{Keys, Psk},
     listener::{self, Listener},
     netns::Net,
     rdma::Pd,
@@ -105,6 +106,9 @@ pub(crate) struct Transport {
     /// The server sessions' secrets, kept a while past their sessions.
     #[pin]
     secrets: Mutex<Secrets>,
+    /// The pre-shared keys, by namespace and name.
+    #[pin]
+    keys: Mutex<Keys<ARef<Net>>>,
     #[pin]
     queue: Mutex<Option<OwnedQueue>>,
     ticker: Arc<Ticker>,
@@ -124,6 +128,7 @@ impl Transport {
             sessions <- new_mutex!(KVec::new()),
             listeners <- new_mutex!(KVec::new()),
             secrets <- new_mutex!(Secrets::new(super::secrets::IDLE_TTL_MS)),
+            keys <- new_mutex!(Keys::default()),
             queue <- new_mutex!(Some(queue)),
             ticker,
             services <- Services::new(),
@@ -278,6 +283,32 @@ impl Ferry {
         }
     }
 
+    /// Adds pre-shared key `key` in namespace `net`.
+    pub(crate) fn add_key(&self, net: &Net, key: Arc<Psk>) -> Result {
+        self.transport
+            .keys
+            .lock()
+            .add(net.as_raw() as usize, net.into(), key)
+    }
+
+    /// Deletes key `name` of namespace `net`; what uses it keeps it.
+    pub(crate) fn del_key(&self, net: &Net, name: &ServiceName) -> Result {
+        self.transport
+            .keys
+            .lock()
+            .remove(net.as_raw() as usize, name)
+    }
+
+    /// Key `name` of namespace `net`.
+    pub(crate) fn key(&self, net: &Net, name: &ServiceName) -> Option<Arc<Psk>> {
+        self.transport.keys.lock().find(net.as_raw() as usize, name)
+    }
+
+    /// The names of namespace `net`'s keys.
+    pub(crate) fn key_names(&self, net: &Net) -> Result<KVec<ServiceName>> {
+        self.transport.keys.lock().names(net.as_raw() as usize)
+    }
+
     /// The secret of server session `session_id` from `peer`'s address,
     /// live or recently closed.
     pub(crate) fn session_secret(&self, session_id: u64, peer: &SockAddr) -> Option<Secret> {
@@ -326,6 +357,7 @@ impl Ferry {
         self: &Arc<Self>,
         net: &Net,
         addr: SockAddr,
+        psk: Option<Arc<Psk>>,
     ) -> Result<Arc<Listener>> {
         if self.shutting_down() {
             return Err(ESHUTDOWN);
@@ -340,7 +372,7 @@ impl Ferry {
             return Err(EADDRINUSE);
         }
         let id = self.transport.next_listener.fetch_add(1, Relaxed);
-        let l = Listener::new(id, net, addr, self.clone(), self.clone())?;
+        let l = Listener::new(id, net, addr, self.clone(), self.clone(), psk)?;
         let mut list = self.transport.listeners.lock();
         if let Err(e) = list.push(l.clone(), GFP_KERNEL) {
             drop(list);

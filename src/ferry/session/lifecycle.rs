@@ -9,7 +9,8 @@ use super::*;
 impl Session {
     /// Creates a server session for the connection request `data` from
     /// `peer`, with the session's `secret` (drawn for a new session, kept
-    /// from the one it replaces).
+    /// from the one it replaces) and the key its listener requires.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn server(
         host: Arc<dyn Host>,
         net: &Net,
@@ -17,6 +18,7 @@ impl Session {
         data: &crate::wire::ConnectData,
         listener: u32,
         secret: wire::Secret,
+        psk: Option<Arc<Psk>>,
     ) -> Result<Arc<Self>> {
         // The client's limits (checked by the decoder), or the defaults; the
         // receive buffers of a channel stay within `SERVER_RX_BUDGET`, so a
@@ -48,6 +50,7 @@ impl Session {
             None,
             Some(secret),
             data.minor,
+            psk,
         )?;
         // A client that proved the secret has it.
         s.confirmed.store(data.proof.is_some(), Relaxed);
@@ -59,7 +62,8 @@ impl Session {
 
     /// Opens a client session and waits until it is connected or has failed.
     /// On failure the session is gone, `consumer` was told nothing, and the
-    /// reason is returned.
+    /// reason is returned. With `psk`, the server must prove that key and is
+    /// proven it (see [`wire::Auth`]).
     pub(crate) fn connect(
         host: Arc<dyn Host>,
         net: &Net,
@@ -67,6 +71,7 @@ impl Session {
         service: ServiceName,
         params: Params,
         consumer: Option<Arc<dyn Consumer>>,
+        psk: Option<Arc<Psk>>,
     ) -> Result<Arc<Self>, Reason> {
         let id = host.next_session_id();
         let session_id = loop {
@@ -88,6 +93,7 @@ impl Session {
             consumer,
             None,
             wire::MINOR,
+            psk,
         )
         .map_err(|_| Reason::NoResources)?;
         host.add_session(s.clone())

@@ -22,6 +22,7 @@ pub struct Listener {
     pub port: Option<u16>,
     pub sessions: Option<u32>,
     pub auth_refused: Option<u64>,
+    pub key: Option<String>,
 }
 
 fn bad(what: &str) -> Error {
@@ -47,6 +48,7 @@ impl Listener {
                 FERRY_A_LISTENER_SESSIONS => {
                     l.sessions = Some(attr::u32(p).ok_or_else(|| bad("sessions"))?)
                 }
+                FERRY_A_LISTENER_KEY => l.key = Some(attr::string(p).ok_or_else(|| bad("key"))?),
                 FERRY_A_LISTENER_AUTH_REFUSED => {
                     l.auth_refused = Some(attr::u64(p).ok_or_else(|| bad("auth-refused"))?)
                 }
@@ -59,7 +61,8 @@ impl Listener {
         Ok(l)
     }
 
-    /// The JSON object: `id`, `addr`, `port`, `sessions`, `auth_refused`.
+    /// The JSON object: `id`, `addr`, `port`, `sessions`, `auth_refused`,
+    /// `key` (if the listener requires one).
     pub fn to_json(&self) -> Value {
         let mut o = Map::new();
         o.insert("id".into(), json!(self.id));
@@ -74,6 +77,9 @@ impl Listener {
         }
         if let Some(n) = self.auth_refused {
             o.insert("auth_refused".into(), json!(n));
+        }
+        if let Some(k) = &self.key {
+            o.insert("key".into(), json!(k));
         }
         Value::Object(o)
     }
@@ -93,6 +99,9 @@ impl Listener {
         if let Some(n) = self.auth_refused {
             s += &format!(" auth-refused {n}");
         }
+        if let Some(k) = &self.key {
+            s += &format!(" key {k}");
+        }
         s.push('\n');
         s
     }
@@ -106,6 +115,7 @@ pub fn attr_name(ty: u16) -> Option<&'static str> {
         FERRY_A_LISTENER_PORT => Some("port"),
         FERRY_A_LISTENER_SESSIONS => Some("sessions"),
         FERRY_A_LISTENER_AUTH_REFUSED => Some("auth-refused"),
+        FERRY_A_LISTENER_KEY => Some("key"),
         _ => None,
     }
 }
@@ -113,8 +123,12 @@ pub fn attr_name(ty: u16) -> Option<&'static str> {
 /// A parsed `listener` command.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cmd {
-    /// `listener add ADDR port PORT`
-    Add { addr: IpAddr, port: u16 },
+    /// `listener add ADDR port PORT [key NAME]`
+    Add {
+        addr: IpAddr,
+        port: u16,
+        key: Option<String>,
+    },
     /// `listener del id ID`
     Del { id: u32 },
     /// `listener show [id ID]`
@@ -127,10 +141,11 @@ impl Cmd {
         if matches(command, "show") || matches(command, "list") {
             Self::show(args)
         } else if matches(command, "add") {
-            let kw = KwArgs::parse(args, &["addr", "port"], Some("addr"))?;
+            let kw = KwArgs::parse(args, &["addr", "port", "key"], Some("addr"))?;
             let addr = args::parse_addr(kw.required("addr")?)?;
             let port = args::number("port", kw.required("port")?)?;
-            Ok(Some(Cmd::Add { addr, port }))
+            let key = kw.get("key").map(crate::key::name).transpose()?;
+            Ok(Some(Cmd::Add { addr, port, key }))
         } else if matches(command, "delete") {
             Ok(Some(Cmd::Del {
                 id: args::required_id(args)?,
@@ -154,12 +169,15 @@ impl Cmd {
     pub fn request(&self) -> (u32, u16, nl::Builder) {
         let b = nl::Builder::new();
         match self {
-            Cmd::Add { addr, port } => (
-                FERRY_CMD_LISTENER_ADD,
-                0,
-                b.binary(FERRY_A_LISTENER_ADDR, &args::addr_bytes(addr))
-                    .u16(FERRY_A_LISTENER_PORT, *port),
-            ),
+            Cmd::Add { addr, port, key } => {
+                let mut b = b
+                    .binary(FERRY_A_LISTENER_ADDR, &args::addr_bytes(addr))
+                    .u16(FERRY_A_LISTENER_PORT, *port);
+                if let Some(k) = key {
+                    b = b.str(FERRY_A_LISTENER_KEY, k);
+                }
+                (FERRY_CMD_LISTENER_ADD, 0, b)
+            }
             Cmd::Del { id } => (FERRY_CMD_LISTENER_DEL, 0, b.u32(FERRY_A_LISTENER_ID, *id)),
             Cmd::Show { id: Some(id) } => {
                 (FERRY_CMD_LISTENER_GET, 0, b.u32(FERRY_A_LISTENER_ID, *id))
@@ -214,15 +232,21 @@ mod tests {
             add,
             Cmd::Add {
                 addr: "192.0.2.1".parse().unwrap(),
-                port: 4791
+                port: 4791,
+                key: None,
             }
         );
-        assert_eq!(parse("a addr :: port 1").unwrap().unwrap(), {
+        assert_eq!(parse("a addr :: port 1 key k-1").unwrap().unwrap(), {
             Cmd::Add {
                 addr: "::".parse().unwrap(),
                 port: 1,
+                key: Some("k-1".into()),
             }
         });
+        assert!(matches!(
+            parse("add ::1 port 1 key K"),
+            Err(CliError::Usage(_))
+        ));
         assert_eq!(parse("del id 3").unwrap(), Some(Cmd::Del { id: 3 }));
         assert_eq!(parse("delete 3").unwrap(), Some(Cmd::Del { id: 3 }));
         assert_eq!(parse("show").unwrap(), Some(Cmd::Show { id: None }));

@@ -8,6 +8,7 @@
 mod args;
 mod attr;
 mod device;
+mod key;
 mod listener;
 mod monitor;
 mod nl;
@@ -28,24 +29,30 @@ const HELP: &str = "\
 Usage: ferryctl [OPTIONS] OBJECT [COMMAND [ARGS]]
        ferryctl help
 
-OBJECT := { device | listener | service | session | monitor }
+OBJECT := { device | key | listener | service | session | monitor }
 OPTIONS := { -j[son] | -p[retty] | -s[tatistics] | -d[etails] | -V[ersion] | -h[elp] }
 
 ferryctl device show [DEV | name DEV | index N]
     RDMA devices ferry uses and the resources it holds on each.
 
-ferryctl listener add ADDR port PORT
+ferryctl key add NAME [file PATH]
+ferryctl key del NAME
+ferryctl key show
+    Pre-shared keys, by name: 16 to 128 bytes read from PATH or standard
+    input (one trailing newline dropped), never shown again.
+
+ferryctl listener add ADDR port PORT [key NAME]
 ferryctl listener del id ID
 ferryctl listener show [id ID]
     Addresses and ports on which ferry accepts sessions (ADDR may be
-    0.0.0.0 or ::).
+    0.0.0.0 or ::); with a key, only clients that prove it.
 
 ferryctl service show [NAME | name NAME]
     Services kernel modules offer through ferry, with their sessions.
 
 ferryctl session connect ADDR port PORT service NAME [channels N]
         [queue-depth N] [max-msg-size BYTES] [heartbeat-ms MS]
-        [timeout-ms MS] [give-up-s S]
+        [timeout-ms MS] [give-up-s S] [key NAME]
 ferryctl session disconnect id ID
 ferryctl session show [id ID]
     Sessions to and from peers; -d adds their channels, -s their counters.
@@ -259,6 +266,15 @@ fn run(mut args: Vec<String>) -> Result<(), CliError> {
             return Ok(());
         };
         match listener::exec(&mut open()?, &cmd)? {
+            Some(out) => out,
+            None => return Ok(()),
+        }
+    } else if matches(&object, "key") {
+        let Some(cmd) = key::Cmd::parse(&command, &args)? else {
+            print!("{HELP}");
+            return Ok(());
+        };
+        match key::exec(&mut open()?, &cmd)? {
             Some(out) => out,
             None => return Ok(()),
         }

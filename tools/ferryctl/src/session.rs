@@ -65,6 +65,7 @@ pub struct Session {
     pub rtt_us: Option<u32>,
     pub session_id: Option<u64>,
     pub listener: Option<u32>,
+    pub key: Option<String>,
     pub channel_list: Vec<Channel>,
     /// (key, value) of the counters, in spec order; `None` without the nest.
     pub stats: Option<Vec<(&'static str, u64)>>,
@@ -197,6 +198,7 @@ impl Session {
                     s.session_id = Some(attr::u64(p).ok_or_else(|| bad("session-id"))?)
                 }
                 FERRY_A_SESSION_LISTENER => s.listener = Some(u32_of("listener")?),
+                FERRY_A_SESSION_KEY => s.key = Some(attr::string(p).ok_or_else(|| bad("key"))?),
                 FERRY_A_SESSION_CHANNEL => s.channel_list.push(decode_channel(p)?),
                 FERRY_A_SESSION_STATS => s.stats = Some(decode_stats(p)?),
                 _ => {}
@@ -236,6 +238,7 @@ impl Session {
         put("rtt_us", self.rtt_us.map(|v| json!(v)));
         put("session_id", self.session_id.map(|v| json!(v)));
         put("listener", self.listener.map(|v| json!(v)));
+        put("key", self.key.as_ref().map(|v| json!(v)));
         let channels = self
             .channel_list
             .iter()
@@ -288,6 +291,9 @@ impl Session {
         }
         if let Some(v) = self.listener {
             s += &format!(" listener {v}");
+        }
+        if let Some(v) = &self.key {
+            s += &format!(" key {v}");
         }
         if let Some(v) = self.reason.filter(|&r| r != FERRY_REASON_NONE) {
             s += &format!(" reason {}", reason_name(v));
@@ -481,6 +487,7 @@ pub fn attr_name(ty: u16) -> Option<&'static str> {
         FERRY_A_SESSION_HEARTBEAT_MS => "heartbeat-ms",
         FERRY_A_SESSION_TIMEOUT_MS => "timeout-ms",
         FERRY_A_SESSION_GIVE_UP_S => "give-up-s",
+        FERRY_A_SESSION_KEY => "key",
         _ => return None,
     })
 }
@@ -494,6 +501,8 @@ pub struct Connect {
     pub service: String,
     /// (attribute, value) of the options given, in spec order.
     pub options: Vec<(u32, u32)>,
+    /// The pre-shared key to prove, by name.
+    pub key: Option<String>,
 }
 
 /// The options of `session connect`: keyword, attribute.
@@ -523,7 +532,7 @@ impl Cmd {
         if matches(command, "show") || matches(command, "list") {
             Self::show(args)
         } else if matches(command, "connect") {
-            let mut keys = vec!["addr|peer", "port", "service"];
+            let mut keys = vec!["addr|peer", "port", "service", "key"];
             keys.extend(CONNECT_OPTIONS.iter().map(|(k, _)| *k));
             let kw = KwArgs::parse(args, &keys, Some("addr"))?;
             let addr = args::parse_addr(kw.required("addr")?)?;
@@ -540,11 +549,13 @@ impl Cmd {
                     options.push((attr, v));
                 }
             }
+            let key = kw.get("key").map(crate::key::name).transpose()?;
             Ok(Some(Cmd::Connect(Connect {
                 addr,
                 port,
                 service,
                 options,
+                key,
             })))
         } else if matches(command, "disconnect") {
             Ok(Some(Cmd::Disconnect {
@@ -576,6 +587,9 @@ impl Cmd {
                     .str(FERRY_A_SESSION_SERVICE, &c.service);
                 for (attr, v) in &c.options {
                     b = b.u32(*attr, *v);
+                }
+                if let Some(k) = &c.key {
+                    b = b.str(FERRY_A_SESSION_KEY, k);
                 }
                 (FERRY_CMD_SESSION_CONNECT, 0, b)
             }
@@ -731,7 +745,7 @@ pub mod tests {
 
         let all = parse(
             "c peer :: port 1 service s max-msg-size 65536 heartbeat_ms 100 give-up-s 0 \
-             channels 0",
+             channels 0 key k1",
         )
         .unwrap()
         .unwrap();
@@ -748,9 +762,12 @@ pub mod tests {
                 (FERRY_A_SESSION_GIVE_UP_S, 0),
             ]
         );
+        assert_eq!(c.key.as_deref(), Some("k1"));
         let (_, _, b) = Cmd::Connect(c).request();
         let addr = Attrs::new(b.bytes()).get(FERRY_A_SESSION_ADDR as u16);
         assert_eq!(addr, Some(&[0u8; 16][..]));
+        let key = Attrs::new(b.bytes()).get(FERRY_A_SESSION_KEY as u16);
+        assert_eq!(key, Some(&b"k1\0"[..]));
     }
 
     #[test]

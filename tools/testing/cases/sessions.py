@@ -176,6 +176,68 @@ def session_takeover(t):
     vm.run(UNLOAD_ECHO)
 
 
+@case(timeout=300)
+def session_keys(t):
+    """Pre-shared keys: added from a file and from standard input, listed by
+    name alone, never readable (nor addable) without CAP_NET_ADMIN. A
+    listener that requires key k1 lets in a client that proves k1 (both
+    sides show the key's name, and the session reconnects with it), and
+    refuses, with "authentication failed" on both sides, a client with
+    another key's bytes, one with no key, and (another listener, without a
+    key) a client that asks it to prove one. A deleted key stays with the
+    listener that uses it; a client can no longer name it."""
+    vm = loopback(t)
+    vm.run('head -c 32 /dev/urandom > /tmp/k1 && head -c 32 /dev/urandom > /tmp/k2')
+    ferryctl(t, vm, 'key add k1 file /tmp/k1')
+    vm.run(f'{t.ferryctl} key add k2 < /tmp/k2')
+    vm.run(f'echo "a passphrase of more than 16 bytes" | {t.ferryctl} key add k3')
+    r = ferryctl(t, vm, 'key add k4', check=False)
+    t.check(r.rc == 1 and '16 to 128 bytes' in r.err, f'an empty key refused: {r}')
+    r = vm.run(f'head -c 15 /dev/urandom | {t.ferryctl} key add k4', check=False)
+    t.check(r.rc == 1 and '16 to 128 bytes' in r.err, f'a 15-byte key refused: {r}')
+    r = ferryctl(t, vm, 'key add k1 file /tmp/k2', check=False)
+    t.check(r.rc == 2 and 'exists' in r.err, f'a second k1 refused: {r}')
+    t.eq(t.ferryctl_json(vm, 'key show'), [{'name': 'k1'}, {'name': 'k2'}, {'name': 'k3'}],
+         'keys listed by name alone')
+    for args in ('key show', 'key add k5 file /tmp/k1', 'key del k1'):
+        r = vm.run(f'{NOBODY} {t.ferryctl} {args}', check=False)
+        t.check(r.rc == 2 and 'not permitted' in r.err.lower(), f'{args} as nobody: {r}')
+    ferryctl(t, vm, f'listener add 0.0.0.0 port {PORT} key k1')
+    ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT + 1}')
+    lst = {x['port']: x for x in t.ferryctl_json(vm, 'listener show')}
+    t.eq((lst[PORT].get('key'), lst[PORT + 1].get('key')), ('k1', None), 'listeners\' keys')
+    good = connect(t, vm, '192.0.2.1', extra='key k1 channels 2 heartbeat-ms 200')
+    t.eq((good['state'], good.get('key')), ('connected', 'k1'), 'k1 proven both ways')
+    srv = [x for x in sessions(t, vm, 'server') if x['session_id'] == good['session_id']]
+    t.eq([x.get('key') for x in srv], ['k1'], 'the server session shows its key')
+    refusals = ((PORT, 'key k2'), (PORT, ''), (PORT + 1, 'key k1'))
+    for port, extra in refusals:
+        r = ferryctl(t, vm, f'session connect 192.0.2.1 port {port} service echo {extra}',
+                     check=False)
+        t.check(r.rc == 2 and 'authentication failed' in r.err,
+                f'port {port} {extra or "without a key"}: refused: {r}')
+    log = vm.run('dmesg | grep "refused the client\'s hello"', check=False).out
+    t.eq(log.count('authentication failed'), len(refusals),
+         f'the server logged each refusal: {log!r}')
+    r = ferryctl(t, vm, f'session connect 192.0.2.1 port {PORT} service echo key nosuch',
+                 check=False)
+    t.check(r.rc == 2 and 'no such key' in r.err, f'an unknown key: {r}')
+    # The listener keeps k1's bytes; a client can no longer name it.
+    ferryctl(t, vm, 'key del k1')
+    r = ferryctl(t, vm, f'session connect 192.0.2.1 port {PORT} service echo key k1',
+                 check=False)
+    t.check(r.rc == 2 and 'no such key' in r.err, f'a deleted key: {r}')
+    t.eq(t.ferryctl_json(vm, 'listener show id 1')[0].get('key'), 'k1', 'the listener kept k1')
+    # A reconnect proves the key again (and the session's secret).
+    vm.run('rdma link delete rxe0')
+    wait_state(t, vm, good['id'], ('reconnecting', 'connecting'))
+    t.rxe_add(vm)
+    _, secs = wait_state(t, vm, good['id'], ('connected',), timeout=60)
+    t.log(f'reconnected with the key {secs:.1f} s after the device came back')
+    ferryctl(t, vm, f'session disconnect id {good["id"]}')
+    vm.run(UNLOAD_ECHO)
+
+
 @case(timeout=420)
 def session_64(t):
     """64 sessions at once in loopback, all connected; module unload with all
