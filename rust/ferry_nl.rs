@@ -227,6 +227,8 @@ pub mod stats {
     pub const POLLED: u32 = bindings::FERRY_A_STATS_POLLED;
     /// Requests sent with inline data.
     pub const INLINE: u32 = bindings::FERRY_A_STATS_INLINE;
+    /// Zero-length RDMA WRITEs that checked the peer's adapter.
+    pub const PROBES: u32 = bindings::FERRY_A_STATS_PROBES;
 }
 
 /// Attribute numbers of the `wc-status` set.

@@ -673,6 +673,16 @@ impl<H: Completion> Qp<H> {
         Ok(slot)
     }
 
+    /// Posts a signaled zero-length RDMA WRITE in the next send slot: it
+    /// needs no key (InfiniBand C9-88) and no receive buffer of the peer's,
+    /// so it goes when no message may, and its completion (on
+    /// [`Completion::send_done`]) says the peer's adapter acknowledged it.
+    /// Fails with `EAGAIN` if every send slot is busy. Allocates nothing and
+    /// never sleeps.
+    pub fn probe(&self, ring: &mut SendRing) -> Result<u32> {
+        self.post_send(ring, |_| Ok(0), SendKind::Probe, true)
+    }
+
     /// The number of tags.
     pub fn tags(&self) -> u32 {
         // CAST: built from a `u32` count.
@@ -809,6 +819,9 @@ enum SendKind<'a> {
     Invalidate(u32),
     /// Registrations of a tag (for remote writes if `.2`), then a SEND.
     Registered(u32, &'a [Option<Mr>], bool),
+    /// A zero-length RDMA WRITE: nothing moves, no receive buffer of the
+    /// peer's is used, and its completion says the peer's adapter answered.
+    Probe,
 }
 
 impl<H: Completion> Inner<H> {
@@ -913,6 +926,25 @@ impl<H: Completion> Inner<H> {
         kind: SendKind<'_>,
         signaled: bool,
     ) -> Result {
+        if let SendKind::Probe = kind {
+            let mut wr = bindings::ib_rdma_wr {
+                wr: bindings::ib_send_wr {
+                    opcode: bindings::ib_wr_opcode_IB_WR_RDMA_WRITE,
+                    send_flags: bindings::ib_send_flags_IB_SEND_SIGNALED as c_int,
+                    ..Default::default()
+                },
+                // No bytes: no address or key (C9-88).
+                remote_addr: 0,
+                rkey: 0,
+            };
+            wr.wr.__bindgen_anon_1.wr_cqe = self.cqe(slot);
+            // SAFETY: As in `post_recv_claimed`; the request (no scatter
+            // entries, the slot's cqe, which lives as long as the QP) is
+            // valid for the call, and is the `ib_rdma_wr` its opcode says.
+            return to_result(unsafe {
+                bindings::ferry_helper_ib_post_send(self.qp.as_ptr(), &wr.wr)
+            });
+        }
         let buf = &self.bufs[slot as usize];
         // SAFETY: The slot's last send has completed (it is behind `tail`) and
         // the caller holds the QP's one `&mut SendRing`, so neither the device

@@ -373,6 +373,7 @@ const COUNTER_ATTRS: [(Counter, u32); COUNTERS] = [
     (Counter::RdmaBytes, st_attr::RDMA_BYTES),
     (Counter::Polled, st_attr::POLLED),
     (Counter::Inline, st_attr::INLINE),
+    (Counter::Probes, st_attr::PROBES),
 ];
 
 /// Writes the attributes of the `stats` set.

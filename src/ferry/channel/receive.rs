@@ -308,9 +308,14 @@ impl<O: Owner> Channel<O> {
                 && self.inner.lock().state == ChanState::Up
             {
                 pr_warn!(
-                    "session {} channel {}: work flushed on a channel still up\n",
+                    "session {} channel {} ({}, attempt {}): work flushed on a channel still up\n",
                     self.session.id(),
-                    self.index
+                    self.index,
+                    match self.session.role() {
+                        Role::Client => "client",
+                        Role::Server => "server",
+                    },
+                    self.generation
                 );
             }
         } else {

@@ -82,6 +82,17 @@ impl<O: Owner> Channel<O> {
             {
                 inner.heartbeat_out = Some((seq, now));
                 self.stats.add(Counter::HeartbeatsTx, 1);
+            } else if inner.xfer.as_ref().is_some_and(Xfer::busy) {
+                // Requests at work, and every credit spent on them: this side
+                // waits while the peer moves their data by RDMA, which it
+                // does not see. A zero-length RDMA WRITE needs no credit, and
+                // its completion is the sign of life (`Inner::last_ack`).
+                let inner = &mut *inner;
+                if let (Some(qp), Some(ring)) = (inner.qp.as_deref(), inner.ring.as_mut()) {
+                    if qp.probe(ring).is_ok() {
+                        self.stats.add(Counter::Probes, 1);
+                    }
+                }
             }
         }
     }

@@ -72,7 +72,7 @@ pub struct Session {
 }
 
 /// The counters of the `stats` nest and their keys.
-const STATS: [(u32, &str); 21] = [
+const STATS: [(u32, &str); 22] = [
     (FERRY_A_STATS_TX_MSGS, "tx_msgs"),
     (FERRY_A_STATS_RX_MSGS, "rx_msgs"),
     (FERRY_A_STATS_TX_BYTES, "tx_bytes"),
@@ -94,6 +94,7 @@ const STATS: [(u32, &str); 21] = [
     (FERRY_A_STATS_RDMA_BYTES, "rdma_bytes"),
     (FERRY_A_STATS_POLLED, "polled"),
     (FERRY_A_STATS_INLINE, "inline"),
+    (FERRY_A_STATS_PROBES, "probes"),
 ];
 
 /// Keys of failed work completions by status (`enum ib_wc_status`, whose
@@ -876,13 +877,14 @@ pub mod tests {
         );
         assert_eq!(s.channel_list[0].stats, None);
         let stats = s.stats.as_ref().unwrap();
-        assert_eq!(stats.len(), 21);
+        assert_eq!(stats.len(), 22);
         assert_eq!(stats[0], ("tx_msgs", 0));
         assert_eq!(stats[9], ("flush_errors", 90));
         assert_eq!(stats[12], ("rx_unclaimed", 120));
         assert_eq!(stats[18], ("rdma_bytes", 180));
         assert_eq!(stats[19], ("polled", 190));
         assert_eq!(stats[20], ("inline", 200));
+        assert_eq!(stats[21], ("probes", 210));
     }
 
     #[test]
@@ -929,7 +931,7 @@ pub mod tests {
                      heartbeats_rx 50 credit_updates 60 credit_stalls 70 wc_errors 80 \
                      flush_errors 90 data_tx 100 data_rx 110 rx_unclaimed 120 requests_tx 130 \
                      requests_rx 140 registrations 150 inv_remote 160 inv_local 170 \
-                     rdma_bytes 180 polled 190 inline 200\n";
+                     rdma_bytes 180 polled 190 inline 200 probes 210\n";
         assert_eq!(s.to_text(false, true), format!("{line}{stats}"));
         let channels = "    channel 0 qp 17 dev rxe0 comp_vector 0 credits 127 rtt_us 200\n    \
                         channel 1 qp 18 dev rxe0 comp_vector 1 credits 127 rtt_us 201\n";
@@ -1000,7 +1002,7 @@ pub mod tests {
         assert_eq!(j["stats"]["tx_bytes"], 20);
         assert_eq!(j["stats"]["flush_errors"], 90);
         assert_eq!(j["stats"]["data_rx"], 110);
-        assert_eq!(j["stats"].as_object().unwrap().len(), 21);
+        assert_eq!(j["stats"].as_object().unwrap().len(), 22);
         assert_eq!(j["stats"]["polled"], 190);
         assert_eq!(j["stats"]["inline"], 200);
 
