@@ -99,6 +99,10 @@ pub mod listener {
     pub const PAD: u32 = bindings::FERRY_A_LISTENER_PAD;
     /// The key sessions must prove, by name.
     pub const KEY: u32 = bindings::FERRY_A_LISTENER_KEY;
+    /// Sessions waiting for their first hello.
+    pub const PENDING: u32 = bindings::FERRY_A_LISTENER_PENDING;
+    /// New sessions refused for the limits.
+    pub const BUSY_REFUSED: u32 = bindings::FERRY_A_LISTENER_BUSY_REFUSED;
 }
 
 /// Attribute numbers of the `session` set.

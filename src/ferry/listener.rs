@@ -33,6 +33,40 @@ use crate::{
 /// Connection requests rdma_cm queues for a listener.
 const BACKLOG: i32 = 128;
 
+/// Most sessions waiting for their first hello, from one address and in all
+/// (a connection takes a QP and its receive buffers until its hello is in
+/// or its deadline passes, see `HELLO_DEADLINE_MS`).
+pub(crate) const MAX_PENDING_PER_PEER: u32 = 8;
+/// See [`MAX_PENDING_PER_PEER`].
+pub(crate) const MAX_PENDING: u32 = 64;
+/// Most sessions one listener keeps from one address, and in all.
+pub(crate) const MAX_SESSIONS_PER_PEER: u32 = 256;
+/// See [`MAX_SESSIONS_PER_PEER`].
+pub(crate) const MAX_SESSIONS: u32 = 1024;
+
+/// What a listener holds, for its admission limits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Admission {
+    /// Sessions waiting for their first hello, from the request's address.
+    pub(crate) pending_peer: u32,
+    /// And from anywhere.
+    pub(crate) pending: u32,
+    /// Sessions from the request's address.
+    pub(crate) sessions_peer: u32,
+    /// And from anywhere.
+    pub(crate) sessions: u32,
+}
+
+impl Admission {
+    /// Whether a new session may start: none of the limits reached.
+    pub(crate) fn admits(&self) -> bool {
+        self.pending_peer < MAX_PENDING_PER_PEER
+            && self.pending < MAX_PENDING
+            && self.sessions_peer < MAX_SESSIONS_PER_PEER
+            && self.sessions < MAX_SESSIONS
+    }
+}
+
 /// What a listener needs of the module around it, handed to it when it is
 /// made (the module's state implements it).
 pub(crate) trait Host: Send + Sync {
@@ -41,6 +75,8 @@ pub(crate) trait Host: Send + Sync {
     /// The secret of session `session_id` from `peer`'s address, if the
     /// host knows the session (live or closed recently).
     fn session_secret(&self, session_id: u64, peer: &SockAddr) -> Option<Secret>;
+    /// What listener `id` holds, from `peer`'s address and in all.
+    fn admission(&self, id: u32, peer: &SockAddr) -> Admission;
     /// Closes `s` for `reason` on the module's work queue (not in a CM
     /// handler, which closing would wait for).
     fn close_later(&self, s: Arc<Session>, reason: Reason);
@@ -65,6 +101,8 @@ pub(crate) struct Listener {
     sessions: Arc<dyn session::Host>,
     /// Requests refused because they did not prove a known session's secret.
     pub(crate) auth_refused: AtomicU64,
+    /// New sessions refused for the admission limits.
+    pub(crate) busy_refused: AtomicU64,
     /// The key every session accepted here must prove.
     pub(crate) psk: Option<Arc<Psk>>,
 }
@@ -88,6 +126,7 @@ impl Listener {
                 host,
                 sessions,
                 auth_refused: AtomicU64::new(0),
+                busy_refused: AtomicU64::new(0),
                 psk,
             }),
             GFP_KERNEL,
@@ -162,7 +201,22 @@ impl Listener {
                 s
             }
         };
-        let session = match self.host.server_session(data.session_id, &peer) {
+        let existing = self.host.server_session(data.session_id, &peer);
+        // A new session, or one replacing its stale self: the limits first,
+        // before anything is allocated for it.
+        let new = existing
+            .as_ref()
+            .is_none_or(|s| s.generation() != data.generation);
+        if new && !self.host.admission(self.id, &peer).admits() {
+            self.busy_refused.fetch_add(1, Relaxed);
+            crate::ratelimit::pr_warn_limited!(
+                "listener {}: refused a new session from {}: too many sessions, or too many waiting for their hello\n",
+                self.id,
+                peer
+            );
+            return Self::refuse(req, Reason::Busy);
+        }
+        let session = match existing {
             Some(s) if s.generation() == data.generation => {
                 if let Err(r) = s.check_request(data.generation, data.channel, data.channels) {
                     return Self::refuse(req, r);

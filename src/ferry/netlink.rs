@@ -117,6 +117,12 @@ fn fill_listener(w: &mut Writer<'_>, ferry: &Ferry, l: &Listener) -> Result {
     if let Some(k) = &l.psk {
         w.put_str(l_attr::KEY, k.name.as_cstr())?;
     }
+    w.put_u32(l_attr::PENDING, ferry.admission(l.id, &l.addr).pending)?;
+    w.put_u64(
+        l_attr::BUSY_REFUSED,
+        l.busy_refused.load(core::sync::atomic::Ordering::Relaxed),
+        l_attr::PAD,
+    )?;
     w.put_u64(
         l_attr::AUTH_REFUSED,
         l.auth_refused.load(core::sync::atomic::Ordering::Relaxed),

@@ -63,6 +63,10 @@ mod lifecycle;
 /// How long one connect attempt may take before it counts as failed.
 pub(crate) const CONNECT_TIMEOUT_MS: u32 = 10_000;
 
+/// How long a server channel waits for its client's hello once accepted: a
+/// silent connection holds a QP and its buffers, and goes after this.
+pub(crate) const HELLO_DEADLINE_MS: u32 = 4000;
+
 /// Most bytes of receive buffers a server gives one channel.
 const SERVER_RX_BUDGET: u32 = 4 << 20;
 
@@ -405,6 +409,13 @@ impl Session {
                 Err(e)
             }
         }
+    }
+
+    /// Server: whether the session still waits for its first hello (a
+    /// connection request made it, and no hello has named a service yet).
+    pub(crate) fn awaits_first_hello(&self) -> bool {
+        let inner = self.inner.lock();
+        inner.state == SessionState::Connecting && inner.service.is_none()
     }
 
     /// A snapshot for netlink.

@@ -113,6 +113,9 @@ pub(crate) enum Reason {
     Reset = 20,
     /// The peer could not prove a session's secret or a key.
     AuthFailed = 21,
+    /// The listener holds as many sessions, or sessions waiting for their
+    /// hello, as its limits allow.
+    Busy = 22,
 }
 
 impl Reason {
@@ -141,6 +144,7 @@ impl Reason {
             19 => Self::Refused,
             20 => Self::Reset,
             21 => Self::AuthFailed,
+            22 => Self::Busy,
             _ => Self::CmRejected,
         }
     }
@@ -170,6 +174,7 @@ impl Reason {
             Self::Refused => c"the service refused the session",
             Self::Reset => c"reset by its consumer",
             Self::AuthFailed => c"authentication failed",
+            Self::Busy => c"the peer's listener is at its session limits",
         }
     }
 
@@ -193,6 +198,7 @@ impl Reason {
             Self::DeviceRemoved => ENODEV,
             Self::LocalClose => EINTR,
             Self::AuthFailed => EACCES,
+            Self::Busy => EBUSY,
         }
     }
 }

@@ -405,6 +405,25 @@ impl Ferry {
         Ok(v)
     }
 
+    /// What listener `id` holds for `peer`'s address and in all: sessions
+    /// waiting for their first hello, and sessions.
+    pub(crate) fn admission(&self, id: u32, peer: &SockAddr) -> listener::Admission {
+        let mut a = listener::Admission::default();
+        // A snapshot: the sessions' own locks are not taken under the list's.
+        let Ok(sessions) = self.sessions() else {
+            return a;
+        };
+        for s in sessions.iter().filter(|s| s.listener == Some(id)) {
+            let mine = s.peer.ip() == peer.ip();
+            let pending = s.awaits_first_hello();
+            a.sessions += 1;
+            a.sessions_peer += u32::from(mine);
+            a.pending += u32::from(pending);
+            a.pending_peer += u32::from(mine && pending);
+        }
+        a
+    }
+
     /// Open sessions accepted through listener `id`.
     pub(crate) fn listener_sessions(&self, id: u32) -> u32 {
         let n = self
@@ -499,6 +518,10 @@ impl listener::Host for Ferry {
 
     fn session_secret(&self, session_id: u64, peer: &SockAddr) -> Option<Secret> {
         Ferry::session_secret(self, session_id, peer)
+    }
+
+    fn admission(&self, id: u32, peer: &SockAddr) -> listener::Admission {
+        Ferry::admission(self, id, peer)
     }
 
     fn close_later(&self, s: Arc<Session>, reason: Reason) {

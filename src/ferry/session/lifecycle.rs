@@ -502,11 +502,17 @@ impl Session {
                 self.close(Reason::Timeout);
             }
             SessionState::Connecting | SessionState::Connected => {
+                // A client's attempt resolves, connects and says hello; a
+                // server's channel only waits for the hello.
+                let connect_timeout = match self.role {
+                    Role::Client => CONNECT_TIMEOUT_MS,
+                    Role::Server => HELLO_DEADLINE_MS,
+                };
                 for c in channels.iter() {
                     c.tick(
                         self.params.heartbeat_ms,
                         self.params.timeout_ms,
-                        CONNECT_TIMEOUT_MS,
+                        connect_timeout,
                     );
                 }
             }

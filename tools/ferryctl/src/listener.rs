@@ -23,6 +23,8 @@ pub struct Listener {
     pub sessions: Option<u32>,
     pub auth_refused: Option<u64>,
     pub key: Option<String>,
+    pub pending: Option<u32>,
+    pub busy_refused: Option<u64>,
 }
 
 fn bad(what: &str) -> Error {
@@ -49,6 +51,12 @@ impl Listener {
                     l.sessions = Some(attr::u32(p).ok_or_else(|| bad("sessions"))?)
                 }
                 FERRY_A_LISTENER_KEY => l.key = Some(attr::string(p).ok_or_else(|| bad("key"))?),
+                FERRY_A_LISTENER_PENDING => {
+                    l.pending = Some(attr::u32(p).ok_or_else(|| bad("pending"))?)
+                }
+                FERRY_A_LISTENER_BUSY_REFUSED => {
+                    l.busy_refused = Some(attr::u64(p).ok_or_else(|| bad("busy-refused"))?)
+                }
                 FERRY_A_LISTENER_AUTH_REFUSED => {
                     l.auth_refused = Some(attr::u64(p).ok_or_else(|| bad("auth-refused"))?)
                 }
@@ -62,7 +70,7 @@ impl Listener {
     }
 
     /// The JSON object: `id`, `addr`, `port`, `sessions`, `auth_refused`,
-    /// `key` (if the listener requires one).
+    /// `pending`, `busy_refused`, `key` (if the listener requires one).
     pub fn to_json(&self) -> Value {
         let mut o = Map::new();
         o.insert("id".into(), json!(self.id));
@@ -77,6 +85,12 @@ impl Listener {
         }
         if let Some(n) = self.auth_refused {
             o.insert("auth_refused".into(), json!(n));
+        }
+        if let Some(n) = self.pending {
+            o.insert("pending".into(), json!(n));
+        }
+        if let Some(n) = self.busy_refused {
+            o.insert("busy_refused".into(), json!(n));
         }
         if let Some(k) = &self.key {
             o.insert("key".into(), json!(k));
@@ -99,6 +113,12 @@ impl Listener {
         if let Some(n) = self.auth_refused {
             s += &format!(" auth-refused {n}");
         }
+        if let Some(n) = self.pending {
+            s += &format!(" pending {n}");
+        }
+        if let Some(n) = self.busy_refused {
+            s += &format!(" busy-refused {n}");
+        }
         if let Some(k) = &self.key {
             s += &format!(" key {k}");
         }
@@ -116,6 +136,8 @@ pub fn attr_name(ty: u16) -> Option<&'static str> {
         FERRY_A_LISTENER_SESSIONS => Some("sessions"),
         FERRY_A_LISTENER_AUTH_REFUSED => Some("auth-refused"),
         FERRY_A_LISTENER_KEY => Some("key"),
+        FERRY_A_LISTENER_PENDING => Some("pending"),
+        FERRY_A_LISTENER_BUSY_REFUSED => Some("busy-refused"),
         _ => None,
     }
 }

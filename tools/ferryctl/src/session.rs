@@ -836,6 +836,7 @@ pub mod tests {
         assert_eq!(reason_name(FERRY_REASON_CM_REJECTED), "cm-rejected");
         assert_eq!(reason_name(FERRY_REASON_RESET), "reset");
         assert_eq!(reason_name(FERRY_REASON_AUTH_FAILED), "auth-failed");
+        assert_eq!(reason_name(FERRY_REASON_BUSY), "busy");
         assert_eq!(reason_name(4242), "4242");
         assert_eq!(state_name(FERRY_SESSION_STATE_CONNECTED), "connected");
         assert_eq!(state_name(FERRY_SESSION_STATE_CLOSED), "closed");
@@ -844,7 +845,7 @@ pub mod tests {
         // Every entry of every table, not just the ones above.
         assert_eq!(
             enum_names::FERRY_REASON.len(),
-            FERRY_REASON_AUTH_FAILED as usize + 1
+            FERRY_REASON_BUSY as usize + 1
         );
         for (_, name) in enum_names::FERRY_REASON {
             assert!(

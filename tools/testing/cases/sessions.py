@@ -238,6 +238,53 @@ def session_keys(t):
     vm.run(UNLOAD_ECHO)
 
 
+def mem_available_mb(vm):
+    line = vm.run('grep MemAvailable /proc/meminfo').out.split()
+    return int(line[1]) // 1024
+
+
+@case(timeout=300)
+def session_admission(t):
+    """A flood of connection requests that never say hello, from an
+    unprivileged user on an address of its own: the listener takes 8 new
+    sessions from one address at a time (the rest are refused "busy",
+    counted and logged), closes each silent one at its hello deadline (4 s),
+    and serves a good client from another address meanwhile. MemAvailable
+    before, during and after is logged."""
+    vm = loopback(t)
+    vm.run('ip addr add 192.0.2.3/24 dev eth0')
+    ferryctl(t, vm, f'listener add 0.0.0.0 port {PORT}')
+    vm.run(f'install -m 0755 {ROOT}/tools/testing/hostile/cm_connect.py /tmp/cm_connect.py')
+    before = mem_available_mb(vm)
+    n, hold = 20, 12
+    # Each with the largest limits a client may ask for.
+    vm.run(f'({NOBODY} python3 /tmp/cm_connect.py 192.0.2.1 {PORT} random 1 0 1 none '
+           f'--src 192.0.2.3 --count {n} --hold {hold} --max-msg 65536 --depth 1024 '
+           f'> /tmp/flood.out 2>&1 &)')
+    vm.wait_for(f'test $(wc -l < /tmp/flood.out) -ge {n}', timeout=60 * t.slow)
+    out = vm.run('cat /tmp/flood.out').out.split('\n')
+    t.eq((out.count('accepted'), out.count('rejected 22')), (8, n - 8),
+         f'8 sessions waiting for their hello admitted, the rest refused busy: {out}')
+    lst = t.ferryctl_json(vm, 'listener show')[0]
+    t.eq((lst.get('pending'), lst.get('busy_refused')), (8, n - 8), f'counted: {lst}')
+    during = mem_available_mb(vm)
+    good = connect(t, vm, '192.0.2.1', extra='channels 2')
+    t.eq(good['state'], 'connected', 'a client from another address is served')
+    t.check('refused a new session from 192.0.2.3' in vm.run('dmesg').out,
+            'the refusals are logged')
+    ferryctl(t, vm, f'session disconnect id {good["id"]}')
+    # The deadline closes the silent ones while the flood still holds them.
+    vm.wait_for(f'{t.ferryctl} -j listener show | grep -q \'"pending":0\'',
+                timeout=15 * t.slow)
+    lst = t.ferryctl_json(vm, 'listener show')[0]
+    t.eq(lst.get('sessions'), 0, f'none left: {lst}')
+    after = mem_available_mb(vm)
+    t.log(f'MemAvailable {before} MB before the flood, {during} MB with 8 waiting, '
+          f'{after} MB after their deadline')
+    vm.run(f'sleep {hold}')
+    vm.run(UNLOAD_ECHO)
+
+
 @case(timeout=420)
 def session_64(t):
     """64 sessions at once in loopback, all connected; module unload with all

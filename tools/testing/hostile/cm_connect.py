@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""A bare rdma_cm connect with handmade ferry connect data, as any local
-user can send one through /dev/infiniband/rdma_cm: the takeover attempt of
-the session_takeover case. No QP and no hello: it prints how the listener
-answered ("rejected REASON" with ferry's reason code, or "accepted") and
-exits 0, or exits 1 if the CM itself failed.
+"""Bare rdma_cm connects with handmade ferry connect data, as any local
+user can send them through /dev/infiniband/rdma_cm: the takeover attempts
+of the session_takeover case, and the flood of session_admission. No QP and
+no hello: for each connect it prints how the listener answered ("rejected
+REASON" with ferry's reason code, or "accepted") and exits 0 once --hold
+seconds have passed, or exits 1 if the CM itself failed.
 
 usage: cm_connect.py ADDR PORT SESSION_ID GENERATION CHANNEL CHANNELS {none,forged}
+                     [--src ADDR] [--count N] [--hold S] [--max-msg B] [--depth N]
+SESSION_ID "random" draws a new id for each of the --count connects.
 """
+import argparse
 import ctypes
 import os
 import socket
 import struct
 import sys
+import time
 
 RDMA_PS_TCP = 0x0106
 EVENTS = {0: 'addr-resolved', 1: 'addr-error', 2: 'route-resolved', 3: 'route-error',
@@ -33,18 +38,26 @@ class Event(ctypes.Structure):
                 ('event', ctypes.c_int), ('status', ctypes.c_int), ('conn', ConnParam)]
 
 
-def connect_data(sid, gen, channel, channels, proof):
+def connect_data(sid, gen, channel, channels, proof, max_msg=0, depth=0):
     """ferry's 1.2 connect data (Documentation/session.md)."""
     flags = 1 if proof == 'forged' else 0
     b = b'FRRY' + bytes([1, 2]) + struct.pack('<HQIHHIHH', flags, sid, gen, channel,
-                                               channels, 0, 0, 0)
+                                               channels, max_msg, depth, 0)
     if proof == 'forged':
         b += os.urandom(24)
     return b.ljust(56, b'\0')
 
 
 def main():
-    addr, port, sid, gen, channel, channels, proof = sys.argv[1:8]
+    ap = argparse.ArgumentParser()
+    for name in ('addr', 'port', 'sid', 'gen', 'channel', 'channels', 'proof'):
+        ap.add_argument(name)
+    ap.add_argument('--src')
+    ap.add_argument('--count', type=int, default=1)
+    ap.add_argument('--hold', type=float, default=0)
+    ap.add_argument('--max-msg', type=int, default=0)
+    ap.add_argument('--depth', type=int, default=0)
+    a = ap.parse_args()
     cm = ctypes.CDLL('librdmacm.so.1', use_errno=True)
     cm.rdma_create_event_channel.restype = ctypes.c_void_p
     cm.rdma_create_id.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
@@ -59,9 +72,6 @@ def main():
     ch = cm.rdma_create_event_channel()
     if not ch:
         sys.exit(f'rdma_create_event_channel: {os.strerror(ctypes.get_errno())}')
-    cid = ctypes.c_void_p()
-    if cm.rdma_create_id(ch, ctypes.byref(cid), None, RDMA_PS_TCP):
-        sys.exit(f'rdma_create_id: {os.strerror(ctypes.get_errno())}')
 
     def wait():
         ev = ctypes.POINTER(Event)()
@@ -73,27 +83,43 @@ def main():
         cm.rdma_ack_cm_event(ev)
         return EVENTS.get(kind, str(kind)), status, data
 
-    dst = struct.pack('<H', socket.AF_INET) + struct.pack('>H', int(port)) + \
-        socket.inet_aton(addr) + bytes(8)
-    if cm.rdma_resolve_addr(cid, None, dst, 2000):
-        sys.exit(f'rdma_resolve_addr: {os.strerror(ctypes.get_errno())}')
-    if wait()[0] != 'addr-resolved' or cm.rdma_resolve_route(cid, 2000) or \
-            wait()[0] != 'route-resolved':
-        sys.exit('no route')
-    pd = connect_data(int(sid, 0), int(gen), int(channel), int(channels), proof)
-    buf = ctypes.create_string_buffer(pd, len(pd))
-    param = ConnParam(ctypes.cast(buf, ctypes.c_void_p), len(pd), 1, 1, 0, 7, 0, 0, 0x123)
-    if cm.rdma_connect(cid, ctypes.byref(param)):
-        sys.exit(f'rdma_connect: {os.strerror(ctypes.get_errno())}')
-    kind, status, data = wait()
-    if kind == 'rejected':
-        reason = struct.unpack_from('<H', data, 6)[0] if data[:4] == b'FRRY' else -1
-        print(f'rejected {reason}')
-    elif kind in ('connect-response', 'established'):
-        print('accepted')
-    else:
-        print(f'{kind} {status}')
-    sys.stdout.flush()
+    def sockaddr(ip, port):
+        return struct.pack('<H', socket.AF_INET) + struct.pack('>H', port) + \
+            socket.inet_aton(ip) + bytes(8)
+
+    dst = sockaddr(a.addr, int(a.port))
+    src = sockaddr(a.src, 0) if a.src else None
+    for _ in range(a.count):
+        cid = ctypes.c_void_p()
+        if cm.rdma_create_id(ch, ctypes.byref(cid), None, RDMA_PS_TCP):
+            sys.exit(f'rdma_create_id: {os.strerror(ctypes.get_errno())}')
+        if cm.rdma_resolve_addr(cid, src, dst, 2000):
+            sys.exit(f'rdma_resolve_addr: {os.strerror(ctypes.get_errno())}')
+        if wait()[0] != 'addr-resolved' or cm.rdma_resolve_route(cid, 2000) or \
+                wait()[0] != 'route-resolved':
+            sys.exit('no route')
+        sid = struct.unpack('<Q', os.urandom(8))[0] | 1 if a.sid == 'random' else int(a.sid, 0)
+        pd = connect_data(sid, int(a.gen), int(a.channel), int(a.channels), a.proof,
+                          a.max_msg, a.depth)
+        buf = ctypes.create_string_buffer(pd, len(pd))
+        # A QP number of its own for each: the CM refuses a second request
+        # from the same one as stale.
+        qpn = struct.unpack('<I', os.urandom(4))[0] & 0xffffff | 0x100
+        param = ConnParam(ctypes.cast(buf, ctypes.c_void_p), len(pd), 1, 1, 0, 7, 0, 0, qpn)
+        if cm.rdma_connect(cid, ctypes.byref(param)):
+            sys.exit(f'rdma_connect: {os.strerror(ctypes.get_errno())}')
+        kind, status, data = wait()
+        if kind == 'rejected':
+            reason = struct.unpack_from('<H', data, 6)[0] if data[:4] == b'FRRY' else -1
+            print(f'rejected {reason}')
+        elif kind in ('connect-response', 'established'):
+            # Left as it is: the server waits for an RTU and a hello that
+            # never come.
+            print('accepted')
+        else:
+            print(f'{kind} {status}')
+        sys.stdout.flush()
+    time.sleep(a.hold)
     os._exit(0)
 
 
