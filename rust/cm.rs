@@ -111,8 +111,9 @@ impl SockAddr {
     }
 
     /// Whether this is an address one host answers to: not unspecified,
-    /// multicast, broadcast or reserved (IPv4 240/4), and not a v4-mapped
-    /// IPv6 address of those.
+    /// multicast, the limited broadcast or reserved (IPv4 240/4), and not a
+    /// v4-mapped IPv6 address of those. (A subnet's broadcast address looks
+    /// like any other here; rdma_cm finds no host behind it.)
     pub fn is_unicast(&self) -> bool {
         let v4 = |a: &[u8]| a[0] != 0 && a[0] < 224;
         match self.ip() {

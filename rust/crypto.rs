@@ -45,9 +45,13 @@ pub fn random_bytes(buf: &mut [u8]) {
 /// Whether `a` and `b` are equal, in a time that does not depend on where
 /// they differ (for comparing a MAC a peer sent with the expected one).
 pub fn equal_secret(a: &[u8], b: &[u8]) -> bool {
-    // SAFETY: Both are valid for the length compared.
-    a.len() == b.len()
-        && unsafe { bindings::__crypto_memneq(a.as_ptr().cast(), b.as_ptr().cast(), a.len()) } == 0
+    if a.len() != b.len() {
+        return false;
+    }
+    // SAFETY: Both are valid for the length compared, which is theirs.
+    let differ =
+        unsafe { bindings::__crypto_memneq(a.as_ptr().cast(), b.as_ptr().cast(), a.len()) };
+    differ == 0
 }
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]

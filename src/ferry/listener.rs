@@ -70,11 +70,13 @@ impl Admission {
 /// What a listener needs of the module around it, handed to it when it is
 /// made (the module's state implements it).
 pub(crate) trait Host: Send + Sync {
-    /// The live server session `session_id` from `peer`, if there is one.
-    fn server_session(&self, session_id: u64, peer: &SockAddr) -> Option<Arc<Session>>;
-    /// The secret of session `session_id` from `peer`'s address, if the
-    /// host knows the session (live or closed recently).
-    fn session_secret(&self, session_id: u64, peer: &SockAddr) -> Option<Secret>;
+    /// The live server session `session_id` from `peer` in `net`, if there
+    /// is one.
+    fn server_session(&self, net: &Net, session_id: u64, peer: &SockAddr) -> Option<Arc<Session>>;
+    /// The secret of session `session_id` from `peer`'s address in `net`,
+    /// and the newest generation it had, if the host knows the session
+    /// (live or closed recently).
+    fn session_secret(&self, net: &Net, session_id: u64, peer: &SockAddr) -> Option<(Secret, u32)>;
     /// What listener `id` holds, from `peer`'s address and in all.
     fn admission(&self, id: u32, peer: &SockAddr) -> Admission;
     /// Closes `s` for `reason` on the module's work queue (not in a CM
@@ -174,9 +176,28 @@ impl Listener {
         if self.sessions.shutting_down() {
             return Self::refuse(req, Reason::ShuttingDown);
         }
+        // Version 1.2 made the session's secret part of the handshake: an
+        // older client cannot join a session it opened, so it gets none.
+        if data.minor < 2 {
+            return Self::refuse(req, Reason::Version);
+        }
         let peer = req.id().dst_addr();
-        let secret = match self.host.session_secret(data.session_id, &peer) {
-            Some(secret) if data.proves(&secret) => secret,
+        let existing = self.host.server_session(&self.net, data.session_id, &peer);
+        let known = self.host.session_secret(&self.net, data.session_id, &peer);
+        let proved = known.is_some_and(|(s, _)| data.proves(ev.private_data(), &s));
+        let secret = match known {
+            // A session whose server side is gone starts again on channel 0
+            // alone, with a newer generation than it had: a replayed request
+            // is not.
+            Some((_, generation))
+                if proved
+                    && existing.is_none()
+                    && (data.channel != 0
+                        || (data.generation.wrapping_sub(generation) as i32) <= 0) =>
+            {
+                return Self::refuse(req, Reason::BadChannel);
+            }
+            Some((secret, _)) if proved => secret,
             Some(_) => {
                 self.auth_refused.fetch_add(1, Relaxed);
                 crate::ratelimit::pr_warn_limited!(
@@ -201,7 +222,6 @@ impl Listener {
                 s
             }
         };
-        let existing = self.host.server_session(data.session_id, &peer);
         // A new session, or one replacing its stale self: the limits first,
         // before anything is allocated for it.
         let new = existing
@@ -234,6 +254,7 @@ impl Listener {
                     &data,
                     self.id,
                     secret,
+                    proved,
                     self.psk.clone(),
                 ) {
                     Ok(s) => s,
@@ -248,6 +269,7 @@ impl Listener {
                 &data,
                 self.id,
                 secret,
+                proved,
                 self.psk.clone(),
             ) {
                 Ok(s) => s,

@@ -318,7 +318,9 @@ fn fill_session(w: &mut Writer<'_>, s: &Session) -> Result {
         .min()
         .unwrap_or(0);
     w.put_u32(s_attr::RTT_US, rtt)?;
-    w.put_u64(s_attr::SESSION_ID, s.session_id, s_attr::PAD)?;
+    if let Some(id) = s.shown_id() {
+        w.put_u64(s_attr::SESSION_ID, id, s_attr::PAD)?;
+    }
     if let Some(l) = s.listener {
         w.put_u32(s_attr::LISTENER, l)?;
     }

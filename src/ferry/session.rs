@@ -365,6 +365,17 @@ impl Session {
             .unwrap_or(ServiceName::EMPTY)
     }
 
+    /// The handshake id as netlink shows it: a client's only once the
+    /// server handed the session's secret, so nobody who reads it can
+    /// claim the id first (the server would then refuse the session's
+    /// channel 0).
+    pub(crate) fn shown_id(&self) -> Option<u64> {
+        match self.role {
+            Role::Server => Some(self.session_id),
+            Role::Client => self.secret.lock().map(|_| self.session_id),
+        }
+    }
+
     /// Server: the session's secret.
     pub(crate) fn server_secret(&self) -> Option<wire::Secret> {
         match self.role {
@@ -409,6 +420,14 @@ impl Session {
                 Err(e)
             }
         }
+    }
+
+    /// Whether the session is closing or closed.
+    pub(crate) fn is_closing(&self) -> bool {
+        matches!(
+            self.inner.lock().state,
+            SessionState::Closing | SessionState::Closed
+        )
     }
 
     /// Server: whether the session still waits for its first hello (a

@@ -258,7 +258,7 @@ const JOIN_LABEL: &[u8] = b"ferry 1.2 join\0";
 
 /// A client's proof, in a connection request, that it knows the session's
 /// [`Secret`]: a fresh random nonce, and the MAC under the secret of the
-/// request's first 40 bytes (nonce included) in their canonical encoding.
+/// request's first 40 bytes (nonce included) as they travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct JoinProof {
     /// Random, drawn for this request.
@@ -335,14 +335,14 @@ impl ConnectData {
         b
     }
 
-    /// The join MAC of this request under `secret`, over its canonical
-    /// encoding with the proof's nonce (the MAC itself left out).
-    fn join_mac(&self, secret: &Secret) -> [u8; JOIN_MAC_LEN] {
-        let b = self.encode();
-        let full = crate::crypto::hmac_sha256(secret, &[JOIN_LABEL, &b[..Self::MAC_COVERS]]);
+    /// The join MAC under `secret` of a request's bytes `b` (the first
+    /// [`Self::MAC_COVERS`] of them, exactly as they travel).
+    fn join_mac(b: &[u8], secret: &Secret) -> Option<[u8; JOIN_MAC_LEN]> {
+        let covered = b.get(..Self::MAC_COVERS)?;
+        let full = crate::crypto::hmac_sha256(secret, &[JOIN_LABEL, covered]);
         let mut mac = [0u8; JOIN_MAC_LEN];
         mac.copy_from_slice(&full[..JOIN_MAC_LEN]);
-        mac
+        Some(mac)
     }
 
     /// Adds the proof that the client knows `secret`, with a fresh nonce.
@@ -351,18 +351,19 @@ impl ConnectData {
             nonce: crate::work::random_u64(),
             mac: [0; JOIN_MAC_LEN],
         });
-        let mac = self.join_mac(secret);
-        if let Some(p) = self.proof.as_mut() {
+        let mac = Self::join_mac(&self.encode(), secret);
+        if let (Some(p), Some(mac)) = (self.proof.as_mut(), mac) {
             p.mac = mac;
         }
     }
 
-    /// Whether the request proves knowledge of `secret` (compared in
-    /// constant time). Without a proof, it does not.
-    pub(crate) fn proves(&self, secret: &Secret) -> bool {
-        match &self.proof {
-            Some(p) => crate::crypto::equal_secret(&self.join_mac(secret), &p.mac),
-            None => false,
+    /// Whether the request, which arrived as `raw` (its CM private data),
+    /// proves knowledge of `secret`: the MAC over the bytes as they came,
+    /// compared in constant time. Without a proof, it does not.
+    pub(crate) fn proves(&self, raw: &[u8], secret: &Secret) -> bool {
+        match (&self.proof, Self::join_mac(raw, secret)) {
+            (Some(p), Some(mac)) => crate::crypto::equal_secret(&mac, &p.mac),
+            _ => false,
         }
     }
 
@@ -1079,37 +1080,28 @@ mod tests {
     fn join_proofs_need_the_secret() {
         let secret = [7u8; SECRET_LEN];
         let mut d = connect();
-        assert!(!d.proves(&secret));
+        assert!(!d.proves(&d.encode(), &secret));
         d.prove(&secret);
         let enc = d.encode();
         let got = ConnectData::decode(&enc).unwrap();
         assert_eq!(got, d);
-        assert!(got.proves(&secret));
-        // Another secret, or any field changed after the proof: refused.
+        assert!(got.proves(&enc, &secret));
+        // Another secret, or any byte changed after the proof (reserved
+        // ones and the version included): refused.
         let mut other = secret;
         other[15] ^= 1;
-        assert!(!got.proves(&other));
-        for (at, bit) in [
-            (8, 1),
-            (16, 1),
-            (20, 1),
-            (22, 2),
-            (24, 1),
-            (28, 1),
-            (32, 1),
-            (40, 1),
-            (55, 0x80),
-        ] {
+        assert!(!got.proves(&enc, &other));
+        for at in 0..ConnectData::ENCODED_LEN {
             let mut b = enc;
-            b[at] ^= bit;
+            b[at] ^= 0x10;
             if let Ok(f) = ConnectData::decode(&b) {
-                assert!(!f.proves(&secret));
+                assert!(!f.proves(&b, &secret));
             }
         }
         // Two proofs of one request differ in their nonce and MAC.
         let mut again = connect();
         again.prove(&secret);
-        assert!(again.proves(&secret));
+        assert!(again.proves(&again.encode(), &secret));
         assert_ne!(again.proof, d.proof);
         // The flag without the proof's bytes.
         assert_eq!(

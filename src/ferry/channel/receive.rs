@@ -72,15 +72,14 @@ impl<O: Owner> Channel<O> {
                 Err(r) if r != Reason::Malformed => Some((None, r)),
                 Err(r) => return Err(Refusal::of_decode(r, "a malformed hello")),
             },
-            (_, Role::Server) if self.index == 0 => {
-                // A client speaks after the hello only once it has the reply,
-                // and with it the session's secret.
-                self.session.peer_confirmed();
-                None
-            }
             _ => None,
         };
         let mut inner = self.inner.lock();
+        if role == Role::Server && self.index == 0 && inner.state == ChanState::Up {
+            // A client speaks on an accepted channel 0 only once it has the
+            // hello reply, and with it the session's secret.
+            self.session.peer_confirmed();
+        }
         inner.last_rx = Instant::now();
         self.stats.add(Counter::RxMsgs, 1);
         self.stats.add(Counter::RxBytes, msg.len() as u64);
@@ -155,7 +154,8 @@ impl<O: Owner> Channel<O> {
                     }
                     None => None,
                 };
-                if let Some(mut secret) = reply.secret {
+                // Channel 0's reply alone hands the secret.
+                if let Some(mut secret) = reply.secret.filter(|_| self.index == 0) {
                     if let Some((c, key)) = &auth {
                         secret = c.mask_secret(key, &secret);
                     }

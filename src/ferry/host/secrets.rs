@@ -28,9 +28,14 @@ pub(crate) const IDLE_TTL_MS: i64 = 15 * 60 * 1000;
 pub(crate) const MAX_IDLE: usize = 4096;
 
 struct Record {
+    /// The namespace, by address, as listeners and sessions compare theirs.
+    net: usize,
     session_id: u64,
     peer: SockAddr,
     secret: Secret,
+    /// The newest generation a session of the record was made for: a
+    /// request must be newer to start another (a replay is not).
+    generation: u32,
     /// Server sessions that use it.
     live: u32,
     /// The client had the secret.
@@ -40,8 +45,8 @@ struct Record {
 }
 
 impl Record {
-    fn is(&self, session_id: u64, peer: &SockAddr) -> bool {
-        self.session_id == session_id && self.peer.ip() == peer.ip()
+    fn is(&self, net: usize, session_id: u64, peer: &SockAddr) -> bool {
+        self.net == net && self.session_id == session_id && self.peer.ip() == peer.ip()
     }
 
     fn expired(&self, ttl_ms: i64) -> bool {
@@ -66,29 +71,56 @@ impl Secrets {
         }
     }
 
-    /// The secret of session `session_id` from `peer`'s address, if it has one.
-    pub(crate) fn find(&self, session_id: u64, peer: &SockAddr) -> Option<Secret> {
+    /// The secret of session `session_id` from `peer`'s address in namespace
+    /// `net`, and the newest generation a session was made for, if the
+    /// host knows the session.
+    pub(crate) fn find(
+        &self,
+        net: usize,
+        session_id: u64,
+        peer: &SockAddr,
+    ) -> Option<(Secret, u32)> {
         self.records
             .iter()
-            .find(|r| r.is(session_id, peer) && !r.expired(self.ttl_ms))
-            .map(|r| r.secret)
+            .find(|r| r.is(net, session_id, peer) && !r.expired(self.ttl_ms))
+            .map(|r| (r.secret, r.generation))
     }
 
-    /// A server session with `secret` starts: its record is created or
-    /// taken up again.
-    pub(crate) fn claim(&mut self, session_id: u64, peer: &SockAddr, secret: Secret) -> Result {
+    /// A server session with `secret` starts for `generation`: its record
+    /// is created or taken up again. `EBUSY` if the record has another
+    /// secret (two requests raced for an id nobody had): the loser is
+    /// refused, the winner's secret stays.
+    pub(crate) fn claim(
+        &mut self,
+        net: usize,
+        session_id: u64,
+        peer: &SockAddr,
+        secret: Secret,
+        generation: u32,
+    ) -> Result {
         self.prune();
-        if let Some(r) = self.records.iter_mut().find(|r| r.is(session_id, peer)) {
+        if let Some(r) = self
+            .records
+            .iter_mut()
+            .find(|r| r.is(net, session_id, peer) && !r.expired(self.ttl_ms))
+        {
+            if !crate::crypto::equal_secret(&r.secret, &secret) {
+                return Err(EBUSY);
+            }
             r.live += 1;
             r.idle_since = None;
-            r.secret = secret;
+            if (generation.wrapping_sub(r.generation) as i32) > 0 {
+                r.generation = generation;
+            }
             return Ok(());
         }
         self.records.push(
             Record {
+                net,
                 session_id,
                 peer: *peer,
                 secret,
+                generation,
                 live: 1,
                 confirmed: false,
                 idle_since: None,
@@ -100,8 +132,18 @@ impl Secrets {
 
     /// A server session of the record ended; `confirmed`: its client had
     /// the secret.
-    pub(crate) fn release(&mut self, session_id: u64, peer: &SockAddr, confirmed: bool) {
-        let Some(pos) = self.records.iter().position(|r| r.is(session_id, peer)) else {
+    pub(crate) fn release(
+        &mut self,
+        net: usize,
+        session_id: u64,
+        peer: &SockAddr,
+        confirmed: bool,
+    ) {
+        let Some(pos) = self
+            .records
+            .iter()
+            .position(|r| r.is(net, session_id, peer))
+        else {
             return;
         };
         let r = &mut self.records[pos];
@@ -138,16 +180,21 @@ impl Secrets {
                 i += 1;
             }
         }
-        while self.idle() >= MAX_IDLE {
-            let oldest = self
-                .records
-                .iter()
-                .enumerate()
-                .filter_map(|(i, r)| r.idle_since.map(|t| (i, t.elapsed().as_nanos())))
-                .max_by_key(|&(_, age)| age)
-                .map(|(i, _)| i);
+        while self.idle() > MAX_IDLE {
+            // The oldest idle record (ages from one reading of the clock);
+            // of equal ages, the first listed.
+            let now = Instant::<Monotonic>::now();
+            let mut oldest: Option<(usize, i64)> = None;
+            for (i, r) in self.records.iter().enumerate() {
+                if let Some(t) = r.idle_since {
+                    let age = (now - t).as_nanos();
+                    if oldest.is_none_or(|(_, a)| age > a) {
+                        oldest = Some((i, age));
+                    }
+                }
+            }
             match oldest {
-                Some(i) => self.forget(i),
+                Some((i, _)) => self.forget(i),
                 None => break,
             }
         }
@@ -174,35 +221,46 @@ mod tests {
     #[test]
     fn a_secret_lives_with_its_sessions() -> Result {
         let mut s = Secrets::new(IDLE_TTL_MS);
-        assert_eq!(s.find(1, &peer(1)), None);
-        s.claim(1, &peer(1), [1; 16])?;
-        assert_eq!(s.find(1, &peer(1)), Some([1; 16]));
-        // Another address, or another id: not the same session.
-        assert_eq!(s.find(1, &peer(2)), None);
-        assert_eq!(s.find(2, &peer(1)), None);
-        // A replacing session, then the old one goes: still live.
-        s.claim(1, &peer(1), [1; 16])?;
-        s.release(1, &peer(1), false);
-        assert_eq!(s.find(1, &peer(1)), Some([1; 16]));
+        assert_eq!(s.find(0, 1, &peer(1)), None);
+        s.claim(0, 1, &peer(1), [1; 16], 1)?;
+        assert_eq!(s.find(0, 1, &peer(1)), Some(([1; 16], 1)));
+        // Another address, id or namespace: not the same session.
+        assert_eq!(s.find(0, 1, &peer(2)), None);
+        assert_eq!(s.find(0, 2, &peer(1)), None);
+        assert_eq!(s.find(9, 1, &peer(1)), None);
+        // A replacing session (a newer generation), then the old one goes:
+        // still live, and the generation is the newest.
+        s.claim(0, 1, &peer(1), [1; 16], 2)?;
+        s.release(0, 1, &peer(1), false);
+        assert_eq!(s.find(0, 1, &peer(1)), Some(([1; 16], 2)));
         assert_eq!(s.idle(), 0);
         // The last goes, its client confirmed: kept, idle.
-        s.release(1, &peer(1), true);
-        assert_eq!(s.find(1, &peer(1)), Some([1; 16]));
+        s.release(0, 1, &peer(1), true);
+        assert_eq!(s.find(0, 1, &peer(1)), Some(([1; 16], 2)));
         assert_eq!(s.idle(), 1);
         // Taken up again by the client's reconnect.
-        s.claim(1, &peer(1), [1; 16])?;
+        s.claim(0, 1, &peer(1), [1; 16], 3)?;
         assert_eq!(s.idle(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn a_claim_never_replaces_a_secret() -> Result {
+        let mut s = Secrets::new(IDLE_TTL_MS);
+        s.claim(0, 5, &peer(1), [5; 16], 1)?;
+        assert_eq!(s.claim(0, 5, &peer(1), [6; 16], 1), Err(EBUSY));
+        assert_eq!(s.find(0, 5, &peer(1)), Some(([5; 16], 1)));
         Ok(())
     }
 
     #[test]
     fn an_unconfirmed_secret_goes_with_its_session() -> Result {
         let mut s = Secrets::new(IDLE_TTL_MS);
-        s.claim(7, &peer(1), [7; 16])?;
-        s.release(7, &peer(1), false);
-        assert_eq!(s.find(7, &peer(1)), None);
+        s.claim(0, 7, &peer(1), [7; 16], 1)?;
+        s.release(0, 7, &peer(1), false);
+        assert_eq!(s.find(0, 7, &peer(1)), None);
         // Releasing what is not there is harmless.
-        s.release(7, &peer(1), true);
+        s.release(0, 7, &peer(1), true);
         assert_eq!(s.idle(), 0);
         Ok(())
     }
@@ -211,21 +269,21 @@ mod tests {
     fn idle_secrets_expire_and_are_bounded() -> Result {
         // Expired at once: found no more, pruned at the next claim.
         let mut s = Secrets::new(0);
-        s.claim(1, &peer(1), [1; 16])?;
-        s.release(1, &peer(1), true);
-        assert_eq!(s.find(1, &peer(1)), None);
-        s.claim(2, &peer(1), [2; 16])?;
+        s.claim(0, 1, &peer(1), [1; 16], 1)?;
+        s.release(0, 1, &peer(1), true);
+        assert_eq!(s.find(0, 1, &peer(1)), None);
+        s.claim(0, 2, &peer(1), [2; 16], 1)?;
         assert_eq!(s.idle(), 0);
         // At most MAX_IDLE idle records: the oldest goes first.
         let mut s = Secrets::new(IDLE_TTL_MS);
         for id in 1..=MAX_IDLE as u64 + 1 {
-            s.claim(id, &peer(1), [3; 16])?;
-            s.release(id, &peer(1), true);
+            s.claim(0, id, &peer(1), [3; 16], 1)?;
+            s.release(0, id, &peer(1), true);
         }
-        s.claim(u64::MAX, &peer(1), [4; 16])?;
-        assert!(s.idle() < MAX_IDLE);
-        assert_eq!(s.find(1, &peer(1)), None);
-        assert_eq!(s.find(MAX_IDLE as u64 + 1, &peer(1)), Some([3; 16]));
+        s.claim(0, u64::MAX, &peer(1), [4; 16], 1)?;
+        assert!(s.idle() <= MAX_IDLE);
+        assert_eq!(s.find(0, 1, &peer(1)), None);
+        assert_eq!(s.find(0, MAX_IDLE as u64 + 1, &peer(1)), Some(([3; 16], 1)));
         Ok(())
     }
 }

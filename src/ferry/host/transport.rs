@@ -250,10 +250,12 @@ impl Ferry {
             return Err(ESHUTDOWN);
         }
         if let Some(secret) = s.server_secret() {
+            let net = s.net.as_raw() as usize;
+            let generation = s.generation();
             self.transport
                 .secrets
                 .lock()
-                .claim(s.session_id, &s.peer, secret)?;
+                .claim(net, s.session_id, &s.peer, secret, generation)?;
         }
         if let Err(e) = self.transport.sessions.lock().push(s.clone(), GFP_KERNEL) {
             self.release_secret(&s);
@@ -276,10 +278,12 @@ impl Ferry {
 
     fn release_secret(&self, s: &Session) {
         if s.server_secret().is_some() {
-            self.transport
-                .secrets
-                .lock()
-                .release(s.session_id, &s.peer, s.confirmed.load(Relaxed));
+            self.transport.secrets.lock().release(
+                s.net.as_raw() as usize,
+                s.session_id,
+                &s.peer,
+                s.confirmed.load(Relaxed),
+            );
         }
     }
 
@@ -309,10 +313,18 @@ impl Ferry {
         self.transport.keys.lock().names(net.as_raw() as usize)
     }
 
-    /// The secret of server session `session_id` from `peer`'s address,
-    /// live or recently closed.
-    pub(crate) fn session_secret(&self, session_id: u64, peer: &SockAddr) -> Option<Secret> {
-        self.transport.secrets.lock().find(session_id, peer)
+    /// The secret of server session `session_id` from `peer`'s address in
+    /// `net`, live or recently closed, and the newest generation it had.
+    pub(crate) fn session_secret(
+        &self,
+        net: &Net,
+        session_id: u64,
+        peer: &SockAddr,
+    ) -> Option<(Secret, u32)> {
+        self.transport
+            .secrets
+            .lock()
+            .find(net.as_raw() as usize, session_id, peer)
     }
 
     /// The session with handle `id`.
@@ -330,12 +342,21 @@ impl Ferry {
             .cloned()
     }
 
-    /// The server session with handshake id `session_id` from `peer`'s address.
-    pub(crate) fn server_session(&self, session_id: u64, peer: &SockAddr) -> Option<Arc<Session>> {
+    /// The live server session with handshake id `session_id` from `peer`'s
+    /// address in `net` (not one that is closing: a replaced session stays
+    /// listed until its teardown ends).
+    pub(crate) fn server_session(
+        &self,
+        net: &Net,
+        session_id: u64,
+        peer: &SockAddr,
+    ) -> Option<Arc<Session>> {
         self.find_session(|s| {
             s.role == crate::state::Role::Server
                 && s.session_id == session_id
                 && s.peer.ip() == peer.ip()
+                && s.net.as_raw() == net.as_raw()
+                && !s.is_closing()
         })
     }
 
@@ -512,12 +533,12 @@ impl session::Host for Ferry {
 
 /// What listeners need of the module.
 impl listener::Host for Ferry {
-    fn server_session(&self, session_id: u64, peer: &SockAddr) -> Option<Arc<Session>> {
-        Ferry::server_session(self, session_id, peer)
+    fn server_session(&self, net: &Net, session_id: u64, peer: &SockAddr) -> Option<Arc<Session>> {
+        Ferry::server_session(self, net, session_id, peer)
     }
 
-    fn session_secret(&self, session_id: u64, peer: &SockAddr) -> Option<Secret> {
-        Ferry::session_secret(self, session_id, peer)
+    fn session_secret(&self, net: &Net, session_id: u64, peer: &SockAddr) -> Option<(Secret, u32)> {
+        Ferry::session_secret(self, net, session_id, peer)
     }
 
     fn admission(&self, id: u32, peer: &SockAddr) -> listener::Admission {

@@ -18,6 +18,7 @@ impl Session {
         data: &crate::wire::ConnectData,
         listener: u32,
         secret: wire::Secret,
+        proved: bool,
         psk: Option<Arc<Psk>>,
     ) -> Result<Arc<Self>> {
         // The client's limits (checked by the decoder), or the defaults; the
@@ -53,7 +54,7 @@ impl Session {
             psk,
         )?;
         // A client that proved the secret has it.
-        s.confirmed.store(data.proof.is_some(), Relaxed);
+        s.confirmed.store(proved, Relaxed);
         s.inner.lock().generation = data.generation;
         host.add_session(s.clone())?;
         s.notify();

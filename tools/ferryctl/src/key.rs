@@ -79,7 +79,9 @@ impl Cmd {
 }
 
 /// The key's bytes as read: one trailing newline (`\n` or `\r\n`) dropped,
-/// so `echo` and editors can write a key file; 16 to 128 bytes left.
+/// so `echo`, `base64` and editors can write a key file (a binary key that
+/// ends in a newline byte loses it: keep keys as text); 16 to 128 bytes
+/// left.
 pub fn key_bytes(mut raw: Vec<u8>) -> Result<Vec<u8>, CliError> {
     if raw.ends_with(b"\n") {
         raw.pop();
@@ -100,9 +102,11 @@ pub fn key_bytes(mut raw: Vec<u8>) -> Result<Vec<u8>, CliError> {
 
 fn read_key(file: Option<&str>) -> Result<Vec<u8>, CliError> {
     let mut raw = Vec::new();
+    // Enough to tell a key that is too long: never all of /dev/urandom.
+    let limit = *KEY_LEN.end() as u64 + 3;
     let res = match file {
-        Some(path) => std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut raw)),
-        None => std::io::stdin().read_to_end(&mut raw),
+        Some(path) => std::fs::File::open(path).and_then(|f| f.take(limit).read_to_end(&mut raw)),
+        None => std::io::stdin().take(limit).read_to_end(&mut raw),
     };
     res.map_err(|e| usage(format!("cannot read the key: {e}")))?;
     key_bytes(raw)

@@ -42,7 +42,7 @@ def session_loopback(t):
         t.eq(s['state'], 'connected', f'client state to {addr}')
         t.eq(len(s['channel_list']), 2, 'channels')
         vm.run('sleep 1')
-        srv = [x for x in sessions(t, vm, 'server') if x['session_id'] == s['session_id']]
+        srv = [x for x in sessions(t, vm, 'server') if x.get('session_id') == s['session_id']]
         t.require(len(srv) == 1, f'one server session for {s["session_id"]}: {sessions(t, vm)}')
         t.eq(srv[0]['state'], 'connected', 'server state')
         cl = [x for x in sessions(t, vm, 'client') if x['id'] == s['id']][0]
@@ -50,7 +50,7 @@ def session_loopback(t):
         t.check(cl['credits'] > 0, f'credits: {cl}')
         ferryctl(t, vm, f'session disconnect id {s["id"]}')
         vm.run('sleep 1')
-        left = [x for x in sessions(t, vm) if x['session_id'] == s['session_id']]
+        left = [x for x in sessions(t, vm) if x.get('session_id') == s['session_id']]
         t.eq(left, [], f'sessions after disconnect from {addr}')
     vm.run(UNLOAD_ECHO)
 
@@ -130,7 +130,8 @@ def session_takeover(t):
     /dev/infiniband/rdma_cm, sends connect requests for it with a newer
     generation: without a proof of the session's secret, with a forged one,
     for channel 0 and to join channel 1. Each is refused with
-    "authentication failed", counted on the listener and logged; the
+    "authentication failed", counted on the listener and logged (a 1.1
+    client, which cannot prove a secret, is refused "version"); the
     victim's sessions on both sides stay as they were and still carry
     messages. A reconnect of the victim's own (device removed and back)
     proves the secret and is let in."""
@@ -139,7 +140,7 @@ def session_takeover(t):
     ferryctl(t, vm, f'listener add 0.0.0.0 port {PORT}')
     victim = connect(t, vm, '192.0.2.1', extra='channels 2 heartbeat-ms 200')
     t.eq(victim['state'], 'connected', 'the victim connected')
-    srv = [s for s in sessions(t, vm, 'server') if s['session_id'] == victim['session_id']]
+    srv = [s for s in sessions(t, vm, 'server') if s.get('session_id') == victim['session_id']]
     t.require(len(srv) == 1, f'the victim\'s server session: {sessions(t, vm)}')
     vm.run(f'install -m 0755 {ROOT}/tools/testing/hostile/cm_connect.py /tmp/cm_connect.py')
     seen = json.loads(vm.run(f'{NOBODY} {t.ferryctl} -j session show').out)
@@ -153,6 +154,10 @@ def session_takeover(t):
              f'channel {channel} of {count}, proof {proof}: refused, authentication failed')
     lst = t.ferryctl_json(vm, 'listener show')
     t.eq(lst[0].get('auth_refused'), len(attempts), f'refusals counted: {lst}')
+    # A 1.1 client, which cannot prove a secret, gets no session at all.
+    r = vm.run(f'{NOBODY} python3 /tmp/cm_connect.py 192.0.2.1 {PORT} random 1 0 1 none '
+               f'--minor 1', check=False)
+    t.eq((r.rc, r.out.strip()), (0, 'rejected 2'), 'a 1.1 client: refused, version')
     log = vm.run('dmesg | grep "refused a connect"', check=False).out
     t.check(f'to session {sid:#x}' in log and 'no proof' in log and 'wrong proof' in log,
             f'refusals logged: {log!r}')
@@ -208,7 +213,7 @@ def session_keys(t):
     t.eq((lst[PORT].get('key'), lst[PORT + 1].get('key')), ('k1', None), 'listeners\' keys')
     good = connect(t, vm, '192.0.2.1', extra='key k1 channels 2 heartbeat-ms 200')
     t.eq((good['state'], good.get('key')), ('connected', 'k1'), 'k1 proven both ways')
-    srv = [x for x in sessions(t, vm, 'server') if x['session_id'] == good['session_id']]
+    srv = [x for x in sessions(t, vm, 'server') if x.get('session_id') == good['session_id']]
     t.eq([x.get('key') for x in srv], ['k1'], 'the server session shows its key')
     refusals = ((PORT, 'key k2'), (PORT, ''), (PORT + 1, 'key k1'))
     for port, extra in refusals:

@@ -9,6 +9,7 @@ seconds have passed, or exits 1 if the CM itself failed.
 
 usage: cm_connect.py ADDR PORT SESSION_ID GENERATION CHANNEL CHANNELS {none,forged}
                      [--src ADDR] [--count N] [--hold S] [--max-msg B] [--depth N]
+                     [--minor M]
 SESSION_ID "random" draws a new id for each of the --count connects.
 """
 import argparse
@@ -38,10 +39,10 @@ class Event(ctypes.Structure):
                 ('event', ctypes.c_int), ('status', ctypes.c_int), ('conn', ConnParam)]
 
 
-def connect_data(sid, gen, channel, channels, proof, max_msg=0, depth=0):
+def connect_data(sid, gen, channel, channels, proof, max_msg=0, depth=0, minor=2):
     """ferry's 1.2 connect data (Documentation/session.md)."""
     flags = 1 if proof == 'forged' else 0
-    b = b'FRRY' + bytes([1, 2]) + struct.pack('<HQIHHIHH', flags, sid, gen, channel,
+    b = b'FRRY' + bytes([1, minor]) + struct.pack('<HQIHHIHH', flags, sid, gen, channel,
                                                channels, max_msg, depth, 0)
     if proof == 'forged':
         b += os.urandom(24)
@@ -57,6 +58,7 @@ def main():
     ap.add_argument('--hold', type=float, default=0)
     ap.add_argument('--max-msg', type=int, default=0)
     ap.add_argument('--depth', type=int, default=0)
+    ap.add_argument('--minor', type=int, default=2)
     a = ap.parse_args()
     cm = ctypes.CDLL('librdmacm.so.1', use_errno=True)
     cm.rdma_create_event_channel.restype = ctypes.c_void_p
@@ -100,7 +102,7 @@ def main():
             sys.exit('no route')
         sid = struct.unpack('<Q', os.urandom(8))[0] | 1 if a.sid == 'random' else int(a.sid, 0)
         pd = connect_data(sid, int(a.gen), int(a.channel), int(a.channels), a.proof,
-                          a.max_msg, a.depth)
+                          a.max_msg, a.depth, a.minor)
         buf = ctypes.create_string_buffer(pd, len(pd))
         # A QP number of its own for each: the CM refuses a second request
         # from the same one as stale.
