@@ -236,45 +236,36 @@ impl Listener {
             );
             return Self::refuse(req, Reason::Busy);
         }
-        let session = match existing {
+        // The session the channel joins, if it exists already.
+        let joined = match existing {
             Some(s) if s.generation() == data.generation => {
                 if let Err(r) = s.check_request(data.generation, data.channel, data.channels) {
                     return Self::refuse(req, r);
                 }
-                s
+                Some(s)
             }
             // A newer attempt from the same client: what is left of the old one
             // is half-open and must not block it.
             Some(s) if (data.generation.wrapping_sub(s.generation()) as i32) > 0 => {
                 self.host.close_later(s, Reason::PeerClosed);
-                match Session::server(
-                    self.sessions.clone(),
-                    &self.net,
-                    peer,
-                    &data,
-                    self.id,
-                    secret,
-                    proved,
-                    self.psk.clone(),
-                ) {
+                None
+            }
+            Some(_) => return Self::refuse(req, Reason::BadChannel),
+            None => None,
+        };
+        let session = match joined {
+            Some(s) => s,
+            // A new server session, of the secret found or drawn above.
+            None => {
+                let (sessions, psk) = (self.sessions.clone(), self.psk.clone());
+                let made = Session::server(
+                    sessions, &self.net, peer, &data, self.id, secret, proved, psk,
+                );
+                match made {
                     Ok(s) => s,
                     Err(_) => return Self::refuse(req, Reason::NoResources),
                 }
             }
-            Some(_) => return Self::refuse(req, Reason::BadChannel),
-            None => match Session::server(
-                self.sessions.clone(),
-                &self.net,
-                peer,
-                &data,
-                self.id,
-                secret,
-                proved,
-                self.psk.clone(),
-            ) {
-                Ok(s) => s,
-                Err(_) => return Self::refuse(req, Reason::NoResources),
-            },
         };
         // The channel joins the session's list in `accept`, before its hello.
         if let Err(r) = Channel::accept(&session, &data, req) {
