@@ -19,6 +19,7 @@ enum ferry_fault {
 	FERRY_FAULT_STALE_KEY = 7,	/* next RDMA: the previous transfer's key */
 	FERRY_FAULT_BEYOND_REGION = 8,	/* next RDMA: right key, bytes after the region */
 	FERRY_FAULT_OVERSIZED = 9,	/* next message: beyond the largest agreed */
+	FERRY_FAULT_FORGED_SERVER_PROOF = 10, /* next hello reply: a wrong proof of the key */
 };
 
 /**

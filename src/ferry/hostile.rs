@@ -41,6 +41,9 @@ pub(crate) enum Fault {
     /// buffer has room for it (its inline room), but it is larger than the
     /// largest message agreed.
     Oversized = 9,
+    /// The next hello reply's proof of the pre-shared key is wrong (a
+    /// server that does not hold the key the client named).
+    ForgedServerProof = 10,
 }
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
@@ -57,6 +60,7 @@ impl Fault {
             7 => Self::StaleKey,
             8 => Self::BeyondRegion,
             9 => Self::Oversized,
+            10 => Self::ForgedServerProof,
             _ => return None,
         })
     }
@@ -109,6 +113,16 @@ impl Hostile {
         n
     }
 
+    /// The server's proof of the key about to go in a hello reply.
+    pub(crate) fn server_proof(&self, mac: &mut [u8]) {
+        if let Some(b) = mac
+            .first_mut()
+            .filter(|_| self.take(Fault::ForgedServerProof))
+        {
+            *b ^= 1;
+        }
+    }
+
     /// A request about to be sent, as `buf` (header first, then its head).
     pub(crate) fn request(&self, buf: &mut [u8]) {
         // The head's data length: bytes 4..8 after the 16-byte header.
@@ -143,6 +157,10 @@ impl Hostile {
     /// Production build: sends the request as it is.
     #[inline(always)]
     pub(crate) fn request(&self, _buf: &mut [u8]) {}
+
+    /// Production build: the server's proof as it is.
+    #[inline(always)]
+    pub(crate) fn server_proof(&self, _mac: &mut [u8]) {}
 
     /// Production build: the peer's region.
     #[inline(always)]

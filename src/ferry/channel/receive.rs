@@ -112,7 +112,11 @@ impl<O: Owner> Channel<O> {
                     heartbeat_ms: p.heartbeat_ms,
                     inline_size: p.inline_size,
                     secret,
-                    mac: auth.map(|(c, key)| c.server_mac(key)),
+                    mac: auth.map(|(c, key)| {
+                        let mut m = c.server_mac(key);
+                        self.session.hostile().server_proof(&mut m);
+                        m
+                    }),
                 };
                 self.send_locked(&mut inner, Kind::HelloReply, 0, &reply.encode())
                     .map_err(|_| Reason::NoResources)?;

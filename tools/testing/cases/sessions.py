@@ -189,7 +189,8 @@ def session_keys(t):
     sides show the key's name, and the session reconnects with it), and
     refuses, with "authentication failed" on both sides, a client with
     another key's bytes, one with no key, and (another listener, without a
-    key) a client that asks it to prove one. A deleted key stays with the
+    key) a client that asks it to prove one; a client refuses a server
+    whose proof of the key is wrong (the hostile service, fault 10). A deleted key stays with the
     listener that uses it; a client can no longer name it."""
     vm = loopback(t)
     vm.run('head -c 32 /dev/urandom > /tmp/k1 && head -c 32 /dev/urandom > /tmp/k2')
@@ -224,6 +225,14 @@ def session_keys(t):
     log = vm.run('dmesg | grep "refused the client\'s hello"', check=False).out
     t.eq(log.count('authentication failed'), len(refusals),
          f'the server logged each refusal: {log!r}')
+    # A server that does not prove the key (its reply's proof forged): the
+    # client refuses it.
+    vm.run(f'insmod {t.sample("ferry_hostile")} serve=1 fault=10')
+    r = ferryctl(t, vm, f'session connect 192.0.2.1 port {PORT} service hostile key k1',
+                 check=False)
+    t.check(r.rc == 2 and 'authentication failed' in r.err,
+            f'a server with a forged proof: refused by the client: {r}')
+    vm.run('rmmod ferry_hostile')
     r = ferryctl(t, vm, f'session connect 192.0.2.1 port {PORT} service echo key nosuch',
                  check=False)
     t.check(r.rc == 2 and 'no such key' in r.err, f'an unknown key: {r}')
@@ -271,7 +280,9 @@ def session_admission(t):
     t.eq((out.count('accepted'), out.count('rejected 22')), (8, n - 8),
          f'8 sessions waiting for their hello admitted, the rest refused busy: {out}')
     lst = t.ferryctl_json(vm, 'listener show')[0]
-    t.eq((lst.get('pending'), lst.get('busy_refused')), (8, n - 8), f'counted: {lst}')
+    t.eq(lst.get('busy_refused'), n - 8, f'refusals counted: {lst}')
+    # (The first may have reached their deadline already on a slow kernel.)
+    t.check(1 <= lst.get('pending', 0) <= 8, f'sessions waiting counted: {lst}')
     during = mem_available_mb(vm)
     good = connect(t, vm, '192.0.2.1', extra='channels 2')
     t.eq(good['state'], 'connected', 'a client from another address is served')

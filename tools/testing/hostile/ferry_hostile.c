@@ -12,7 +12,8 @@
  * As a service (serve=1 fault=6, 7 or 8) it offers "hostile" and serves
  * requests with data, but RDMAs with a forged key (6) or beyond the region
  * it was given (8) on the first one, or with the previous request's key (7)
- * on the second one.
+ * on the second one. With fault=10 it forges the server's proof of the
+ * pre-shared key in the hello reply of each session it accepts.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -212,7 +213,17 @@ static void hostile_message(struct ferry_session *s, void *priv, const void *dat
 {
 }
 
+/* Fault 10: a listener that requires a key, answering as if it held another. */
+static int hostile_accept(struct ferry_session *s, void *service_priv, void **priv)
+{
+	*priv = NULL;
+	if (fault == FERRY_FAULT_FORGED_SERVER_PROOF)
+		return ferry_test_misbehave(s, fault);
+	return 0;
+}
+
 static const struct ferry_ops hostile_ops = {
+	.accept = hostile_accept,
 	.message = hostile_message,
 	.request = hostile_request,
 };
