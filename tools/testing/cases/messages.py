@@ -266,8 +266,14 @@ def requests_atomic(t):
     )
     for name, args, reset in passes:
         vm.run('dmesg -C')
-        vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=cecho '
-               f'count=500 requests={n} atomic=1 {args} hold=1', timeout=300 * t.slow)
+        r = vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} '
+                   f'service=cecho count=500 requests={n} atomic=1 {args} hold=1',
+                   timeout=300 * t.slow, check=False)
+        if r.rc != 0:
+            # What rxe counted (retries, sequence errors, RNR) tells a QP
+            # that failed without a completion of its own apart.
+            t.log(vm.run('rdma statistic show', check=False).out)
+        t.eq(r.rc, 0, f'{name}: the client ran: {r.err.strip()}')
         log = vm.run('dmesg | grep "ferry_cecho: client"').out
         m = SUMMARY.search(log)
         t.require(m is not None, f'{name}: no message summary: {log!r}')
