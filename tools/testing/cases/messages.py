@@ -260,6 +260,14 @@ def requests_atomic(t):
     t.insmod(vm)
     vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
     n = 200
+    # Who moves a QP to the error state first, with its stack, and the
+    # registrations, invalidations and packets just before (tracing stops
+    # there): only ferry's own teardown should, after a failure.
+    tr = '/sys/kernel/tracing'
+    vm.run(f'echo "rxe_qp_error rxe_reg_fast_mr rxe_invalidate_mr rxe_xmit_packet" '
+           f'> {tr}/set_ftrace_filter && echo "rxe_qp_error:stacktrace:1" >> {tr}/set_ftrace_filter'
+           f' && echo "rxe_qp_error:traceoff:1" >> {tr}/set_ftrace_filter'
+           f' && echo function > {tr}/current_tracer', check=False)
     passes = (
         ('full queue', f'depth=16 rq_window=48 rq_max={1 << 20}', 0),
         ('own tags, racing a reset', f'depth=16 rq_window=16 rq_max={1 << 20} tagged=1 rq_reset=60', 60),
@@ -273,6 +281,7 @@ def requests_atomic(t):
             # What rxe counted (retries, sequence errors, RNR) tells a QP
             # that failed without a completion of its own apart.
             t.log(vm.run('rdma statistic show', check=False).out)
+            t.log(vm.run(f'grep -v "^#" {tr}/trace | tail -40', check=False).out)
         t.eq(r.rc, 0, f'{name}: the client ran: {r.err.strip()}')
         log = vm.run('dmesg | grep "ferry_cecho: client"').out
         m = SUMMARY.search(log)
@@ -301,6 +310,9 @@ def requests_atomic(t):
         t.check(st['inline'] > 0 and st['registrations'] > 0,
                 f'{name}: both inline and registered requests')
         vm.run('rmmod ferry_cecho')
+    vm.run(f'echo nop > {tr}/current_tracer && echo "!rxe_qp_error:stacktrace" >> '
+           f'{tr}/set_ftrace_filter && echo "!rxe_qp_error:traceoff" >> {tr}/set_ftrace_filter'
+           f' && echo > {tr}/set_ftrace_filter && echo 1 > {tr}/tracing_on', check=False)
     vm.run('rmmod ferry')
 
 
