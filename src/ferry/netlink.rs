@@ -156,6 +156,24 @@ pub(crate) fn listener_add_doit(req: &mut Request<'_>) -> Result {
     reply.send()
 }
 
+/// The service or key name in attribute `ty`, if the request has one:
+/// `EINVAL` (the extack says `rule`) if it is not a name.
+fn name_attr(req: &mut Request<'_>, ty: u32, rule: &'static CStr) -> Result<Option<ServiceName>> {
+    let Some(name) = req.str(ty) else {
+        return Ok(None);
+    };
+    match ServiceName::new(name.to_bytes()) {
+        Some(n) => Ok(Some(n)),
+        None => {
+            req.bad_attr(ty, rule);
+            Err(EINVAL)
+        }
+    }
+}
+
+/// What a key name may be.
+const KEY_NAMES: &CStr = c"key names are 1 to 31 of a-z, 0-9, '.', '_', '-'";
+
 /// The key attribute `ty` names, if the request has one: `ENOKEY` (with
 /// the extack saying so) if the namespace has no such key.
 fn named_key(
@@ -163,12 +181,8 @@ fn named_key(
     ferry: &Ferry,
     ty: u32,
 ) -> Result<Option<kernel::sync::Arc<Psk>>> {
-    let Some(name) = req.str(ty) else {
+    let Some(name) = name_attr(req, ty, KEY_NAMES)? else {
         return Ok(None);
-    };
-    let Some(name) = ServiceName::new(name.to_bytes()) else {
-        req.bad_attr(ty, c"key names are 1 to 31 of a-z, 0-9, '.', '_', '-'");
-        return Err(EINVAL);
     };
     match ferry.key(req.net(), &name) {
         Some(k) => Ok(Some(k)),
@@ -184,16 +198,7 @@ pub(crate) fn key_add_doit(req: &mut Request<'_>) -> Result {
     let ferry = Ferry::get().ok_or(ENODEV)?;
     req.require(k_attr::NAME)?;
     req.require(k_attr::SECRET)?;
-    let Some(name) = req
-        .str(k_attr::NAME)
-        .and_then(|n| ServiceName::new(n.to_bytes()))
-    else {
-        req.bad_attr(
-            k_attr::NAME,
-            c"key names are 1 to 31 of a-z, 0-9, '.', '_', '-'",
-        );
-        return Err(EINVAL);
-    };
+    let name = name_attr(req, k_attr::NAME, KEY_NAMES)?.ok_or(EINVAL)?;
     let Ok(key) = Psk::new(name, req.bytes(k_attr::SECRET).unwrap_or(&[])) else {
         req.bad_attr(k_attr::SECRET, c"a key is 16 to 128 bytes");
         return Err(EINVAL);
@@ -211,13 +216,10 @@ pub(crate) fn key_add_doit(req: &mut Request<'_>) -> Result {
 pub(crate) fn key_del_doit(req: &mut Request<'_>) -> Result {
     let ferry = Ferry::get().ok_or(ENODEV)?;
     req.require(k_attr::NAME)?;
-    let name = req
-        .str(k_attr::NAME)
-        .and_then(|n| ServiceName::new(n.to_bytes()));
-    let res = name
-        .ok_or(ENOENT)
-        .and_then(|n| ferry.del_key(req.net(), &n));
-    res.inspect_err(|_| req.bad_attr(k_attr::NAME, c"no such key"))
+    let name = name_attr(req, k_attr::NAME, KEY_NAMES)?.ok_or(EINVAL)?;
+    ferry
+        .del_key(req.net(), &name)
+        .inspect_err(|_| req.bad_attr(k_attr::NAME, c"no such key"))
 }
 
 /// `key-get`: the names of the requester's namespace's keys.
@@ -425,16 +427,12 @@ pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
         return Err(EINVAL);
     }
     req.require(s_attr::SERVICE)?;
-    let Some(service) = req
-        .str(s_attr::SERVICE)
-        .and_then(|n| ServiceName::new(n.to_bytes()))
-    else {
-        req.bad_attr(
-            s_attr::SERVICE,
-            c"service names are 1 to 31 of a-z, 0-9, '.', '_', '-'",
-        );
-        return Err(EINVAL);
-    };
+    let service = name_attr(
+        req,
+        s_attr::SERVICE,
+        c"service names are 1 to 31 of a-z, 0-9, '.', '_', '-'",
+    )?
+    .ok_or(EINVAL)?;
     let d = Params::DEFAULT;
     let channels = match req.u32(s_attr::CHANNELS) {
         None | Some(0) => ferry.default_channels(req.net())?,
