@@ -36,6 +36,16 @@ pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; HMAC_SHA256_LEN] {
     out
 }
 
+/// Zeroes `buf` with stores the compiler may not drop as dead (as
+/// `memzero_explicit` does): for key and secret bytes about to be freed.
+pub fn wipe(buf: &mut [u8]) {
+    for b in buf.iter_mut() {
+        // SAFETY: `b` is a valid, aligned and exclusive reference.
+        unsafe { core::ptr::write_volatile(b, 0) };
+    }
+    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+}
+
 /// Fills `buf` from the kernel's CRNG.
 pub fn random_bytes(buf: &mut [u8]) {
     // SAFETY: `buf` is writable for its length.

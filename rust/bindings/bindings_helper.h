@@ -8,8 +8,10 @@
 #include <crypto/utils.h>
 #include <linux/err.h>
 #include <linux/errno.h>
+#include <linux/mm.h>
 #include <linux/random.h>
 #include <linux/rcupdate.h>
+#include <linux/vmalloc.h>
 #include <linux/workqueue.h>
 #include <net/genetlink.h>
 #include <net/netlink.h>

@@ -4,6 +4,7 @@
  * See helpers.h.
  */
 #include <crypto/sha2.h>
+#include <linux/mm.h>
 #include <linux/netdevice.h>
 #include <linux/workqueue.h>
 #include <net/genetlink.h>
@@ -256,10 +257,10 @@ unsigned int ferry_helper_sg_dma_len(struct scatterlist *sg)
 	return sg_dma_len(sg);
 }
 
-u64 ferry_helper_ib_dma_map_single(struct ib_device *dev, void *cpu_addr,
-				   size_t size, int direction)
+u64 ferry_helper_ib_dma_map_page(struct ib_device *dev, struct page *page,
+				 unsigned long offset, size_t size, int direction)
 {
-	return ib_dma_map_single(dev, cpu_addr, size, direction);
+	return ib_dma_map_page(dev, page, offset, size, direction);
 }
 
 int ferry_helper_ib_dma_mapping_error(struct ib_device *dev, u64 dma_addr)
@@ -267,10 +268,10 @@ int ferry_helper_ib_dma_mapping_error(struct ib_device *dev, u64 dma_addr)
 	return ib_dma_mapping_error(dev, dma_addr);
 }
 
-void ferry_helper_ib_dma_unmap_single(struct ib_device *dev, u64 addr,
-				      size_t size, int direction)
+void ferry_helper_ib_dma_unmap_page(struct ib_device *dev, u64 addr,
+				    size_t size, int direction)
 {
-	ib_dma_unmap_single(dev, addr, size, direction);
+	ib_dma_unmap_page(dev, addr, size, direction);
 }
 
 void ferry_helper_ib_dma_sync_single_for_cpu(struct ib_device *dev, u64 addr,
@@ -366,4 +367,9 @@ void ferry_helper_cm_set_handler(struct rdma_cm_id *id,
 {
 	id->event_handler = handler;
 	id->context = context;
+}
+
+unsigned long ferry_helper_totalram_pages(void)
+{
+	return totalram_pages();
 }

@@ -45,8 +45,10 @@ use core::{
     sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{
+    alloc::{KVVec, VVec},
     error::from_err_ptr,
     error::to_result,
+    page::PAGE_SIZE,
     prelude::*,
     sync::{Arc, ArcBorrow},
 };
@@ -190,62 +192,187 @@ pub struct QpConfig {
     pub port: u32,
 }
 
-/// One DMA-mapped message buffer.
+/// The most scatter entries a message buffer takes: the largest buffer a
+/// channel asks for (a 64 KiB message and 16 KiB of inline data) in 4 KiB
+/// pages.
+pub const MAX_BUF_SGES: usize = 20;
+
+/// The message buffers of one direction: `count` buffers of `len` bytes,
+/// carved from one virtually contiguous (vmalloc) area whose pages are
+/// DMA-mapped one by one, so that no buffer needs more than order-0 pages,
+/// whatever its size. A buffer of at most a page never crosses one (its
+/// stride is a power of two); a larger one starts on a page and takes a
+/// scatter entry per page ([`Area::sges_for`]). The CPU sees each buffer
+/// as one slice.
+///
+/// The pages are mapped through their `struct page`s, so the area's
+/// virtual alias needs no cache maintenance only where caches are
+/// physically indexed (x86, arm64, as the kernel's other users of
+/// `vmalloc_to_page` for DMA assume).
 ///
 /// # Invariants
 ///
-/// `mem` holds `len` bytes mapped at `dma` on `device` in direction `dir`
-/// until drop; `ptr` points to them.
-struct Buf {
+/// `mem` holds `count * stride` bytes; `dma[p]` is the mapping of its page
+/// `p` on `device` in direction `dir`, kept until drop; `len <= stride`.
+struct Area {
     device: Registered,
-    _mem: KVec<u8>,
-    ptr: NonNull<u8>,
+    mem: VVec<u8>,
+    dma: KVVec<u64>,
+    stride: usize,
     len: usize,
-    dma: u64,
     dir: bindings::dma_data_direction,
 }
 
-impl Buf {
-    fn new(device: &Registered, len: usize, dir: bindings::dma_data_direction) -> Result<Self> {
-        let mut mem = KVec::from_elem(0u8, len, GFP_KERNEL)?;
-        let ptr = NonNull::new(mem.as_mut_ptr()).ok_or(ENOMEM)?;
-        // SAFETY: `device` is registered; `ptr` is `len` bytes of kmalloc memory,
-        // which stays allocated (and unmoved) until `unmap` in the owner's drop.
-        let dma = unsafe {
-            bindings::ferry_helper_ib_dma_map_single(
-                device.as_raw(),
-                ptr.as_ptr().cast(),
-                len,
-                dir as c_int,
-            )
-        };
-        // SAFETY: `dma` was just returned by a map on `device`.
-        if unsafe { bindings::ferry_helper_ib_dma_mapping_error(device.as_raw(), dma) } != 0 {
-            return Err(ENOMEM);
+impl Area {
+    /// The distance between two buffers of `len` bytes.
+    fn stride(len: usize) -> usize {
+        if len <= PAGE_SIZE {
+            len.max(64).next_power_of_two()
+        } else {
+            len.div_ceil(PAGE_SIZE) * PAGE_SIZE
         }
-        Ok(Self {
+    }
+
+    /// The scatter entries a buffer of `len` bytes takes.
+    fn sges_for(len: usize) -> usize {
+        len.div_ceil(PAGE_SIZE).max(1)
+    }
+
+    fn new(
+        device: &Registered,
+        count: usize,
+        len: usize,
+        dir: bindings::dma_data_direction,
+    ) -> Result<Self> {
+        let stride = Self::stride(len);
+        let total = count.checked_mul(stride).ok_or(ENOMEM)?;
+        let pages = total.div_ceil(PAGE_SIZE);
+        let mut area = Self {
             device: device.clone(),
-            _mem: mem,
-            ptr,
+            mem: VVec::from_elem(0u8, total, GFP_KERNEL)?,
+            dma: KVVec::with_capacity(pages, GFP_KERNEL)?,
+            stride,
             len,
-            dma,
             dir,
-        })
+        };
+        let base = area.mem.as_mut_ptr();
+        for p in 0..pages {
+            // The area is page aligned (vmalloc), so page `p` starts here.
+            let addr = base.wrapping_add(p * PAGE_SIZE);
+            // SAFETY: `addr` is a page of the vmalloc area `mem`, which stays
+            // allocated (and its pages unmoved) until the mapping is undone in
+            // drop; `device` is registered.
+            let dma = unsafe {
+                bindings::ferry_helper_ib_dma_map_page(
+                    device.as_raw(),
+                    bindings::vmalloc_to_page(addr.cast()),
+                    0,
+                    PAGE_SIZE,
+                    dir as c_int,
+                )
+            };
+            // SAFETY: `dma` was just returned by a map on `device`.
+            if unsafe { bindings::ferry_helper_ib_dma_mapping_error(device.as_raw(), dma) } != 0 {
+                // Drop unmaps the pages mapped so far.
+                return Err(ENOMEM);
+            }
+            // Never fails: room for every page was reserved.
+            let _ = area.dma.push_within_capacity(dma);
+        }
+        Ok(area)
+    }
+
+    /// Buffer `i`'s first byte.
+    fn ptr(&self, i: usize) -> *mut u8 {
+        self.mem.as_ptr().cast_mut().wrapping_add(i * self.stride)
+    }
+
+    /// The pieces of buffer `i`'s first `n` bytes, one per page: `f` gets
+    /// each one's DMA address and length.
+    fn pieces(&self, i: usize, n: usize, mut f: impl FnMut(u64, usize)) {
+        let mut at = i * self.stride;
+        let end = at + n.min(self.len);
+        while at < end {
+            let in_page = at % PAGE_SIZE;
+            let len = (PAGE_SIZE - in_page).min(end - at);
+            // CAST: a page offset fits in `u64`.
+            f(self.dma[at / PAGE_SIZE] + in_page as u64, len);
+            at += len;
+        }
+    }
+
+    /// The scatter list of buffer `i`'s first `n` bytes, in `sges`; returns
+    /// how many entries it took (at most [`Area::sges_for`] of the length).
+    fn sges(
+        &self,
+        i: usize,
+        n: usize,
+        lkey: u32,
+        sges: &mut [bindings::ib_sge; MAX_BUF_SGES],
+    ) -> usize {
+        let mut k = 0;
+        self.pieces(i, n, |addr, len| {
+            if let Some(sge) = sges.get_mut(k) {
+                // CAST: at most a page.
+                *sge = bindings::ib_sge {
+                    addr,
+                    length: len as u32,
+                    lkey,
+                };
+                k += 1;
+            }
+        });
+        k
+    }
+
+    /// Hands buffer `i`'s first `n` bytes to the CPU, after the device
+    /// wrote them.
+    fn sync_for_cpu(&self, i: usize, n: usize) {
+        self.pieces(i, n, |addr, len| {
+            // SAFETY: `addr` lies in a page mapped on `device` in `dir`.
+            unsafe {
+                bindings::ferry_helper_ib_dma_sync_single_for_cpu(
+                    self.device.as_raw(),
+                    addr,
+                    len,
+                    self.dir as c_int,
+                )
+            }
+        });
+    }
+
+    /// Hands buffer `i`'s first `n` bytes to the device, after the CPU
+    /// wrote them.
+    fn sync_for_device(&self, i: usize, n: usize) {
+        self.pieces(i, n, |addr, len| {
+            // SAFETY: `addr` lies in a page mapped on `device` in `dir`.
+            unsafe {
+                bindings::ferry_helper_ib_dma_sync_single_for_device(
+                    self.device.as_raw(),
+                    addr,
+                    len,
+                    self.dir as c_int,
+                )
+            }
+        });
     }
 }
 
-impl Drop for Buf {
+impl Drop for Area {
     fn drop(&mut self) {
-        // SAFETY: The buffer is mapped on `device` (type invariant) and no request
-        // uses it any more: its QP, if any, was drained and destroyed first.
-        unsafe {
-            bindings::ferry_helper_ib_dma_unmap_single(
-                self.device.as_raw(),
-                self.dma,
-                self.len,
-                self.dir as c_int,
-            )
-        };
+        for &dma in self.dma.iter() {
+            // SAFETY: Each page was mapped on `device` in `dir` (type
+            // invariant) and no request uses it any more: its QP, if any, was
+            // drained and destroyed first.
+            unsafe {
+                bindings::ferry_helper_ib_dma_unmap_page(
+                    self.device.as_raw(),
+                    dma,
+                    PAGE_SIZE,
+                    self.dir as c_int,
+                )
+            };
+        }
     }
 }
 
@@ -278,7 +405,9 @@ struct Inner<H: Completion> {
     qp: NonNull<bindings::ib_qp>,
     handler: Arc<H>,
     cqes: KVec<Cqe<H>>,
-    bufs: KVec<Buf>,
+    /// The receive slots' buffers, then the send slots'.
+    rx: Area,
+    tx: Area,
     /// One per receive slot (send slots follow the ring).
     busy: KVec<AtomicBool>,
     recv_slots: u32,
@@ -418,9 +547,14 @@ impl<H: Completion> Qp<H> {
         let sq = (cfg.send_slots + 1)
             .saturating_add(tag_wrs)
             .saturating_add(rw_wrs);
+        // A buffer's scatter list, in pages (see `Area`).
+        let buf_sges = Area::sges_for(cfg.buf_size as usize);
         if cfg.recv_slots == 0
             || cfg.send_slots == 0
             || cfg.buf_size == 0
+            || buf_sges > MAX_BUF_SGES
+            || buf_sges > caps.max_recv_sge as usize
+            || buf_sges > send_sge as usize
             || rq > caps.max_qp_wr
             || sq > caps.max_qp_wr
             || rq.saturating_add(sq) > caps.max_cqe
@@ -429,16 +563,20 @@ impl<H: Completion> Qp<H> {
         }
         let cq = Cq::new(device, rq + sq, cfg.comp_vector, ctx, owner)?;
         let total = (cfg.recv_slots + cfg.send_slots) as usize;
-        let mut bufs = KVec::with_capacity(total, GFP_KERNEL)?;
+        let buf = cfg.buf_size as usize;
+        let rx = Area::new(
+            device,
+            cfg.recv_slots as usize,
+            buf,
+            bindings::dma_data_direction_DMA_FROM_DEVICE,
+        )?;
+        let tx = Area::new(
+            device,
+            cfg.send_slots as usize,
+            buf,
+            bindings::dma_data_direction_DMA_TO_DEVICE,
+        )?;
         let mut busy = KVec::with_capacity(cfg.recv_slots as usize, GFP_KERNEL)?;
-        for i in 0..total {
-            let dir = if i < cfg.recv_slots as usize {
-                bindings::dma_data_direction_DMA_FROM_DEVICE
-            } else {
-                bindings::dma_data_direction_DMA_TO_DEVICE
-            };
-            bufs.push(Buf::new(device, cfg.buf_size as usize, dir)?, GFP_KERNEL)?;
-        }
         for _ in 0..cfg.recv_slots {
             busy.push(AtomicBool::new(false), GFP_KERNEL)?;
         }
@@ -450,7 +588,8 @@ impl<H: Completion> Qp<H> {
                 max_send_wr: sq - rw_wrs,
                 max_recv_wr: rq,
                 max_send_sge: send_sge,
-                max_recv_sge: 1,
+                // CAST: at most `MAX_BUF_SGES`, checked above.
+                max_recv_sge: buf_sges as u32,
                 max_rdma_ctxs: if cfg.tags == 0 { 0 } else { rdma_ctxs },
                 ..Default::default()
             },
@@ -473,7 +612,8 @@ impl<H: Completion> Qp<H> {
                 qp,
                 handler,
                 cqes: KVec::new(),
-                bufs,
+                rx,
+                tx,
                 busy,
                 recv_slots: cfg.recv_slots,
                 tail: AtomicU32::new(0),
@@ -825,10 +965,6 @@ enum SendKind<'a> {
 }
 
 impl<H: Completion> Inner<H> {
-    fn device(&self) -> &Registered {
-        self.pd.device()
-    }
-
     /// The number of send slots.
     fn sends(&self) -> u32 {
         // CAST: the slots number the sum of two `u32`s.
@@ -848,13 +984,20 @@ impl<H: Completion> Inner<H> {
         }
     }
 
-    fn sge(&self, slot: u32, len: u32) -> bindings::ib_sge {
-        let buf = &self.bufs[slot as usize];
-        bindings::ib_sge {
-            addr: buf.dma,
-            length: len,
-            lkey: self.pd.local_dma_lkey(),
+    /// Slot `slot`'s area and its index there.
+    fn buf(&self, slot: u32) -> (&Area, usize) {
+        match slot.checked_sub(self.recv_slots) {
+            None => (&self.rx, slot as usize),
+            Some(i) => (&self.tx, i as usize),
         }
+    }
+
+    /// The scatter list of slot `slot`'s first `len` bytes, in `sges`;
+    /// returns its length.
+    fn sges(&self, slot: u32, len: usize, sges: &mut [bindings::ib_sge; MAX_BUF_SGES]) -> c_int {
+        let (area, i) = self.buf(slot);
+        // CAST: at most `MAX_BUF_SGES`.
+        area.sges(i, len, self.pd.local_dma_lkey(), sges) as c_int
     }
 
     fn cqe(&self, slot: u32) -> *mut bindings::ib_cqe {
@@ -898,16 +1041,16 @@ impl<H: Completion> Inner<H> {
 
     /// Posts receive slot `slot`, which the caller has claimed.
     fn post_recv_claimed(&self, slot: u32) -> Result {
-        // CAST: buffer sizes come from a `u32`.
-        let mut sge = self.sge(slot, self.bufs[slot as usize].len as u32);
+        let mut sges = [bindings::ib_sge::default(); MAX_BUF_SGES];
+        let num_sge = self.sges(slot, self.rx.len, &mut sges);
         let mut wr = bindings::ib_recv_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
+            sg_list: sges.as_mut_ptr(),
+            num_sge,
             ..Default::default()
         };
         wr.__bindgen_anon_1.wr_cqe = self.cqe(slot);
-        // SAFETY: `qp` is live (type invariant); the WR and SGE are valid for the
-        // call (the driver copies them); the buffer stays mapped and the slot's
+        // SAFETY: `qp` is live (type invariant); the WR and its scatter list are
+        // valid for the call (the driver copies them); the buffer stays mapped and the slot's
         // cqe in place until the request completes, which the drain in drop
         // waits for.
         let ret = to_result(unsafe { bindings::ferry_helper_ib_post_recv(self.qp.as_ptr(), &wr) });
@@ -945,30 +1088,22 @@ impl<H: Completion> Inner<H> {
                 bindings::ferry_helper_ib_post_send(self.qp.as_ptr(), &wr.wr)
             });
         }
-        let buf = &self.bufs[slot as usize];
+        let (area, i) = self.buf(slot);
         // SAFETY: The slot's last send has completed (it is behind `tail`) and
         // the caller holds the QP's one `&mut SendRing`, so neither the device
-        // nor another thread reads or writes its buffer; the buffer is `len`
-        // valid bytes.
-        let bytes = unsafe { core::slice::from_raw_parts_mut(buf.ptr.as_ptr(), buf.len) };
+        // nor another thread reads or writes its buffer; the buffer is
+        // `area.len` valid bytes (`Area`'s invariant).
+        let bytes = unsafe { core::slice::from_raw_parts_mut(area.ptr(i), area.len) };
         let len = fill(bytes)?;
-        if len > buf.len {
+        if len > area.len {
             return Err(EMSGSIZE);
         }
-        // SAFETY: The buffer is mapped on this device in this direction.
-        unsafe {
-            bindings::ferry_helper_ib_dma_sync_single_for_device(
-                self.device().as_raw(),
-                buf.dma,
-                len,
-                buf.dir as c_int,
-            )
-        };
-        // CAST: `len <= buf.len`, which came from a `u32`.
-        let mut sge = self.sge(slot, len as u32);
+        area.sync_for_device(i, len);
+        let mut sges = [bindings::ib_sge::default(); MAX_BUF_SGES];
+        let num_sge = self.sges(slot, len, &mut sges);
         let mut wr = bindings::ib_send_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
+            sg_list: sges.as_mut_ptr(),
+            num_sge,
             opcode: bindings::ib_wr_opcode_IB_WR_SEND,
             send_flags: if signaled {
                 bindings::ib_send_flags_IB_SEND_SIGNALED as c_int
@@ -1027,25 +1162,17 @@ impl<H: Completion> Inner<H> {
             H::send_done(self.handler.as_arc_borrow(), slot, &w);
             return;
         }
-        let buf = &self.bufs[slot as usize];
+        let (area, i) = self.buf(slot);
         let len = if w.ok() {
-            (wc.byte_len as usize).min(buf.len)
+            (wc.byte_len as usize).min(area.len)
         } else {
             0
         };
-        // SAFETY: The buffer is mapped on this device in this direction.
-        unsafe {
-            bindings::ferry_helper_ib_dma_sync_single_for_cpu(
-                self.device().as_raw(),
-                buf.dma,
-                len,
-                buf.dir as c_int,
-            )
-        };
+        area.sync_for_cpu(i, len);
         // SAFETY: The slot stays claimed until it is posted again or released
         // below, so neither the device nor another thread writes the buffer
         // while the handler reads it.
-        let data = unsafe { core::slice::from_raw_parts(buf.ptr.as_ptr(), len) };
+        let data = unsafe { core::slice::from_raw_parts(area.ptr(i), len) };
         if H::recv_done(self.handler.as_arc_borrow(), slot, &w, data) && w.ok() {
             // A failed post fails the QP, which the handler sees as flushes.
             if self.post_recv_claimed(slot).is_ok() {

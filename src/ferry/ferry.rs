@@ -23,6 +23,8 @@ pub mod ferry_abi;
 pub mod ferry_nl;
 #[path = "../../rust/genl.rs"]
 pub mod genl;
+#[path = "../../rust/mem.rs"]
+pub mod mem;
 #[path = "../../rust/netns.rs"]
 pub mod netns;
 #[path = "../../rust/rdma.rs"]

@@ -48,7 +48,7 @@ impl Psk {
 
 impl Drop for Psk {
     fn drop(&mut self) {
-        self.bytes.fill(0);
+        crate::crypto::wipe(&mut self.bytes);
     }
 }
 

@@ -492,6 +492,10 @@ pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
         give_up_s,
     };
     let psk = named_key(req, &ferry, s_attr::KEY)?;
+    if let Err(e) = params.check_memory(&peer) {
+        req.error(c"the host cannot spare the memory these channels, queue depth and message size need (see the kernel log)");
+        return Err(e);
+    }
     match Session::connect(ferry.clone(), req.net(), peer, service, params, None, psk) {
         Ok(s) => {
             let mut reply = req.reply_sized(session_size(&s))?;

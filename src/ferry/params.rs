@@ -5,7 +5,7 @@
 
 use kernel::prelude::*;
 
-use crate::wire;
+use crate::{cm::SockAddr, mem, wire};
 
 /// [`Params::checked`]'s `inline_size` for none (`FERRY_NO_INLINE`).
 pub(crate) const NO_INLINE: u32 = u32::MAX;
@@ -98,9 +98,106 @@ impl Params {
     }
 }
 
+/// Work requests a channel's queues hold per slot of its depth, at most:
+/// a receive, a send, 8 registrations, 8 invalidations and an RDMA transfer.
+const WRS_PER_SLOT: u64 = 19;
+
+/// Bytes an adapter's driver keeps per work request, as an estimate:
+/// soft-RoCE's send queue entry with its scatter list takes about 700,
+/// hardware adapters 64 to 512.
+const WR_BYTES: u64 = 512;
+
+/// The least memory a new channel must leave the host: this, or a sixteenth
+/// of its RAM if that is more.
+const RESERVE_MIN: u64 = 64 << 20;
+
 impl Params {
     /// Whether channel `index` is one the consumer polls.
     pub(crate) fn polled(&self, index: u16) -> bool {
         index >= self.channels - self.poll_channels
+    }
+
+    /// Estimated bytes one channel takes: a receive and a send buffer of a
+    /// message and its inline data per slot, and the driver's share of the
+    /// work requests.
+    pub(crate) fn channel_bytes(&self) -> u64 {
+        let depth = u64::from(self.queue_depth);
+        let buf = u64::from(self.max_msg) + u64::from(self.inline_size);
+        2 * depth * buf + depth * WRS_PER_SLOT * WR_BYTES
+    }
+
+    /// [`Params::channel_bytes`] for every channel.
+    pub(crate) fn session_bytes(&self) -> u64 {
+        self.channel_bytes() * u64::from(self.channels)
+    }
+
+    /// Checks that the host can spare a client session of these parameters
+    /// to `peer` now; if not, logs what it needs and what the host has, and
+    /// fails with `ENOMEM`.
+    pub(crate) fn check_memory(&self, peer: &SockAddr) -> Result {
+        affordable(self.session_bytes()).map_err(|(e, available)| {
+            pr_warn!(
+                "session to {}: not started: {} channels of depth {} with {} byte messages need about {} MiB, and the host has {} MiB available\n",
+                peer,
+                self.channels,
+                self.queue_depth,
+                self.max_msg,
+                self.session_bytes() >> 20,
+                available >> 20
+            );
+            e
+        })
+    }
+}
+
+/// Whether `need` more bytes leave a host with `available` of `total` at
+/// least its reserve (see [`RESERVE_MIN`]).
+fn fits(need: u64, available: u64, total: u64) -> bool {
+    need.checked_add((total / 16).max(RESERVE_MIN))
+        .is_some_and(|n| n <= available)
+}
+
+/// Checks that the host can spare `need` bytes now; if not, `ENOMEM` and
+/// the host's available bytes.
+pub(crate) fn affordable(need: u64) -> Result<(), (Error, u64)> {
+    let available = mem::available_bytes();
+    if fits(need, available, mem::total_bytes()) {
+        Ok(())
+    } else {
+        Err((ENOMEM, available))
+    }
+}
+
+#[kunit_tests(ferry_params)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_bytes_count_buffers_and_work_requests() {
+        let p = Params::DEFAULT;
+        // 128 slots of two 8 KiB buffers, and 19 work requests of 512 bytes.
+        assert_eq!(p.channel_bytes(), 2 * 128 * 8192 + 128 * 19 * 512);
+        let big = Params {
+            channels: 64,
+            queue_depth: 1024,
+            max_msg: 65536,
+            ..p
+        };
+        // 64 channels of depth 1024 and 64 KiB messages: about 8.8 GiB.
+        assert_eq!(
+            big.session_bytes(),
+            64 * (2 * 1024 * (65536 + 4096) + 1024 * 19 * 512)
+        );
+    }
+
+    #[test]
+    fn a_channel_must_leave_the_reserve() {
+        let gib = 1u64 << 30;
+        // A 1 GiB host keeps 64 MiB; a 16 GiB host keeps 1 GiB.
+        assert!(fits(800 << 20, 900 << 20, gib));
+        assert!(!fits(837 << 20, 900 << 20, gib));
+        assert!(fits(gib, 2 * gib, 16 * gib));
+        assert!(!fits(gib + 1, 2 * gib, 16 * gib));
+        assert!(!fits(u64::MAX, u64::MAX, gib));
     }
 }

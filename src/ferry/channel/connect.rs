@@ -120,6 +120,17 @@ impl<O: Owner> Channel<O> {
             .pd_of(device.index())
             .ok_or(Reason::DeviceRemoved)?;
         let p = &self.session.params();
+        if let Err((_, available)) = crate::params::affordable(p.channel_bytes()) {
+            crate::ratelimit::pr_warn_limited!(
+                "{}: session {} channel {}: not built: its buffers and queues need about {} MiB, and the host has {} MiB available\n",
+                device.name().as_cstr(),
+                self.session.id(),
+                self.index,
+                p.channel_bytes() >> 20,
+                available >> 20
+            );
+            return Err(Reason::NoResources);
+        }
         let vectors = device.num_comp_vectors().max(1);
         let cfg = QpConfig {
             recv_slots: p.queue_depth,

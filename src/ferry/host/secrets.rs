@@ -166,7 +166,7 @@ impl Secrets {
 
     fn forget(&mut self, pos: usize) {
         if let Ok(mut r) = self.records.remove(pos) {
-            r.secret.fill(0);
+            crate::crypto::wipe(&mut r.secret);
         }
     }
 
@@ -204,7 +204,7 @@ impl Secrets {
 impl Drop for Secrets {
     fn drop(&mut self) {
         for r in self.records.iter_mut() {
-            r.secret.fill(0);
+            crate::crypto::wipe(&mut r.secret);
         }
     }
 }

@@ -74,6 +74,11 @@ impl Session {
         consumer: Option<Arc<dyn Consumer>>,
         psk: Option<Arc<Psk>>,
     ) -> Result<Arc<Self>, Reason> {
+        // What a caller may not ask for on this host: refused before
+        // anything is allocated.
+        if params.check_memory(&peer).is_err() {
+            return Err(Reason::NoResources);
+        }
         let id = host.next_session_id();
         let session_id = loop {
             let v = work::random_u64();

@@ -264,7 +264,10 @@ def requests_atomic(t):
     # registrations, invalidations and packets just before (tracing stops
     # there): only ferry's own teardown should, after a failure.
     tr = '/sys/kernel/tracing'
-    vm.run(f'echo "rxe_qp_error rxe_reg_fast_mr rxe_invalidate_mr rxe_xmit_packet" '
+    # rxe_init_packet and copy_data start every packet a SEND sends: a
+    # registration followed by the error with neither between it failed.
+    vm.run(f'echo "rxe_qp_error rxe_reg_fast_mr rxe_invalidate_mr rxe_xmit_packet '
+           f'rxe_init_packet copy_data" '
            f'> {tr}/set_ftrace_filter && echo "rxe_qp_error:stacktrace:1" >> {tr}/set_ftrace_filter'
            f' && echo "rxe_qp_error:traceoff:1" >> {tr}/set_ftrace_filter'
            f' && echo function > {tr}/current_tracer', check=False)
@@ -281,7 +284,7 @@ def requests_atomic(t):
             # What rxe counted (retries, sequence errors, RNR) tells a QP
             # that failed without a completion of its own apart.
             t.log(vm.run('rdma statistic show', check=False).out)
-            t.log(vm.run(f'grep -v "^#" {tr}/trace | tail -40', check=False).out)
+            t.log(vm.run(f'grep -v "^#" {tr}/trace | tail -60', check=False).out)
         t.eq(r.rc, 0, f'{name}: the client ran: {r.err.strip()}')
         log = vm.run('dmesg | grep "ferry_cecho: client"').out
         m = SUMMARY.search(log)

@@ -467,3 +467,59 @@ def session_events(t):
             f'client session events: {mine}')
     vm.run(UNLOAD_ECHO)
 
+
+
+# Four kinds of `session connect` at once, with listener and dump traffic
+# beside them: each worker prints one line per command, "rc ms what".
+CONCURRENT = r'''
+ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+run() { local s=$(date +%s%N); timeout 60 "$@" > /dev/null 2>&1; local rc=$?
+        echo "$rc $(ms $s) $*"; }
+json_id() { python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])' 2>/dev/null; }
+good() { for i in $(seq 8); do local s=$(date +%s%N)
+           out=$(timeout 60 F -j session connect 192.0.2.1 port P service echo channels 4 2>&1)
+           local rc=$?; id=$(echo "$out" | json_id)
+           echo "$rc $(ms $s) good $id"; [ -n "$id" ] && run F session disconnect id $id; done; }
+nosvc() { for i in $(seq 8); do run F session connect 192.0.2.1 port P service nope; done; }
+noport() { for i in $(seq 8); do run F session connect 192.0.2.1 port 9 service echo; done; }
+away() { for i in $(seq 2); do run F session connect 192.0.2.77 port P service echo; done; }
+admin() { for i in $(seq 8); do local s=$(date +%s%N)
+            id=$(timeout 60 F -j listener add 192.0.2.1 port 7499 | json_id)
+            echo "$? $(ms $s) listener add $id"; run F session show
+            [ -n "$id" ] && run F listener del id $id; done; }
+for round in 1 2; do good & nosvc & noport & away & admin & good & wait; done
+'''
+
+
+@case(timeout=300)
+def session_connect_concurrent(t):
+    """`session connect` from several processes at once, to a service, to
+    none, to a closed port and to an address nobody answers, with listeners
+    added and removed beside them: every command gets its answer (none
+    outlives its own bound), and every connect that reached the service
+    connected."""
+    vm = loopback(t)
+    ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
+    script = CONCURRENT.replace('F ', f'{t.ferryctl} ').replace(' P ', f' {PORT} ')
+    vm.run(f"cat > /tmp/cc.sh <<'EOS'\n{script}\nEOS")
+    out = vm.run('bash /tmp/cc.sh', timeout=400 * t.slow).out
+    lines = [x.split(None, 2) for x in out.splitlines() if x.strip()]
+    kinds = {}
+    for rc, ms, what in lines:
+        words = what.split()
+        words = words[1:] if words[0].endswith('ferryctl') else words
+        kind = ('connect to echo' if words[0] == 'good' else ' '.join(
+            words[:2] if words[:2] != ['session', 'connect'] else words[2:]))
+        kinds.setdefault(kind, []).append(int(ms))
+    t.log(f'{len(lines)} commands; the slowest of each kind: '
+          + '; '.join(f'{k}: {max(v)} ms' for k, v in sorted(kinds.items())))
+    hung = [x for x in lines if x[0] == '124']
+    t.check(not hung, f'commands that got no answer within 60 s: {hung}')
+    good = [x for x in lines if x[2].startswith('good')]
+    t.eq(len(good), 32, 'connects to the service')
+    t.check(all(x[0] == '0' and len(x[2].split()) == 2 for x in good),
+            f'every connect to the service connected: {good}')
+    t.check(all(x[0] != '0' for x in lines if 'service nope' in x[2] or 'port 9 ' in x[2]
+                or '192.0.2.77' in x[2]), 'the connects that cannot succeed failed')
+    t.eq(len(sessions(t, vm, 'client')), 0, 'no client session left')
+    vm.run(UNLOAD_ECHO)
