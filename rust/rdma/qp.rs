@@ -290,15 +290,10 @@ impl Area {
     /// The pieces of buffer `i`'s first `n` bytes, one per page: `f` gets
     /// each one's DMA address and length.
     fn pieces(&self, i: usize, n: usize, mut f: impl FnMut(u64, usize)) {
-        let mut at = i * self.stride;
-        let end = at + n.min(self.len);
-        while at < end {
-            let in_page = at % PAGE_SIZE;
-            let len = (PAGE_SIZE - in_page).min(end - at);
+        page_pieces(i * self.stride, n.min(self.len), |page, offset, len| {
             // CAST: a page offset fits in `u64`.
-            f(self.dma[at / PAGE_SIZE] + in_page as u64, len);
-            at += len;
-        }
+            f(self.dma[page] + offset as u64, len)
+        });
     }
 
     /// The scatter list of buffer `i`'s first `n` bytes, in `sges`; returns
@@ -355,6 +350,18 @@ impl Area {
                 )
             }
         });
+    }
+}
+
+/// Splits the `n` bytes from byte `at` of an area at its page boundaries:
+/// `f` gets each piece's page, offset in the page and length.
+fn page_pieces(mut at: usize, n: usize, mut f: impl FnMut(usize, usize, usize)) {
+    let end = at + n;
+    while at < end {
+        let offset = at % PAGE_SIZE;
+        let len = (PAGE_SIZE - offset).min(end - at);
+        f(at / PAGE_SIZE, offset, len);
+        at += len;
     }
 }
 
@@ -1280,7 +1287,60 @@ unsafe extern "C" fn done<H: Completion>(_cq: *mut bindings::ib_cq, wc: *mut bin
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 #[kunit_tests(ferry_qp_ring)]
 mod tests {
-    use super::Ring;
+    use super::{page_pieces, Area, Ring, MAX_BUF_SGES, PAGE_SIZE};
+
+    /// `page_pieces` as a list of (page, offset, length).
+    fn pieces(at: usize, n: usize) -> ([(usize, usize, usize); 24], usize) {
+        let mut out = [(0, 0, 0); 24];
+        let mut k = 0;
+        page_pieces(at, n, |p, o, l| {
+            out[k] = (p, o, l);
+            k += 1;
+        });
+        (out, k)
+    }
+
+    #[test]
+    fn small_buffers_never_cross_a_page() {
+        // Powers of two up to a page: each buffer within one page.
+        for len in [1, 64, 100, 256, 3000, PAGE_SIZE] {
+            let stride = Area::stride(len);
+            assert!(stride >= len && PAGE_SIZE % stride == 0);
+            for i in 0..64 {
+                let (_, k) = pieces(i * stride, len);
+                assert_eq!(k, 1);
+            }
+            assert_eq!(Area::sges_for(len), 1);
+        }
+    }
+
+    #[test]
+    fn large_buffers_start_on_a_page_and_take_one_entry_per_page() {
+        // A 4 KiB message with 4 KiB inline; the largest, 64 KiB and 16 KiB.
+        let largest = 65536 + 16384;
+        for len in [PAGE_SIZE + 1, 8192, 69632, largest] {
+            let stride = Area::stride(len);
+            assert_eq!(stride % PAGE_SIZE, 0);
+            assert!(stride >= len && stride - len < PAGE_SIZE);
+            let (p, k) = pieces(3 * stride, len);
+            assert_eq!(k, Area::sges_for(len));
+            assert_eq!((p[0].0, p[0].1), (3 * stride / PAGE_SIZE, 0));
+            // Whole pages, and the rest in the last.
+            let total: usize = p[..k].iter().map(|x| x.2).sum();
+            assert_eq!(total, len);
+            assert!(p[..k - 1].iter().all(|x| x.1 == 0 && x.2 == PAGE_SIZE));
+        }
+        assert!(Area::sges_for(largest) <= MAX_BUF_SGES);
+        // Fewer bytes used, fewer entries; none for nothing.
+        assert_eq!(pieces(0, 5000).1, 2);
+        assert_eq!(pieces(0, 0).1, 0);
+        assert_eq!(pieces(PAGE_SIZE - 10, 20), {
+            let mut e = [(0, 0, 0); 24];
+            e[0] = (0, PAGE_SIZE - 10, 10);
+            e[1] = (1, 0, 10);
+            (e, 2)
+        });
+    }
 
     #[test]
     fn signals_one_in_a_quarter() {
