@@ -108,8 +108,11 @@ impl Session {
         s.start_attempt();
         let mut inner = s.inner.lock();
         let deadline = Instant::<Monotonic>::now();
+        // Channel 0 connects first, the others once it is up, each within
+        // `CONNECT_TIMEOUT_MS` of its start (the tick fails it otherwise,
+        // which ends the wait sooner): the wait allows both phases.
         while inner.state == SessionState::Connecting {
-            let left = i64::from(CONNECT_TIMEOUT_MS) + 2000 - deadline.elapsed().as_millis();
+            let left = 2 * i64::from(CONNECT_TIMEOUT_MS) + 2000 - deadline.elapsed().as_millis();
             if left <= 0 {
                 break;
             }
