@@ -46,6 +46,18 @@ pub fn wipe(buf: &mut [u8]) {
     core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
 }
 
+/// Zeroes `spare` (a vector's unused capacity, where a removed element's
+/// bytes may linger after the elements behind it moved up) as [`wipe`]
+/// does.
+pub fn wipe_spare<T>(spare: &mut [core::mem::MaybeUninit<T>]) {
+    for s in spare.iter_mut() {
+        // SAFETY: `s` is a valid, aligned and exclusive reference; every
+        // bit pattern is a valid `MaybeUninit`.
+        unsafe { core::ptr::write_volatile(s, core::mem::MaybeUninit::zeroed()) };
+    }
+    core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+}
+
 /// Fills `buf` from the kernel's CRNG.
 pub fn random_bytes(buf: &mut [u8]) {
     // SAFETY: `buf` is writable for its length.

@@ -4,6 +4,7 @@
  * See helpers.h.
  */
 #include <crypto/sha2.h>
+#include <linux/highmem.h>
 #include <linux/mm.h>
 #include <linux/netdevice.h>
 #include <linux/workqueue.h>
@@ -255,6 +256,28 @@ u64 ferry_helper_sg_dma_address(struct scatterlist *sg)
 unsigned int ferry_helper_sg_dma_len(struct scatterlist *sg)
 {
 	return sg_dma_len(sg);
+}
+
+u64 ferry_helper_ib_dma_map_single(struct ib_device *dev, void *cpu_addr,
+				   size_t size, int direction)
+{
+	return ib_dma_map_single(dev, cpu_addr, size, direction);
+}
+
+void ferry_helper_ib_dma_unmap_single(struct ib_device *dev, u64 addr,
+				      size_t size, int direction)
+{
+	ib_dma_unmap_single(dev, addr, size, direction);
+}
+
+void ferry_helper_flush_kernel_vmap_range(void *vaddr, int size)
+{
+	flush_kernel_vmap_range(vaddr, size);
+}
+
+void ferry_helper_invalidate_kernel_vmap_range(void *vaddr, int size)
+{
+	invalidate_kernel_vmap_range(vaddr, size);
 }
 
 u64 ferry_helper_ib_dma_map_page(struct ib_device *dev, struct page *page,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * C shims for the static inline functions and macros of ib_verbs.h, rdma_cm.h,
- * genetlink.h, netlink.h, net_namespace.h, workqueue.h, mm.h and crypto/sha2.h that ferry's Rust
+ * genetlink.h, netlink.h, net_namespace.h, workqueue.h, mm.h, highmem.h and crypto/sha2.h that ferry's Rust
  * code calls: bindgen cannot see through those.
  * Each does exactly what the function or macro it is named after does.
  */
@@ -47,6 +47,12 @@ unsigned long ferry_helper_totalram_pages(void);
 int ferry_helper_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *wr);
 int ferry_helper_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr);
 int ferry_helper_ib_destroy_qp(struct ib_qp *qp);
+u64 ferry_helper_ib_dma_map_single(struct ib_device *dev, void *cpu_addr,
+				   size_t size, int direction);
+void ferry_helper_ib_dma_unmap_single(struct ib_device *dev, u64 addr,
+				      size_t size, int direction);
+void ferry_helper_flush_kernel_vmap_range(void *vaddr, int size);
+void ferry_helper_invalidate_kernel_vmap_range(void *vaddr, int size);
 u64 ferry_helper_ib_dma_map_page(struct ib_device *dev, struct page *page,
 				 unsigned long offset, size_t size, int direction);
 int ferry_helper_ib_dma_mapping_error(struct ib_device *dev, u64 dma_addr);

@@ -197,71 +197,102 @@ pub struct QpConfig {
 /// pages.
 pub const MAX_BUF_SGES: usize = 20;
 
-/// The message buffers of one direction: `count` buffers of `len` bytes,
-/// carved from one virtually contiguous (vmalloc) area whose pages are
-/// DMA-mapped one by one, so that no buffer needs more than order-0 pages,
-/// whatever its size. A buffer of at most a page never crosses one (its
-/// stride is a power of two); a larger one starts on a page and takes a
-/// scatter entry per page ([`Area::sges_for`]). The CPU sees each buffer
-/// as one slice.
-///
-/// The pages are mapped through their `struct page`s, so the area's
-/// virtual alias needs no cache maintenance only where caches are
-/// physically indexed (x86, arm64, as the kernel's other users of
-/// `vmalloc_to_page` for DMA assume).
+/// The distance between two message buffers of `len` bytes in an [`Area`]
+/// built of pages, which is what each one costs: a buffer of at most a page
+/// takes a power of two, so it never crosses a page; a larger one whole
+/// pages.
+pub fn buf_stride(len: usize) -> usize {
+    if len <= PAGE_SIZE {
+        len.max(64).next_power_of_two()
+    } else {
+        len.div_ceil(PAGE_SIZE) * PAGE_SIZE
+    }
+}
+
+/// How an [`Area`] holds its buffers.
+enum Layout {
+    /// One virtually contiguous (vmalloc) area of `count * stride` bytes at
+    /// `base`, whose page `p` is mapped at `dma[p]`: no buffer needs more
+    /// than order-0 pages, and one larger than a page is scattered over its
+    /// pages.
+    Paged {
+        _mem: VVec<u8>,
+        base: NonNull<u8>,
+        dma: KVVec<u64>,
+    },
+    /// One allocation per buffer, each mapped whole (`(memory, its first
+    /// byte, its mapping)`): for a device that cannot scatter a buffer over
+    /// as many entries as it has pages.
+    Whole {
+        bufs: KVVec<(KVec<u8>, NonNull<u8>, u64)>,
+    },
+}
+
+/// The message buffers of one direction: `count` buffers of `len` bytes.
+/// Their pages come from one vmalloc area and are mapped one by one, when
+/// the device takes a scatter entry per page ([`Area::sges_for`]);
+/// otherwise each buffer is one allocation ([`Layout`]). The CPU sees each
+/// buffer as one slice.
 ///
 /// # Invariants
 ///
-/// `mem` holds `count * stride` bytes; `dma[p]` is the mapping of its page
-/// `p` on `device` in direction `dir`, kept until drop; `len <= stride`.
+/// Every buffer is `len` bytes at [`Area::ptr`], which nothing reads or
+/// writes but through those pointers (the device and the CPU write through
+/// `&Area`); every page or buffer is mapped on `device` in direction `dir`
+/// until drop (vmalloc hands out whole pages, so a page past the last
+/// buffer's end belongs to the area).
 struct Area {
     device: Registered,
-    mem: VVec<u8>,
-    dma: KVVec<u64>,
+    layout: Layout,
     stride: usize,
     len: usize,
     dir: bindings::dma_data_direction,
 }
 
 impl Area {
-    /// The distance between two buffers of `len` bytes.
-    fn stride(len: usize) -> usize {
-        if len <= PAGE_SIZE {
-            len.max(64).next_power_of_two()
-        } else {
-            len.div_ceil(PAGE_SIZE) * PAGE_SIZE
-        }
-    }
-
-    /// The scatter entries a buffer of `len` bytes takes.
+    /// The scatter entries a buffer of `len` bytes takes when the area is
+    /// built of pages.
     fn sges_for(len: usize) -> usize {
         len.div_ceil(PAGE_SIZE).max(1)
     }
 
+    /// `count` buffers of `len` bytes, built of pages if the device takes
+    /// `max_sge` scatter entries per work request or more.
     fn new(
         device: &Registered,
         count: usize,
         len: usize,
         dir: bindings::dma_data_direction,
+        max_sge: usize,
     ) -> Result<Self> {
-        let stride = Self::stride(len);
+        if Self::sges_for(len) > max_sge.min(MAX_BUF_SGES) {
+            return Self::whole(device, count, len, dir);
+        }
+        let stride = buf_stride(len);
         let total = count.checked_mul(stride).ok_or(ENOMEM)?;
         let pages = total.div_ceil(PAGE_SIZE);
+        let mut mem = VVec::from_elem(0u8, total, GFP_KERNEL)?;
+        let base = NonNull::new(mem.as_mut_ptr()).ok_or(ENOMEM)?;
         let mut area = Self {
             device: device.clone(),
-            mem: VVec::from_elem(0u8, total, GFP_KERNEL)?,
-            dma: KVVec::with_capacity(pages, GFP_KERNEL)?,
+            layout: Layout::Paged {
+                _mem: mem,
+                base,
+                dma: KVVec::with_capacity(pages, GFP_KERNEL)?,
+            },
             stride,
             len,
             dir,
         };
-        let base = area.mem.as_mut_ptr();
+        let Layout::Paged { dma: list, .. } = &mut area.layout else {
+            return Err(EINVAL);
+        };
         for p in 0..pages {
-            // The area is page aligned (vmalloc), so page `p` starts here.
-            let addr = base.wrapping_add(p * PAGE_SIZE);
-            // SAFETY: `addr` is a page of the vmalloc area `mem`, which stays
-            // allocated (and its pages unmoved) until the mapping is undone in
-            // drop; `device` is registered.
+            // vmalloc memory is page aligned, so page `p` starts here.
+            let addr = base.as_ptr().wrapping_add(p * PAGE_SIZE);
+            // SAFETY: `addr` is a whole page of the vmalloc area `mem` (which
+            // is allocated in whole pages), kept allocated and unmoved until
+            // the mapping is undone in drop; `device` is registered.
             let dma = unsafe {
                 bindings::ferry_helper_ib_dma_map_page(
                     device.as_raw(),
@@ -277,28 +308,87 @@ impl Area {
                 return Err(ENOMEM);
             }
             // Never fails: room for every page was reserved.
-            let _ = area.dma.push_within_capacity(dma);
+            let _ = list.push_within_capacity(dma);
         }
         Ok(area)
     }
 
-    /// Buffer `i`'s first byte.
-    fn ptr(&self, i: usize) -> *mut u8 {
-        self.mem.as_ptr().cast_mut().wrapping_add(i * self.stride)
+    /// `count` buffers of `len` bytes, one allocation each.
+    fn whole(
+        device: &Registered,
+        count: usize,
+        len: usize,
+        dir: bindings::dma_data_direction,
+    ) -> Result<Self> {
+        let mut area = Self {
+            device: device.clone(),
+            layout: Layout::Whole {
+                bufs: KVVec::with_capacity(count, GFP_KERNEL)?,
+            },
+            stride: len,
+            len,
+            dir,
+        };
+        let Layout::Whole { bufs } = &mut area.layout else {
+            return Err(EINVAL);
+        };
+        for _ in 0..count {
+            let mut mem = KVec::from_elem(0u8, len, GFP_KERNEL)?;
+            let ptr = NonNull::new(mem.as_mut_ptr()).ok_or(ENOMEM)?;
+            // SAFETY: `ptr` is `len` bytes of kmalloc memory, kept allocated
+            // (and unmoved) until the mapping is undone in drop; `device` is
+            // registered.
+            let dma = unsafe {
+                bindings::ferry_helper_ib_dma_map_single(
+                    device.as_raw(),
+                    ptr.as_ptr().cast(),
+                    len,
+                    dir as c_int,
+                )
+            };
+            // SAFETY: `dma` was just returned by a map on `device`.
+            if unsafe { bindings::ferry_helper_ib_dma_mapping_error(device.as_raw(), dma) } != 0 {
+                return Err(ENOMEM);
+            }
+            // Never fails: room for every buffer was reserved.
+            let _ = bufs.push_within_capacity((mem, ptr, dma));
+        }
+        Ok(area)
     }
 
-    /// The pieces of buffer `i`'s first `n` bytes, one per page: `f` gets
-    /// each one's DMA address and length.
+    /// The scatter entries a whole buffer takes.
+    fn sges(&self) -> usize {
+        match self.layout {
+            Layout::Paged { .. } => Self::sges_for(self.len),
+            Layout::Whole { .. } => 1,
+        }
+    }
+
+    /// Buffer `i`'s first byte.
+    fn ptr(&self, i: usize) -> *mut u8 {
+        match &self.layout {
+            Layout::Paged { base, .. } => base.as_ptr().wrapping_add(i * self.stride),
+            Layout::Whole { bufs } => bufs[i].1.as_ptr(),
+        }
+    }
+
+    /// The pieces of buffer `i`'s first `n` bytes, one per page (or one):
+    /// `f` gets each one's DMA address and length.
     fn pieces(&self, i: usize, n: usize, mut f: impl FnMut(u64, usize)) {
-        page_pieces(i * self.stride, n.min(self.len), |page, offset, len| {
-            // CAST: a page offset fits in `u64`.
-            f(self.dma[page] + offset as u64, len)
-        });
+        let n = n.min(self.len);
+        match &self.layout {
+            Layout::Paged { dma, .. } => page_pieces(i * self.stride, n, |page, offset, len| {
+                // CAST: a page offset fits in `u64`.
+                f(dma[page] + offset as u64, len)
+            }),
+            Layout::Whole { bufs } if n > 0 => f(bufs[i].2, n),
+            Layout::Whole { .. } => {}
+        }
     }
 
     /// The scatter list of buffer `i`'s first `n` bytes, in `sges`; returns
-    /// how many entries it took (at most [`Area::sges_for`] of the length).
-    fn sges(
+    /// how many entries it took (at most [`Area::sges`]).
+    fn sges_of(
         &self,
         i: usize,
         n: usize,
@@ -308,7 +398,7 @@ impl Area {
         let mut k = 0;
         self.pieces(i, n, |addr, len| {
             if let Some(sge) = sges.get_mut(k) {
-                // CAST: at most a page.
+                // CAST: at most a buffer, whose size came from a `u32`.
                 *sge = bindings::ib_sge {
                     addr,
                     length: len as u32,
@@ -324,7 +414,8 @@ impl Area {
     /// wrote them.
     fn sync_for_cpu(&self, i: usize, n: usize) {
         self.pieces(i, n, |addr, len| {
-            // SAFETY: `addr` lies in a page mapped on `device` in `dir`.
+            // SAFETY: `addr` lies in a page or buffer mapped on `device` in
+            // `dir`.
             unsafe {
                 bindings::ferry_helper_ib_dma_sync_single_for_cpu(
                     self.device.as_raw(),
@@ -334,13 +425,30 @@ impl Area {
                 )
             }
         });
+        if let Layout::Paged { .. } = self.layout {
+            // CAST: at most a buffer, whose size came from a `u32`.
+            let n = n.min(self.len) as c_int;
+            // SAFETY: The bytes lie in the vmalloc area: its alias of the
+            // pages the device wrote is made current (a no-op where caches are
+            // physically indexed).
+            unsafe { bindings::ferry_helper_invalidate_kernel_vmap_range(self.ptr(i).cast(), n) };
+        }
     }
 
     /// Hands buffer `i`'s first `n` bytes to the device, after the CPU
     /// wrote them.
     fn sync_for_device(&self, i: usize, n: usize) {
+        if let Layout::Paged { .. } = self.layout {
+            // CAST: at most a buffer, whose size came from a `u32`.
+            let n = n.min(self.len) as c_int;
+            // SAFETY: The bytes lie in the vmalloc area: what the CPU wrote
+            // through it reaches the pages (a no-op where caches are physically
+            // indexed).
+            unsafe { bindings::ferry_helper_flush_kernel_vmap_range(self.ptr(i).cast(), n) };
+        }
         self.pieces(i, n, |addr, len| {
-            // SAFETY: `addr` lies in a page mapped on `device` in `dir`.
+            // SAFETY: `addr` lies in a page or buffer mapped on `device` in
+            // `dir`.
             unsafe {
                 bindings::ferry_helper_ib_dma_sync_single_for_device(
                     self.device.as_raw(),
@@ -367,18 +475,37 @@ fn page_pieces(mut at: usize, n: usize, mut f: impl FnMut(usize, usize, usize)) 
 
 impl Drop for Area {
     fn drop(&mut self) {
-        for &dma in self.dma.iter() {
-            // SAFETY: Each page was mapped on `device` in `dir` (type
-            // invariant) and no request uses it any more: its QP, if any, was
-            // drained and destroyed first.
-            unsafe {
-                bindings::ferry_helper_ib_dma_unmap_page(
-                    self.device.as_raw(),
-                    dma,
-                    PAGE_SIZE,
-                    self.dir as c_int,
-                )
-            };
+        // No request uses the area any more: its QP, if any, was drained and
+        // destroyed first.
+        match &self.layout {
+            Layout::Paged { dma, .. } => {
+                for &addr in dma.iter() {
+                    // SAFETY: Each page was mapped on `device` in `dir` (type
+                    // invariant).
+                    unsafe {
+                        bindings::ferry_helper_ib_dma_unmap_page(
+                            self.device.as_raw(),
+                            addr,
+                            PAGE_SIZE,
+                            self.dir as c_int,
+                        )
+                    };
+                }
+            }
+            Layout::Whole { bufs } => {
+                for (_, _, addr) in bufs.iter() {
+                    // SAFETY: Each buffer was mapped whole on `device` in `dir`
+                    // (type invariant).
+                    unsafe {
+                        bindings::ferry_helper_ib_dma_unmap_single(
+                            self.device.as_raw(),
+                            *addr,
+                            self.len,
+                            self.dir as c_int,
+                        )
+                    };
+                }
+            }
         }
     }
 }
@@ -411,7 +538,7 @@ struct Rw {
 struct Inner<H: Completion> {
     qp: NonNull<bindings::ib_qp>,
     handler: Arc<H>,
-    cqes: KVec<Cqe<H>>,
+    cqes: KVVec<Cqe<H>>,
     /// The receive slots' buffers, then the send slots'.
     rx: Area,
     tx: Area,
@@ -422,10 +549,10 @@ struct Inner<H: Completion> {
     /// sends before it are free. Only the completion work stores it.
     tail: AtomicU32,
     /// `TAG_OPS` per tag.
-    tag_cqes: KVec<Cqe<H>>,
+    tag_cqes: KVVec<Cqe<H>>,
     /// The rdma_rw context of each tag; `rw_busy[t]` says whether tag `t`'s
     /// holds a mapping, and who may touch it (its owner, exclusively).
-    rw: KVec<UnsafeCell<Rw>>,
+    rw: KVVec<UnsafeCell<Rw>>,
     rw_busy: KVec<AtomicBool>,
     port: u32,
     /// Whether the QP ever left RESET (a QP in RESET has nothing to drain).
@@ -554,14 +681,9 @@ impl<H: Completion> Qp<H> {
         let sq = (cfg.send_slots + 1)
             .saturating_add(tag_wrs)
             .saturating_add(rw_wrs);
-        // A buffer's scatter list, in pages (see `Area`).
-        let buf_sges = Area::sges_for(cfg.buf_size as usize);
         if cfg.recv_slots == 0
             || cfg.send_slots == 0
             || cfg.buf_size == 0
-            || buf_sges > MAX_BUF_SGES
-            || buf_sges > caps.max_recv_sge as usize
-            || buf_sges > send_sge as usize
             || rq > caps.max_qp_wr
             || sq > caps.max_qp_wr
             || rq.saturating_add(sq) > caps.max_cqe
@@ -576,12 +698,14 @@ impl<H: Completion> Qp<H> {
             cfg.recv_slots as usize,
             buf,
             bindings::dma_data_direction_DMA_FROM_DEVICE,
+            caps.max_recv_sge as usize,
         )?;
         let tx = Area::new(
             device,
             cfg.send_slots as usize,
             buf,
             bindings::dma_data_direction_DMA_TO_DEVICE,
+            send_sge as usize,
         )?;
         let mut busy = KVec::with_capacity(cfg.recv_slots as usize, GFP_KERNEL)?;
         for _ in 0..cfg.recv_slots {
@@ -595,8 +719,8 @@ impl<H: Completion> Qp<H> {
                 max_send_wr: sq - rw_wrs,
                 max_recv_wr: rq,
                 max_send_sge: send_sge,
-                // CAST: at most `MAX_BUF_SGES`, checked above.
-                max_recv_sge: buf_sges as u32,
+                // CAST: at most `MAX_BUF_SGES`.
+                max_recv_sge: rx.sges() as u32,
                 max_rdma_ctxs: if cfg.tags == 0 { 0 } else { rdma_ctxs },
                 ..Default::default()
             },
@@ -618,14 +742,14 @@ impl<H: Completion> Qp<H> {
             Inner {
                 qp,
                 handler,
-                cqes: KVec::new(),
+                cqes: KVVec::new(),
                 rx,
                 tx,
                 busy,
                 recv_slots: cfg.recv_slots,
                 tail: AtomicU32::new(0),
-                tag_cqes: KVec::new(),
-                rw: KVec::new(),
+                tag_cqes: KVVec::new(),
+                rw: KVVec::new(),
                 rw_busy: KVec::new(),
                 port: cfg.port,
                 initialized: AtomicBool::new(false),
@@ -636,7 +760,9 @@ impl<H: Completion> Qp<H> {
             GFP_KERNEL,
         )?;
         let owner_ptr: *const Inner<H> = &*inner;
-        let mut cqes = KVec::with_capacity(total, GFP_KERNEL)?;
+        // Large for deep queues: from vmalloc if need be (no high-order
+        // allocation).
+        let mut cqes = KVVec::with_capacity(total, GFP_KERNEL)?;
         for slot in 0..total {
             cqes.push(
                 Cqe {
@@ -651,8 +777,8 @@ impl<H: Completion> Qp<H> {
                 GFP_KERNEL,
             )?;
         }
-        let mut tag_cqes = KVec::with_capacity((cfg.tags * TAG_OPS) as usize, GFP_KERNEL)?;
-        let mut rw = KVec::with_capacity(cfg.tags as usize, GFP_KERNEL)?;
+        let mut tag_cqes = KVVec::with_capacity((cfg.tags * TAG_OPS) as usize, GFP_KERNEL)?;
+        let mut rw = KVVec::with_capacity(cfg.tags as usize, GFP_KERNEL)?;
         let mut rw_busy = KVec::with_capacity(cfg.tags as usize, GFP_KERNEL)?;
         for tag in 0..cfg.tags {
             for op in [TagOp::Reg, TagOp::Inv, TagOp::Rdma, TagOp::RdmaStep] {
@@ -1004,7 +1130,7 @@ impl<H: Completion> Inner<H> {
     fn sges(&self, slot: u32, len: usize, sges: &mut [bindings::ib_sge; MAX_BUF_SGES]) -> c_int {
         let (area, i) = self.buf(slot);
         // CAST: at most `MAX_BUF_SGES`.
-        area.sges(i, len, self.pd.local_dma_lkey(), sges) as c_int
+        area.sges_of(i, len, self.pd.local_dma_lkey(), sges) as c_int
     }
 
     fn cqe(&self, slot: u32) -> *mut bindings::ib_cqe {
@@ -1287,7 +1413,7 @@ unsafe extern "C" fn done<H: Completion>(_cq: *mut bindings::ib_cq, wc: *mut bin
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 #[kunit_tests(ferry_qp_ring)]
 mod tests {
-    use super::{page_pieces, Area, Ring, MAX_BUF_SGES, PAGE_SIZE};
+    use super::{buf_stride, page_pieces, Area, Ring, MAX_BUF_SGES, PAGE_SIZE};
 
     /// `page_pieces` as a list of (page, offset, length).
     fn pieces(at: usize, n: usize) -> ([(usize, usize, usize); 24], usize) {
@@ -1304,7 +1430,7 @@ mod tests {
     fn small_buffers_never_cross_a_page() {
         // Powers of two up to a page: each buffer within one page.
         for len in [1, 64, 100, 256, 3000, PAGE_SIZE] {
-            let stride = Area::stride(len);
+            let stride = buf_stride(len);
             assert!(stride >= len && PAGE_SIZE % stride == 0);
             for i in 0..64 {
                 let (_, k) = pieces(i * stride, len);
@@ -1319,7 +1445,7 @@ mod tests {
         // A 4 KiB message with 4 KiB inline; the largest, 64 KiB and 16 KiB.
         let largest = 65536 + 16384;
         for len in [PAGE_SIZE + 1, 8192, 69632, largest] {
-            let stride = Area::stride(len);
+            let stride = buf_stride(len);
             assert_eq!(stride % PAGE_SIZE, 0);
             assert!(stride >= len && stride - len < PAGE_SIZE);
             let (p, k) = pieces(3 * stride, len);

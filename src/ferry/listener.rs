@@ -257,6 +257,19 @@ impl Listener {
             Some(s) => s,
             // A new server session, of the secret found or drawn above.
             None => {
+                // What the host cannot afford is refused before the session
+                // is made (the channel checks again when it is built).
+                let need = crate::params::Params::server(&data).channel_bytes();
+                if let Err((_, available)) = crate::params::affordable(need) {
+                    crate::ratelimit::pr_warn_limited!(
+                        "listener {}: refused a new session from {}: its channel needs about {} MiB, and the host has {} MiB available\n",
+                        self.id,
+                        peer,
+                        need >> 20,
+                        available >> 20
+                    );
+                    return Self::refuse(req, Reason::NoResources);
+                }
                 let (sessions, psk) = (self.sessions.clone(), self.psk.clone());
                 let made = Session::server(
                     sessions, &self.net, peer, &data, self.id, secret, proved, psk,

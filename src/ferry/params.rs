@@ -5,7 +5,13 @@
 
 use kernel::prelude::*;
 
-use crate::{cm::SockAddr, mem, wire};
+use crate::{
+    cm::SockAddr,
+    mem,
+    rdma::qp::buf_stride,
+    session::SERVER_RX_BUDGET,
+    wire::{self, ConnectData},
+};
 
 /// [`Params::checked`]'s `inline_size` for none (`FERRY_NO_INLINE`).
 pub(crate) const NO_INLINE: u32 = u32::MAX;
@@ -98,8 +104,9 @@ impl Params {
     }
 }
 
-/// Work requests a channel's queues hold per slot of its depth, at most:
-/// a receive, a send, 8 registrations, 8 invalidations and an RDMA transfer.
+/// Work requests a channel's queues hold per slot of its depth, about: a
+/// receive, a send, 8 registrations, 8 invalidations and an RDMA transfer
+/// (rdma_rw may take more for a large one).
 const WRS_PER_SLOT: u64 = 19;
 
 /// Bytes an adapter's driver keeps per work request, as an estimate:
@@ -107,22 +114,48 @@ const WRS_PER_SLOT: u64 = 19;
 /// hardware adapters 64 to 512.
 const WR_BYTES: u64 = 512;
 
-/// The least memory a new channel must leave the host: this, or a sixteenth
-/// of its RAM if that is more.
+/// The least memory a new channel must leave the host: a sixteenth of its
+/// RAM, but at least this and at most [`RESERVE_MAX`] (RAM counts pages
+/// set aside for huge pages, which `MemAvailable` does not).
 const RESERVE_MIN: u64 = 64 << 20;
+/// See [`RESERVE_MIN`].
+const RESERVE_MAX: u64 = 1 << 30;
 
 impl Params {
+    /// A server's parameters for the connection request `data`: the
+    /// client's limits (checked by the decoder), or the defaults; the
+    /// receive buffers of a channel stay within [`SERVER_RX_BUDGET`], so a
+    /// client cannot make the server pin much memory. The hello reply tells
+    /// the client the depth it got.
+    pub(crate) fn server(data: &ConnectData) -> Self {
+        let d = Self::DEFAULT;
+        let or = |v: u32, d: u32| if v == 0 { d } else { v };
+        let max_msg = or(data.max_msg, d.max_msg);
+        let queue_depth = or(u32::from(data.queue_depth), d.queue_depth)
+            .min(SERVER_RX_BUDGET / (max_msg + d.inline_size))
+            .max(wire::MIN_QUEUE_DEPTH);
+        Self {
+            channels: data.channels,
+            max_msg,
+            queue_depth,
+            ..d
+        }
+    }
+
     /// Whether channel `index` is one the consumer polls.
     pub(crate) fn polled(&self, index: u16) -> bool {
         index >= self.channels - self.poll_channels
     }
 
     /// Estimated bytes one channel takes: a receive and a send buffer of a
-    /// message and its inline data per slot, and the driver's share of the
+    /// message and its inline data per slot (each as much as the buffer
+    /// area gives it, see `qp::buf_stride`), and the driver's share of the
     /// work requests.
     pub(crate) fn channel_bytes(&self) -> u64 {
         let depth = u64::from(self.queue_depth);
         let buf = u64::from(self.max_msg) + u64::from(self.inline_size);
+        // CAST: a buffer's size came from `u32`s; `usize` fits in `u64`.
+        let buf = buf_stride(buf as usize) as u64;
         2 * depth * buf + depth * WRS_PER_SLOT * WR_BYTES
     }
 
@@ -136,7 +169,7 @@ impl Params {
     /// fails with `ENOMEM`.
     pub(crate) fn check_memory(&self, peer: &SockAddr) -> Result {
         affordable(self.session_bytes()).map_err(|(e, available)| {
-            pr_warn!(
+            crate::ratelimit::pr_warn_limited!(
                 "session to {}: not started: {} channels of depth {} with {} byte messages need about {} MiB, and the host has {} MiB available\n",
                 peer,
                 self.channels,
@@ -153,12 +186,13 @@ impl Params {
 /// Whether `need` more bytes leave a host with `available` of `total` at
 /// least its reserve (see [`RESERVE_MIN`]).
 fn fits(need: u64, available: u64, total: u64) -> bool {
-    need.checked_add((total / 16).max(RESERVE_MIN))
+    need.checked_add((total / 16).clamp(RESERVE_MIN, RESERVE_MAX))
         .is_some_and(|n| n <= available)
 }
 
 /// Checks that the host can spare `need` bytes now; if not, `ENOMEM` and
-/// the host's available bytes.
+/// the host's available bytes. A best effort: the figure is read, not
+/// reserved, so channels built at the same time may all pass.
 pub(crate) fn affordable(need: u64) -> Result<(), (Error, u64)> {
     let available = mem::available_bytes();
     if fits(need, available, mem::total_bytes()) {
@@ -168,6 +202,7 @@ pub(crate) fn affordable(need: u64) -> Result<(), (Error, u64)> {
     }
 }
 
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
 #[kunit_tests(ferry_params)]
 mod tests {
     use super::*;
@@ -175,29 +210,58 @@ mod tests {
     #[test]
     fn channel_bytes_count_buffers_and_work_requests() {
         let p = Params::DEFAULT;
-        // 128 slots of two 8 KiB buffers, and 19 work requests of 512 bytes.
-        assert_eq!(p.channel_bytes(), 2 * 128 * 8192 + 128 * 19 * 512);
+        // 128 slots of two 8 KiB buffers, and 19 work requests of 512 bytes:
+        // 3.2 MiB.
+        assert_eq!(p.channel_bytes(), 3_342_336);
+        // 64 channels of depth 1024 and 64 KiB messages: 9.1 GiB.
         let big = Params {
             channels: 64,
             queue_depth: 1024,
             max_msg: 65536,
             ..p
         };
-        // 64 channels of depth 1024 and 64 KiB messages: about 8.8 GiB.
-        assert_eq!(
-            big.session_bytes(),
-            64 * (2 * 1024 * (65536 + 4096) + 1024 * 19 * 512)
-        );
+        assert_eq!(big.session_bytes(), 9_764_339_712);
+        // A buffer of a page or less costs a power of two: 2100 bytes, 4096.
+        let odd = Params {
+            queue_depth: 2,
+            max_msg: 2100,
+            inline_size: 0,
+            ..p
+        };
+        assert_eq!(odd.channel_bytes(), 2 * 2 * 4096 + 2 * 19 * 512);
+    }
+
+    #[test]
+    fn a_server_keeps_its_buffers_within_its_budget() {
+        let mut data = ConnectData {
+            minor: wire::MINOR,
+            session_id: 1,
+            generation: 1,
+            channel: 0,
+            channels: 2,
+            max_msg: 65536,
+            queue_depth: 1024,
+            proof: None,
+        };
+        // 4 MiB of 68 KiB receive buffers: 60 of them.
+        let p = Params::server(&data);
+        assert_eq!((p.channels, p.max_msg, p.queue_depth), (2, 65536, 60));
+        data.max_msg = 0;
+        data.queue_depth = 0;
+        let p = Params::server(&data);
+        assert_eq!((p.max_msg, p.queue_depth), (4096, 128));
     }
 
     #[test]
     fn a_channel_must_leave_the_reserve() {
         let gib = 1u64 << 30;
-        // A 1 GiB host keeps 64 MiB; a 16 GiB host keeps 1 GiB.
+        // A 1 GiB host keeps 64 MiB; a 16 GiB host 1 GiB, and so does a
+        // 256 GiB one (most of which may be huge pages).
         assert!(fits(800 << 20, 900 << 20, gib));
         assert!(!fits(837 << 20, 900 << 20, gib));
         assert!(fits(gib, 2 * gib, 16 * gib));
         assert!(!fits(gib + 1, 2 * gib, 16 * gib));
+        assert!(fits(gib, 2 * gib, 256 * gib));
         assert!(!fits(u64::MAX, u64::MAX, gib));
     }
 }

@@ -68,7 +68,7 @@ pub(crate) const CONNECT_TIMEOUT_MS: u32 = 10_000;
 pub(crate) const HELLO_DEADLINE_MS: u32 = 4000;
 
 /// Most bytes of receive buffers a server gives one channel.
-const SERVER_RX_BUDGET: u32 = 4 << 20;
+pub(crate) const SERVER_RX_BUDGET: u32 = 4 << 20;
 
 /// What the user of a session is told; see `struct ferry_ops`.
 ///

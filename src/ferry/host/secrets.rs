@@ -114,6 +114,12 @@ impl Secrets {
             }
             return Ok(());
         }
+        // Room for a few more at once: a vector that grows copies the
+        // secrets and frees the old buffer unwiped, so it grows seldom.
+        if self.records.len() == self.records.capacity() {
+            self.records
+                .reserve(self.records.len().max(16), GFP_KERNEL)?;
+        }
         self.records.push(
             Record {
                 net,
@@ -164,10 +170,18 @@ impl Secrets {
         self.records.iter().filter(|r| r.live == 0).count()
     }
 
+    /// Removes record `pos`, its secret wiped where it was and where the
+    /// records behind it were (the last one's bytes stay past the end).
     fn forget(&mut self, pos: usize) {
+        if let Some(r) = self.records.get_mut(pos) {
+            crate::crypto::wipe(&mut r.secret);
+        }
         if let Ok(mut r) = self.records.remove(pos) {
             crate::crypto::wipe(&mut r.secret);
         }
+        let spare = self.records.spare_capacity_mut();
+        let n = spare.len().min(1);
+        crate::crypto::wipe_spare(&mut spare[..n]);
     }
 
     /// Drops expired records, and the oldest idle ones beyond [`MAX_IDLE`].

@@ -21,22 +21,7 @@ impl Session {
         proved: bool,
         psk: Option<Arc<Psk>>,
     ) -> Result<Arc<Self>> {
-        // The client's limits (checked by the decoder), or the defaults; the
-        // receive buffers of a channel stay within `SERVER_RX_BUDGET`, so a
-        // client cannot make the server pin much memory. The hello reply
-        // tells the client the depth it got.
-        let d = Params::DEFAULT;
-        let or = |v: u32, d: u32| if v == 0 { d } else { v };
-        let max_msg = or(data.max_msg, d.max_msg);
-        let queue_depth = or(u32::from(data.queue_depth), d.queue_depth)
-            .min(SERVER_RX_BUDGET / (max_msg + d.inline_size))
-            .max(wire::MIN_QUEUE_DEPTH);
-        let params = Params {
-            channels: data.channels,
-            max_msg,
-            queue_depth,
-            ..d
-        };
+        let params = Params::server(data);
         let id = host.next_session_id();
         let s = Self::create(
             host.clone(),
