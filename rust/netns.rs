@@ -4,8 +4,8 @@
 //!
 //! C header: [`include/net/net_namespace.h`](srctree/include/net/net_namespace.h).
 
-use core::ptr::NonNull;
-use kernel::{sync::aref::AlwaysRefCounted, types::Opaque};
+use core::{marker::PhantomData, ptr::NonNull};
+use kernel::{error::to_result, prelude::*, sync::aref::AlwaysRefCounted, types::Opaque};
 
 use crate::bindings;
 
@@ -59,4 +59,67 @@ unsafe impl AlwaysRefCounted for Net {
         // SAFETY: The caller owns a reference taken by `inc_ref`.
         unsafe { bindings::ferry_helper_put_net(obj.cast().as_ptr()) };
     }
+}
+
+/// What a module does when a network namespace is dismantled.
+pub trait NetExit: 'static {
+    /// `net` is going: its last reference is gone, and nothing of the
+    /// module's may use it after this returns. Process context; may sleep.
+    fn exit(net: &Net);
+}
+
+/// Pernet operations whose `exit` calls [`NetExit::exit`] of `T`
+/// (`register_pernet_subsys`). Dropping the registration unregisters it,
+/// which calls `exit` for every namespace that still exists.
+///
+/// # Invariants
+///
+/// `ops` is registered, and stays in place until drop unregisters it.
+pub struct PernetRegistration<T: NetExit> {
+    ops: Pin<KBox<Opaque<bindings::pernet_operations>>>,
+    _t: PhantomData<T>,
+}
+
+// SAFETY: The registration is only unregistered through `&mut self`; the
+// operations themselves are used by the kernel from any thread.
+unsafe impl<T: NetExit> Send for PernetRegistration<T> {}
+// SAFETY: `&PernetRegistration` gives no access.
+unsafe impl<T: NetExit> Sync for PernetRegistration<T> {}
+
+impl<T: NetExit> PernetRegistration<T> {
+    /// Registers the operations. May sleep.
+    pub fn new() -> Result<Self> {
+        let ops = KBox::pin(
+            Opaque::new(bindings::pernet_operations {
+                exit: Some(exit_callback::<T>),
+                ..Default::default()
+            }),
+            GFP_KERNEL,
+        )?;
+        // SAFETY: `ops` is valid and pinned in a box that stays until drop
+        // unregisters it (type invariant).
+        to_result(unsafe { bindings::register_pernet_subsys(ops.get()) })?;
+        Ok(Self {
+            ops,
+            _t: PhantomData,
+        })
+    }
+}
+
+impl<T: NetExit> Drop for PernetRegistration<T> {
+    fn drop(&mut self) {
+        // SAFETY: `ops` is registered (type invariant); the box is freed only
+        // after this returns.
+        unsafe { bindings::unregister_pernet_subsys(self.ops.get()) };
+    }
+}
+
+/// The `exit` of [`PernetRegistration`].
+///
+/// # Safety
+///
+/// Called by the namespace core with a namespace valid for the call.
+unsafe extern "C" fn exit_callback<T: NetExit>(net: *mut bindings::net) {
+    // SAFETY: The namespace is valid for the call (the contract).
+    T::exit(unsafe { Net::from_raw(net) });
 }

@@ -14,6 +14,7 @@
 #include <linux/vmalloc.h>
 #include <linux/workqueue.h>
 #include <net/genetlink.h>
+#include <net/net_namespace.h>
 #include <net/netlink.h>
 #include <rdma/ib_cm.h>
 #include <rdma/ib_verbs.h>

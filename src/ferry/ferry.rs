@@ -69,6 +69,18 @@ struct FerryModule {
     netlink: Option<slot::Published<genl::Registration>>,
     ferry: kernel::sync::Arc<host::Ferry>,
     _client: rdma::client::Registration<host::Ferry>,
+    _pernet: netns::PernetRegistration<NetGone>,
+}
+
+/// A network namespace's exit: what ferry knows of it by address goes.
+struct NetGone;
+
+impl netns::NetExit for NetGone {
+    fn exit(net: &netns::Net) {
+        if let Some(ferry) = host::Ferry::get() {
+            ferry.net_gone(net);
+        }
+    }
 }
 
 impl kernel::Module for FerryModule {
@@ -77,6 +89,14 @@ impl kernel::Module for FerryModule {
         let ferry = host::Ferry::new(events)?;
         let client = rdma::client::Registration::new(ferry.clone(), host::OWNER)?;
         ferry.start()?;
+        // Before any key can be added (netlink).
+        let pernet = match netns::PernetRegistration::new() {
+            Ok(p) => p,
+            Err(e) => {
+                ferry.shutdown();
+                return Err(e);
+            }
+        };
         let netlink = match ferry_nl::register() {
             Ok(n) => n,
             Err(e) => {
@@ -89,6 +109,7 @@ impl kernel::Module for FerryModule {
             netlink: Some(netlink),
             ferry,
             _client: client,
+            _pernet: pernet,
         })
     }
 }

@@ -53,7 +53,8 @@ impl Drop for Psk {
 }
 
 /// The keys of all namespaces; the module keeps them under a mutex. `H`
-/// holds a key's namespace alive (the module's `ARef<Net>`).
+/// is kept with each key (the module keeps nothing: its namespace exit
+/// removes a namespace's keys before the namespace can be reused).
 pub(crate) struct Keys<H> {
     /// (namespace, its holder, key): the namespace by address, compared
     /// only, as listeners and sessions compare theirs.
@@ -90,6 +91,14 @@ impl<H> Keys<H> {
             .ok_or(ENOENT)?;
         self.list.remove(pos).map_err(|_| ENOENT)?;
         Ok(())
+    }
+
+    /// Removes every key of namespace `net` (which is going); returns how
+    /// many there were.
+    pub(crate) fn remove_net(&mut self, net: usize) -> usize {
+        let before = self.list.len();
+        self.list.retain(|e| e.0 != net);
+        before - self.list.len()
     }
 
     /// Key `name` of namespace `net`.
@@ -147,6 +156,21 @@ mod tests {
         assert_eq!(names.len(), 2);
         assert!(names[0] == name(b"a") && names[1] == name(b"b"));
         assert_eq!(keys.names(2)?.len(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn a_namespace_that_goes_takes_its_keys() -> Result {
+        let mut keys = Keys::default();
+        keys.add(1, (), Psk::new(name(b"a"), &[1; 16])?)?;
+        keys.add(1, (), Psk::new(name(b"b"), &[1; 16])?)?;
+        keys.add(2, (), Psk::new(name(b"a"), &[2; 16])?)?;
+        assert_eq!(keys.remove_net(1), 2);
+        assert!(keys.find(1, &name(b"a")).is_none());
+        assert!(keys.find(2, &name(b"a")).is_some());
+        // A namespace that reuses the address starts with none.
+        assert_eq!(keys.names(1)?.len(), 0);
+        assert_eq!(keys.remove_net(1), 0);
         Ok(())
     }
 

@@ -165,6 +165,22 @@ impl Secrets {
         }
     }
 
+    /// Forgets every record of namespace `net` (which is going); returns
+    /// how many there were.
+    pub(crate) fn forget_net(&mut self, net: usize) -> usize {
+        let mut n = 0;
+        let mut i = 0;
+        while i < self.records.len() {
+            if self.records[i].net == net {
+                self.forget(i);
+                n += 1;
+            } else {
+                i += 1;
+            }
+        }
+        n
+    }
+
     /// Records without a session.
     pub(crate) fn idle(&self) -> usize {
         self.records.iter().filter(|r| r.live == 0).count()

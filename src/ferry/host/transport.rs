@@ -16,7 +16,7 @@ use core::sync::atomic::{
 use kernel::{
     impl_has_delayed_work, new_condvar, new_delayed_work, new_mutex,
     prelude::*,
-    sync::{aref::ARef, Arc, CondVar, Mutex},
+    sync::{Arc, CondVar, Mutex},
     time::msecs_to_jiffies,
     workqueue::{DelayedWork, HasWork, WorkItem},
 };
@@ -108,7 +108,7 @@ pub(crate) struct Transport {
     secrets: Mutex<Secrets>,
     /// The pre-shared keys, by namespace and name.
     #[pin]
-    keys: Mutex<Keys<ARef<Net>>>,
+    keys: Mutex<Keys<()>>,
     #[pin]
     queue: Mutex<Option<OwnedQueue>>,
     ticker: Arc<Ticker>,
@@ -292,7 +292,7 @@ impl Ferry {
         self.transport
             .keys
             .lock()
-            .add(net.as_raw() as usize, net.into(), key)
+            .add(net.as_raw() as usize, (), key)
     }
 
     /// Deletes key `name` of namespace `net`; what uses it keeps it.
@@ -301,6 +301,22 @@ impl Ferry {
             .keys
             .lock()
             .remove(net.as_raw() as usize, name)
+    }
+
+    /// Namespace `net` is dismantled: its keys and its sessions' secrets
+    /// go (they are known by the namespace's address, which a new one may
+    /// reuse). Its listeners and sessions hold it, so none is left.
+    pub(crate) fn net_gone(&self, net: &Net) {
+        let at = net.as_raw() as usize;
+        let keys = self.transport.keys.lock().remove_net(at);
+        let secrets = self.transport.secrets.lock().forget_net(at);
+        if keys + secrets != 0 {
+            pr_info!(
+                "a network namespace went: {} keys and {} session secrets of it dropped\n",
+                keys,
+                secrets
+            );
+        }
     }
 
     /// Key `name` of namespace `net`.

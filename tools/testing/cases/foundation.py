@@ -254,7 +254,8 @@ def two_hosts(t):
 @case(timeout=300)
 def netns_isolation(t):
     """ferry shows each network namespace what ib_core lets it use: every device
-    in shared mode, only its own in exclusive mode."""
+    in shared mode, only its own in exclusive mode; a namespace's keys go with
+    it."""
     vm = t.vm
     t.rxe_add(vm)
     t.insmod(vm)
@@ -270,6 +271,16 @@ def netns_isolation(t):
     ferry, rdma = names('other')
     t.eq(ferry, ['rxe0'], 'devices seen from another namespace in shared mode')
     t.eq(ferry, rdma, 'ferry and rdma agree in shared mode')
+    # A key belongs to its namespace, and does not keep it: when the
+    # namespace goes, its key goes with it.
+    vm.run(f'head -c 32 /dev/urandom | base64 | ip netns exec other {ctl} key add k1')
+    t.eq(vm.run(f'{ctl} key show').out.strip(), '', 'no key seen from init_net')
+    vm.run('dmesg -C')
+    vm.run('ip netns del other')
+    vm.wait_for('dmesg | grep -q "a network namespace went: 1 keys"', timeout=30 * t.slow)
+    vm.run('ip netns add other')
+    t.eq(vm.run(f'ip netns exec other {ctl} key show').out.strip(), '',
+         'a new namespace starts without keys')
     # Exclusive mode: the mode can change only while init_net is the only one.
     vm.run('ip netns del other && rdma system set netns exclusive && ip netns add other')
     ferry, rdma = names('other')
