@@ -9,9 +9,11 @@ use crate::{
     cm::SockAddr,
     mem,
     rdma::qp::buf_stride,
-    session::SERVER_RX_BUDGET,
     wire::{self, ConnectData},
 };
+
+/// Most bytes of receive buffers a server gives one channel.
+pub(crate) const SERVER_RX_BUDGET: u32 = 4 << 20;
 
 /// [`Params::checked`]'s `inline_size` for none (`FERRY_NO_INLINE`).
 pub(crate) const NO_INLINE: u32 = u32::MAX;

@@ -67,9 +67,6 @@ pub(crate) const CONNECT_TIMEOUT_MS: u32 = 10_000;
 /// silent connection holds a QP and its buffers, and goes after this.
 pub(crate) const HELLO_DEADLINE_MS: u32 = 4000;
 
-/// Most bytes of receive buffers a server gives one channel.
-pub(crate) const SERVER_RX_BUDGET: u32 = 4 << 20;
-
 /// What the user of a session is told; see `struct ferry_ops`.
 ///
 /// The callbacks and their contexts are those the C header states:
