@@ -190,6 +190,9 @@ pub struct QpConfig {
     pub tags: u32,
     /// The port the QP uses (for rdma_rw).
     pub port: u32,
+    /// One allocation per message buffer even where the device could
+    /// scatter a buffer over its pages (see [`Area`]).
+    pub whole_buffers: bool,
 }
 
 /// The most scatter entries a message buffer takes: the largest buffer a
@@ -698,14 +701,22 @@ impl<H: Completion> Qp<H> {
             cfg.recv_slots as usize,
             buf,
             bindings::dma_data_direction_DMA_FROM_DEVICE,
-            caps.max_recv_sge as usize,
+            if cfg.whole_buffers {
+                0
+            } else {
+                caps.max_recv_sge as usize
+            },
         )?;
         let tx = Area::new(
             device,
             cfg.send_slots as usize,
             buf,
             bindings::dma_data_direction_DMA_TO_DEVICE,
-            send_sge as usize,
+            if cfg.whole_buffers {
+                0
+            } else {
+                send_sge as usize
+            },
         )?;
         let mut busy = KVec::with_capacity(cfg.recv_slots as usize, GFP_KERNEL)?;
         for _ in 0..cfg.recv_slots {

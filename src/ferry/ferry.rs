@@ -60,6 +60,18 @@ module! {
     authors: ["The ferry authors"],
     description: "RDMA message and block transport for kernel modules",
     license: "GPL",
+    params: {
+        whole_buffers: bool {
+            default: false,
+            description: "Give every message buffer an allocation of its own, as on a device that cannot scatter one over its pages (for tests of that path)",
+        },
+    },
+}
+
+/// Whether message buffers are one allocation each even where the device
+/// could scatter them over their pages (the `whole_buffers` parameter).
+pub(crate) fn whole_buffers() -> bool {
+    module_parameters::whole_buffers.value()
 }
 
 /// The loaded module. On unload the netlink family goes first, so no request

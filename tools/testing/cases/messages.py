@@ -324,6 +324,37 @@ LIMITS = re.compile(r'client: limits: channels (\d+) poll_channels (\d+) queue_d
                     r'virt_boundary_mask (0x[0-9a-f]+) dma_alignment (\d+) inline_size (\d+)')
 
 
+@case(timeout=300)
+def requests_whole_buffers(t):
+    """With `whole_buffers=1` every message buffer is an allocation of its
+    own, as on a device that cannot scatter a buffer over its pages (erdma,
+    cxgb4): messages, and inline and registered requests, arrive intact."""
+    vm = t.vm
+    t.net_up(vm, 0, 1)
+    t.rxe_add(vm)
+    t.insmod(vm, args='whole_buffers=1')
+    vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+    vm.run('dmesg -C')
+    n = 100
+    r = vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} '
+               f'service=cecho count=200 requests={n} depth=16 rq_window=16 '
+               f'rq_max={1 << 20} hold=1', timeout=300 * t.slow, check=False)
+    t.eq(r.rc, 0, f'the client ran: {r.err.strip()}')
+    log = vm.run('dmesg | grep "ferry_cecho: client"').out
+    m = SUMMARY.search(log)
+    t.require(m is not None, f'no message summary: {log!r}')
+    t.eq((int(m.group(2)), int(m.group(3))), (200, 0), 'messages echoed, wrong')
+    m = RQ_SUMMARY.search(log)
+    t.require(m is not None, f'no request summary: {log!r}')
+    sent, done, wrong, failed, _ = (int(x) for x in m.groups())
+    t.eq((sent, done, wrong, failed), (n, n, 0, 0), 'requests sent, done, wrong, failed')
+    st = [s for s in t.ferryctl_json(vm, '-s session show') if s['role'] == 'client'][0]['stats']
+    t.log(f'{st["inline"]} requests inline, {st["registrations"]} registrations')
+    t.check(st['inline'] > 0 and st['registrations'] > 0, 'both inline and registered requests')
+    vm.run('rmmod ferry_cecho')
+    vm.run('rmmod ferry')
+
+
 @case(timeout=400)
 def requests_limits(t):
     """ferry_session_limits() states what one request may carry, from the
