@@ -68,12 +68,6 @@ module! {
     },
 }
 
-/// Whether message buffers are one allocation each even where the device
-/// could scatter them over their pages (the `whole_buffers` parameter).
-pub(crate) fn whole_buffers() -> bool {
-    module_parameters::whole_buffers.value()
-}
-
 /// The loaded module. On unload the netlink family goes first, so no request
 /// runs; then the transport closes every session and listener; then the
 /// ib_core client removes every device.
@@ -97,6 +91,7 @@ impl netns::NetExit for NetGone {
 
 impl kernel::Module for FerryModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
+        params::set_whole_buffers(module_parameters::whole_buffers.value());
         let events = kernel::sync::Arc::new(netlink::Events, GFP_KERNEL)?;
         let ferry = host::Ferry::new(events)?;
         let client = rdma::client::Registration::new(ferry.clone(), host::OWNER)?;

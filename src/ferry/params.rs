@@ -3,6 +3,7 @@
 //! What a session is asked for (a client) or runs with (a server): channel
 //! count, queue depth, message and inline sizes, timers.
 
+use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use kernel::prelude::*;
 
 use crate::{
@@ -11,6 +12,21 @@ use crate::{
     rdma::qp::buf_stride,
     wire::{self, ConnectData},
 };
+
+/// Whether message buffers are one allocation each even where the device
+/// could scatter them over their pages: the module's `whole_buffers`
+/// parameter, set once at load.
+static WHOLE_BUFFERS: AtomicBool = AtomicBool::new(false);
+
+/// Sets [`whole_buffers`] (at module load).
+pub(crate) fn set_whole_buffers(on: bool) {
+    WHOLE_BUFFERS.store(on, Relaxed);
+}
+
+/// Whether message buffers are one allocation each (see `qp::Area`).
+pub(crate) fn whole_buffers() -> bool {
+    WHOLE_BUFFERS.load(Relaxed)
+}
 
 /// Most bytes of receive buffers a server gives one channel.
 pub(crate) const SERVER_RX_BUDGET: u32 = 4 << 20;

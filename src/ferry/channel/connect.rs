@@ -140,7 +140,7 @@ impl<O: Owner> Channel<O> {
             comp_vector: u32::from(self.index) % vectors,
             tags: p.queue_depth,
             port: id.port_num(),
-            whole_buffers: crate::whole_buffers(),
+            whole_buffers: crate::params::whole_buffers(),
         };
         let caps = device.caps();
         if xfer::pool_regions(p.queue_depth) > caps.max_mr {
