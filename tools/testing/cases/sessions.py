@@ -281,8 +281,10 @@ def session_admission(t):
          f'8 sessions waiting for their hello admitted, the rest refused busy: {out}')
     lst = t.ferryctl_json(vm, 'listener show')[0]
     t.eq(lst.get('busy_refused'), n - 8, f'refusals counted: {lst}')
-    # (The first may have reached their deadline already on a slow kernel.)
-    t.check(1 <= lst.get('pending', 0) <= 8, f'sessions waiting counted: {lst}')
+    # (The first may have reached their deadline already on a slow kernel;
+    # on the debug kernel under TCG all 8 may have, 4 s after their accept.)
+    least = 1 if t.slow == 1 else 0
+    t.check(least <= lst.get('pending', 0) <= 8, f'sessions waiting counted: {lst}')
     during = mem_available_mb(vm)
     good = connect(t, vm, '192.0.2.1', extra='channels 2')
     t.eq(good['state'], 'connected', 'a client from another address is served')
