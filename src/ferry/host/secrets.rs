@@ -192,9 +192,8 @@ impl Secrets {
         if let Some(r) = self.records.get_mut(pos) {
             crate::crypto::wipe(&mut r.secret);
         }
-        if let Ok(mut r) = self.records.remove(pos) {
-            crate::crypto::wipe(&mut r.secret);
-        }
+        // What comes out is zeroed already.
+        let _ = self.records.remove(pos);
         let spare = self.records.spare_capacity_mut();
         let n = spare.len().min(1);
         crate::crypto::wipe_spare(&mut spare[..n]);
