@@ -18,6 +18,7 @@ use kernel::{
     ffi::{c_char, c_int, c_void},
     prelude::*,
     sync::{Arc, ArcBorrow},
+    types::ForeignOwnable,
 };
 
 use crate::bindings::{
@@ -134,13 +135,13 @@ impl Ops {
 
     /// `request`, handing `inc` to the consumer; without a `request`
     /// callback, `inc` comes back.
-    pub fn request<T, I>(&self, s: &Arc<T>, inc: KBox<I>) -> Result<(), KBox<I>> {
+    pub fn request<T, I: ForeignOwnable>(&self, s: &Arc<T>, inc: I) -> Result<(), I> {
         let Some(f) = self.ops().request else {
             return Err(inc);
         };
         let s = Handle::as_raw::<ferry_session>(s);
         // SAFETY: As in `up`; the consumer owns `inc` from here.
-        unsafe { f(s, self.priv_, Owned::into_raw(inc)) };
+        unsafe { f(s, self.priv_, inc.into_foreign().cast()) };
         Ok(())
     }
 }
@@ -348,36 +349,5 @@ impl<T> Handle<T> {
     pub unsafe fn borrow<'a, C>(p: *const C) -> ArcBorrow<'a, T> {
         // SAFETY: The contract.
         unsafe { ArcBorrow::from_raw(p.cast()) }
-    }
-}
-
-/// The `KBox<T>` behind a C handle that the caller owns.
-pub struct Owned<T>(PhantomData<T>);
-
-impl<T> Owned<T> {
-    /// Hands `b` to the caller.
-    pub fn into_raw<C>(b: KBox<T>) -> *mut C {
-        KBox::into_raw(b).cast()
-    }
-
-    /// Borrows it while the caller owns it.
-    ///
-    /// # Safety
-    ///
-    /// `p` came from [`Owned::into_raw`] and was not given back; nothing else
-    /// uses it for `'a`.
-    pub unsafe fn borrow<'a, C>(p: *const C) -> &'a mut T {
-        // SAFETY: The contract.
-        unsafe { &mut *p.cast_mut().cast::<T>() }
-    }
-
-    /// Takes it back.
-    ///
-    /// # Safety
-    ///
-    /// As for [`Owned::borrow`], and `p` is not used afterwards.
-    pub unsafe fn from_raw<C>(p: *mut C) -> KBox<T> {
-        // SAFETY: The contract.
-        unsafe { KBox::from_raw(p.cast()) }
     }
 }

@@ -31,7 +31,7 @@
 
 use core::{marker::PhantomData, mem::ManuallyDrop, ptr::NonNull};
 use kernel::{
-    alloc::{AllocError, Flags},
+    alloc::Flags,
     bindings,
     error::{from_err_ptr, to_result},
     ffi::{c_int, c_uint, c_void},
@@ -626,14 +626,26 @@ unsafe impl Send for Incoming {}
 /// What a data transfer's initiator is told when it is over.
 pub trait Transferred<P: Pages = Data>: Send + Sized + 'static {
     /// The data moved (`status` is `Ok`) or could not: `req` is back, to be
-    /// answered, and `data`'s pages are the caller's again.
-    fn transferred(self, req: Incoming, data: P, status: Result);
+    /// answered, and `t` with it, its pages the caller's again.
+    fn transferred(t: KBox<Transfer<Self, P>>, req: Incoming, status: Result);
 }
 
-/// A transfer in flight: what [`Incoming::transfer`] lends ferry.
-struct Transfer<T, P> {
-    data: P,
-    ctx: T,
+/// A transfer of a request's data: the pages it moves to or from and the
+/// caller's context, in a box the caller makes and gets back in
+/// [`Transferred::transferred`], to use again: a consumer that keeps one
+/// per request it may hold at a time allocates nothing per transfer.
+pub struct Transfer<T, P: Pages = Data> {
+    /// The pages.
+    pub data: P,
+    /// The caller's.
+    pub ctx: T,
+}
+
+impl<T, P: Pages> Transfer<T, P> {
+    /// A boxed transfer of `data`, with `ctx`.
+    pub fn new(data: P, ctx: T, flags: Flags) -> Result<KBox<Self>> {
+        Ok(KBox::new(Self { data, ctx }, flags)?)
+    }
 }
 
 impl Incoming {
@@ -679,28 +691,24 @@ impl Incoming {
         to_result(unsafe { ffi::ferry_respond(this.as_raw(), status, header.as_ptr().cast(), len) })
     }
 
-    /// Reads a [`Dir::ToPeer`] request's data into `data` (exactly
-    /// [`Incoming::data_len`] bytes); `ctx` is told when it is there. Also
-    /// when it cannot start: [`Transferred::transferred`] is called exactly
-    /// once.
-    pub fn read<P: Pages, T: Transferred<P>>(self, data: P, ctx: T) {
-        self.transfer(data, ctx, Dir::ToPeer)
+    /// Reads a [`Dir::ToPeer`] request's data into `t`'s pages (exactly
+    /// [`Incoming::data_len`] bytes); `t`'s context is told when it is
+    /// there. Also when it cannot start: [`Transferred::transferred`] is
+    /// called exactly once.
+    pub fn read<P: Pages, T: Transferred<P>>(self, t: KBox<Transfer<T, P>>) {
+        self.transfer(t, Dir::ToPeer)
     }
 
-    /// Writes `data` (exactly [`Incoming::data_len`] bytes) into a
+    /// Writes `t`'s pages (exactly [`Incoming::data_len`] bytes) into a
     /// [`Dir::FromPeer`] request's pages; as for [`Incoming::read`].
-    pub fn write<P: Pages, T: Transferred<P>>(self, data: P, ctx: T) {
-        self.transfer(data, ctx, Dir::FromPeer)
+    pub fn write<P: Pages, T: Transferred<P>>(self, t: KBox<Transfer<T, P>>) {
+        self.transfer(t, Dir::FromPeer)
     }
 
-    fn transfer<P: Pages, T: Transferred<P>>(self, data: P, ctx: T, dir: Dir) {
-        let (sgl, nents) = data.sgl();
+    fn transfer<P: Pages, T: Transferred<P>>(self, t: KBox<Transfer<T, P>>, dir: Dir) {
+        let (sgl, nents) = t.data.sgl();
         let sgl = sgl.cast::<ffi::scatterlist>();
-        let b = match KBox::<Transfer<T, P>>::new_uninit(GFP_KERNEL) {
-            Ok(b) => b,
-            Err(AllocError) => return ctx.transferred(self, data, Err(ENOMEM)),
-        };
-        let ptr = KBox::into_raw(KBox::write(b, Transfer { data, ctx }));
+        let ptr = KBox::into_raw(t);
         let this = ManuallyDrop::new(self);
         let start = match dir {
             Dir::ToPeer => ffi::ferry_rdma_read,
@@ -721,9 +729,8 @@ impl Incoming {
         if ret != 0 {
             // SAFETY: ferry did not take it: `done` will not run.
             let t = unsafe { KBox::from_raw(ptr) };
-            let Transfer { data, ctx } = KBox::into_inner(t);
             // INVARIANT: no transfer started; the request is still ours.
-            ctx.transferred(Incoming(this.0), data, Err(Error::from_errno(ret)));
+            T::transferred(t, Incoming(this.0), Err(Error::from_errno(ret)));
         }
     }
 
@@ -738,12 +745,11 @@ impl Incoming {
     ) {
         // SAFETY: `ctx` is the box `transfer` leaked; ferry gives it back.
         let t = unsafe { KBox::from_raw(ctx.cast::<Transfer<T, P>>()) };
-        let Transfer { data, ctx } = KBox::into_inner(t);
         let Some(raw) = NonNull::new(in_) else {
             return;
         };
         // INVARIANT: the transfer is over; the request is the caller's again.
-        ctx.transferred(Incoming(raw), data, to_result(status));
+        T::transferred(t, Incoming(raw), to_result(status));
     }
 }
 

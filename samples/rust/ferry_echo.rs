@@ -28,7 +28,7 @@ pub mod ferry_api;
 use core::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use ferry_api::{
     Data, Dir, Done, Handler, Incoming, Lent, Params, Peer, Registration, Request, Service,
-    Session, SessionRef, Transferred, Wait,
+    Session, SessionRef, Transfer, Transferred, Wait,
 };
 use kernel::{
     new_condvar, new_mutex,
@@ -218,9 +218,10 @@ struct Serving {
 }
 
 impl Transferred for Serving {
-    fn transferred(self, req: Incoming, mut data: Data, status: Result) {
+    fn transferred(t: KBox<Transfer<Self>>, req: Incoming, status: Result) {
+        let Transfer { mut data, ctx } = KBox::into_inner(t);
         let status = status.and_then(|()| {
-            if self.op == DATA_WRITE && !pattern(&mut data, self.seed, true)? {
+            if ctx.op == DATA_WRITE && !pattern(&mut data, ctx.seed, true)? {
                 pr_warn!("a write's data failed its check\n");
                 return Err(EIO);
             }
@@ -319,16 +320,18 @@ impl Handler for EchoSession {
             op: hdr.op,
             seed: hdr.seed,
         };
-        match (hdr.op, req.dir()) {
-            (DATA_WRITE, Dir::ToPeer) => req.read(data, serving),
-            (DATA_READ, Dir::FromPeer) => match pattern(&mut data, hdr.seed, false) {
-                Ok(_) => req.write(data, serving),
-                Err(e) => {
-                    let _ = req.respond(Err(e), &[]);
-                }
-            },
-            _ => {
-                let _ = req.respond(Err(EINVAL), &[]);
+        let filled = match (hdr.op, req.dir()) {
+            (DATA_WRITE, Dir::ToPeer) => Ok(()),
+            (DATA_READ, Dir::FromPeer) => pattern(&mut data, hdr.seed, false).map(|_| ()),
+            _ => Err(EINVAL),
+        };
+        // One box per request here; a consumer that keeps its transfers
+        // (one per request it may hold) allocates none.
+        match filled.and_then(|()| Transfer::new(data, serving, GFP_KERNEL)) {
+            Ok(t) if req.dir() == Dir::ToPeer => req.read(t),
+            Ok(t) => req.write(t),
+            Err(e) => {
+                let _ = req.respond(Err(e), &[]);
             }
         }
     }

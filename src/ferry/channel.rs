@@ -39,10 +39,11 @@ use kernel::{
 use crate::{
     cm::{self, CmId, ConnParams, ConnectRequest, Event, EventKind, Handler, Locked, SockAddr},
     credits::Credits,
-    ferry_abi::CRequest,
+    ferry_abi::{CRequest, RdmaCallback},
     hostile::Hostile,
     netns::Net,
     params::Params,
+    pool::{Lent, Pool, Recycle},
     rdma::{
         cq::PollCtx,
         device::{Caps, DeviceName},
@@ -58,7 +59,7 @@ use crate::{
         AcceptData, Auth, AuthContext, ConnectData, Header, Hello, HelloReply, Kind, Nonce, Reason,
         Refusal, RejectData, Secret, ServiceName,
     },
-    xfer::{self, PendingResponse, RdmaDone, RdmaOp, Refused, Request, Response, Xfer},
+    xfer::{self, RdmaDone, RdmaOp, Refused, Request, Response, Xfer},
 };
 
 mod connect;
@@ -67,7 +68,8 @@ mod responder;
 mod send;
 mod timers;
 
-pub(crate) use responder::Incoming;
+use responder::Responder;
+pub(crate) use responder::{respond, InData, Incoming};
 
 /// The name ferry's RDMA resources are attributed to (`rdma res show`).
 pub(crate) const OWNER: &CStr = c"ferry";
@@ -125,7 +127,7 @@ pub(crate) trait Owner: Send + Sync + Sized + 'static {
     /// A consumer's message arrived.
     fn deliver(this: &Arc<Self>, data: &[u8]);
     /// A request arrived.
-    fn deliver_request(this: &Arc<Self>, inc: KBox<Incoming<Self>>);
+    fn deliver_request(this: &Arc<Self>, inc: Incoming<Self>);
 }
 
 /// A channel's work items, which run on the module's work queue.
@@ -139,6 +141,10 @@ pub(crate) enum ChannelWork {
 
 /// The requests channels carry: consumers' `struct ferry_request`s.
 pub(crate) type Req = CRequest;
+
+/// What a responder's transfer tells when it is over: a consumer's
+/// `ferry_rdma_done_t`.
+pub(crate) type Done = RdmaCallback;
 
 /// Most pages one registration maps (2 MiB of 4 KiB pages), or fewer if the
 /// device says so.
@@ -191,7 +197,9 @@ struct Inner<O: Owner> {
     caps: Option<Caps>,
     pd: Option<Arc<Pd>>,
     /// Requests both ways; see [`crate::xfer`].
-    xfer: Option<Xfer<Req>>,
+    xfer: Option<Xfer<Req, Done>>,
+    /// The peer's requests held here; see [`responder`].
+    responder: Option<Responder<O>>,
     /// The handshake's nonces (see [`wire::Auth`]): the server's, from the
     /// CM accept, and the client's, from its hello.
     nonces: (Option<Nonce>, Nonce),
@@ -330,6 +338,7 @@ impl<O: Owner> Channel<O> {
                     caps: None,
                     pd: None,
                     xfer: None,
+                    responder: None,
                     nonces: (None, [0; wire::NONCE_LEN]),
                 }),
                 stats: Stats::default(),
@@ -464,11 +473,15 @@ impl<O: Owner> Channel<O> {
         drop(cm);
         // The QP is drained and gone; deregistering the regions ends every
         // key the peer had. Only then do the requests' pages go back.
-        let pool = self.inner.lock().xfer.as_mut().map(|x| {
-            x.pending.clear();
-            x.take_pool()
-        });
+        let (pool, waiting) = {
+            let mut inner = self.inner.lock();
+            (
+                inner.xfer.as_mut().map(Xfer::take_pool),
+                inner.responder.as_mut().map(Responder::take_waiting),
+            )
+        };
         drop(pool);
+        drop(waiting);
         loop {
             let f = self.inner.lock().xfer.as_mut().and_then(Xfer::abort_one);
             let Some((f, regs)) = f else { break };

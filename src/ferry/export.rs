@@ -7,7 +7,8 @@
 //! function's `unsafe` blocks) and hands them to the safe code: [`Service`]
 //! and [`Session`]. A `struct ferry_session *` is a `Session` kept alive by an
 //! `Arc` reference the holder owns; a `struct ferry_service *` likewise; a
-//! `struct ferry_incoming *` is a boxed [`Incoming`] the consumer owns. The C
+//! `struct ferry_incoming *` is an [`Incoming`] (the loan of its tag's
+//! preallocated entry, as `ForeignOwnable`) the consumer owns. The C
 //! caller's `struct ferry_ops` becomes a [`Consumer`] and [`ServiceOps`] here.
 //! `exports.c` exports the symbols in the `FERRY` namespace.
 //!
@@ -15,21 +16,22 @@
 //! bindgen turns into Rust) by [`checked`], so the two cannot drift apart.
 
 use kernel::ffi::{c_char, c_int, c_uint, c_void};
-use kernel::{prelude::*, sync::Arc};
+use kernel::{prelude::*, sync::Arc, types::ForeignOwnable};
 
 use crate::{
     bindings::{
         ferry_incoming, ferry_limits, ferry_ops, ferry_request, ferry_service, ferry_session,
         ferry_session_params, scatterlist,
     },
+    channel,
     cm::SockAddr,
-    ferry_abi::{self, dir, CRequest, Handle, Ops, Owned, RdmaCallback},
+    ferry_abi::{self, dir, CRequest, Handle, Ops, RdmaCallback},
     host::Ferry,
     netns::Net,
     params::Params,
     rdma::mr::SgList,
     service::{Service, ServiceOps},
-    session::{Consumer, Incoming, Session},
+    session::{Consumer, InData, Incoming, Session},
     wire::{request::Dir, Reason, ServiceName},
     xfer::{RdmaDone, Request},
 };
@@ -109,9 +111,9 @@ impl Consumer for COps {
         self.0.gone(s, reason_errno(reason));
     }
 
-    fn request(&self, s: &Arc<Session>, inc: KBox<Incoming>) {
+    fn request(&self, s: &Arc<Session>, inc: Incoming) {
         if let Err(inc) = self.0.request(s, inc) {
-            let _ = inc.respond(EOPNOTSUPP.to_errno(), &[]);
+            let _ = channel::respond(inc, EOPNOTSUPP.to_errno(), &[]);
         }
     }
 }
@@ -154,8 +156,8 @@ fn dir_of(raw: c_uint) -> Dir {
 }
 
 impl RdmaDone for RdmaCallback {
-    fn done(self: KBox<Self>, status: i32) {
-        KBox::into_inner(self).call(status);
+    fn done(self, status: i32) {
+        self.call(status);
     }
 }
 
@@ -584,7 +586,7 @@ pub(crate) unsafe extern "C" fn ferry_incoming_header(
     len: *mut u32,
 ) -> *const c_void {
     // SAFETY: The consumer owns `inc` (the contract).
-    let hdr = unsafe { Owned::<Incoming>::borrow(inc) }.header();
+    let hdr = unsafe { Incoming::borrow(inc.cast_mut().cast()) }.header();
     if !len.is_null() {
         // CAST: a header fits a message, far below 4 GiB.
         // SAFETY: Valid for writes (the contract).
@@ -601,7 +603,7 @@ pub(crate) unsafe extern "C" fn ferry_incoming_header(
 #[no_mangle]
 pub(crate) unsafe extern "C" fn ferry_incoming_dir(inc: *const ferry_incoming) -> c_uint {
     // SAFETY: The consumer owns `inc` (the contract).
-    match unsafe { Owned::<Incoming>::borrow(inc) }.dir() {
+    match unsafe { Incoming::borrow(inc.cast_mut().cast()) }.dir() {
         Dir::None => dir::NONE,
         Dir::ToPeer => dir::TO_PEER,
         Dir::FromPeer => dir::FROM_PEER,
@@ -616,30 +618,24 @@ pub(crate) unsafe extern "C" fn ferry_incoming_dir(inc: *const ferry_incoming) -
 #[no_mangle]
 pub(crate) unsafe extern "C" fn ferry_incoming_data_len(inc: *const ferry_incoming) -> u32 {
     // SAFETY: The consumer owns `inc` (the contract).
-    unsafe { Owned::<Incoming>::borrow(inc) }.data_len()
+    unsafe { Incoming::borrow(inc.cast_mut().cast()) }.data_len()
 }
 
 /// Starts the RDMA of `inc` (whose data must go `want`) with `sg`. Data
 /// that came inline is copied at once: its callback comes back, to be
 /// called (with 0) once `inc` is no longer borrowed.
-fn rdma(
-    inc: &mut Incoming,
-    sg: SgList,
-    done: RdmaCallback,
-    want: Dir,
-) -> Result<Option<KBox<dyn RdmaDone>>> {
+fn rdma(inc: &InData, sg: SgList, done: RdmaCallback, want: Dir) -> Result<Option<RdmaCallback>> {
     if inc.dir() != want || sg.len() != u64::from(inc.data_len()) {
         return Err(EINVAL);
     }
-    let cb: KBox<dyn RdmaDone> = KBox::new(done, GFP_KERNEL)?;
-    let chan = inc.chan.clone();
-    chan.incoming_rdma(inc, sg, cb)
+    let chan = inc.channel().ok_or(ENOTCONN)?.clone();
+    chan.incoming_rdma(inc, sg, done)
 }
 
 /// What `ferry_rdma_read()` and `ferry_rdma_write()` return for `rdma`'s
 /// result; a transfer that is already over (inline data) is told so here,
 /// after the request's last borrow (its callback may answer and free it).
-fn rdma_started(res: Result<Option<KBox<dyn RdmaDone>>>) -> c_int {
+fn rdma_started(res: Result<Option<RdmaCallback>>) -> c_int {
     match res {
         Ok(None) => 0,
         Ok(Some(cb)) => {
@@ -670,7 +666,7 @@ pub(crate) unsafe extern "C" fn ferry_rdma_read(
     // once with `inc` and `ctx` (the contract).
     let (i, sg, cb) = unsafe {
         (
-            Owned::<Incoming>::borrow(inc),
+            Incoming::borrow(inc.cast()),
             SgList::from_raw(sgl, nents),
             RdmaCallback::new(done, inc, ctx),
         )
@@ -697,7 +693,7 @@ pub(crate) unsafe extern "C" fn ferry_rdma_write(
     // SAFETY: As in `ferry_rdma_read`.
     let (i, sg, cb) = unsafe {
         (
-            Owned::<Incoming>::borrow(inc),
+            Incoming::borrow(inc.cast()),
             SgList::from_raw(sgl, nents),
             RdmaCallback::new(done, inc, ctx),
         )
@@ -718,20 +714,26 @@ pub(crate) unsafe extern "C" fn ferry_respond(
     len: u32,
 ) -> c_int {
     // SAFETY: `hdr` holds `len` bytes; the consumer owns `inc` (the contract).
-    let (hdr, i) = unsafe {
+    let (hdr, busy) = unsafe {
         (
             ferry_abi::bytes(hdr, len as usize),
-            Owned::<Incoming>::borrow(inc),
+            Incoming::borrow(inc.cast()).busy(),
         )
     };
-    let chan = i.chan.clone();
-    match chan.respond(i, status, hdr) {
+    if busy {
         // A transfer is in flight: the request stays the consumer's.
-        Err(e) if e == EBUSY => e.to_errno(),
-        res => {
-            // SAFETY: The consumer gives the request back (the contract).
-            drop(unsafe { Owned::<Incoming>::from_raw(inc) });
-            res.map_or_else(|e| e.to_errno(), |()| 0)
+        return EBUSY.to_errno();
+    }
+    // SAFETY: The consumer gives the request back (the contract), with no
+    // transfer in flight (its own to start, so none starts now).
+    let i = unsafe { Incoming::from_foreign(inc.cast()) };
+    match channel::respond(i, status, hdr) {
+        Ok(()) => 0,
+        // Never, as checked above: it stays the consumer's all the same.
+        Err((e, Some(i))) => {
+            let _ = i.into_foreign();
+            e.to_errno()
         }
+        Err((e, None)) => e.to_errno(),
     }
 }

@@ -27,6 +27,8 @@ pub mod genl;
 pub mod mem;
 #[path = "../../rust/netns.rs"]
 pub mod netns;
+#[path = "../../rust/pool.rs"]
+pub mod pool;
 #[path = "../../rust/rdma.rs"]
 pub mod rdma;
 #[path = "../../rust/slot.rs"]

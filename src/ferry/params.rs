@@ -4,7 +4,7 @@
 //! count, queue depth, message and inline sizes, timers.
 
 use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use kernel::prelude::*;
+use kernel::{page::PAGE_SIZE, prelude::*};
 
 use crate::{
     cm::SockAddr,
@@ -167,14 +167,16 @@ impl Params {
 
     /// Estimated bytes one channel takes: a receive and a send buffer of a
     /// message and its inline data per slot (each as much as the buffer
-    /// area gives it, see `qp::buf_stride`), and the driver's share of the
-    /// work requests.
+    /// area gives it, see `qp::buf_stride`), the responder's entry per tag
+    /// that holds a request's header and inline data (vmalloc: whole
+    /// pages), and the driver's share of the work requests.
     pub(crate) fn channel_bytes(&self) -> u64 {
         let depth = u64::from(self.queue_depth);
-        let buf = u64::from(self.max_msg) + u64::from(self.inline_size);
+        let msg = u64::from(self.max_msg) + u64::from(self.inline_size);
         // CAST: a buffer's size came from `u32`s; `usize` fits in `u64`.
-        let buf = buf_stride(buf as usize) as u64;
-        2 * depth * buf + depth * WRS_PER_SLOT * WR_BYTES
+        let buf = buf_stride(msg as usize) as u64;
+        let entry = msg.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
+        2 * depth * buf + depth * entry + depth * WRS_PER_SLOT * WR_BYTES
     }
 
     /// [`Params::channel_bytes`] for every channel.
@@ -228,17 +230,17 @@ mod tests {
     #[test]
     fn channel_bytes_count_buffers_and_work_requests() {
         let p = Params::DEFAULT;
-        // 128 slots of two 8 KiB buffers, and 19 work requests of 512 bytes:
-        // 3.2 MiB.
-        assert_eq!(p.channel_bytes(), 3_342_336);
-        // 64 channels of depth 1024 and 64 KiB messages: 9.1 GiB.
+        // 128 slots of two 8 KiB buffers and an 8 KiB entry, and 19 work
+        // requests of 512 bytes: 4.2 MiB.
+        assert_eq!(p.channel_bytes(), 4_390_912);
+        // 64 channels of depth 1024 and 64 KiB messages: 13.3 GiB.
         let big = Params {
             channels: 64,
             queue_depth: 1024,
             max_msg: 65536,
             ..p
         };
-        assert_eq!(big.session_bytes(), 9_764_339_712);
+        assert_eq!(big.session_bytes(), 14_327_742_464);
         // A buffer of a page or less costs a power of two: 2100 bytes, 4096.
         let odd = Params {
             queue_depth: 2,
@@ -246,7 +248,7 @@ mod tests {
             inline_size: 0,
             ..p
         };
-        assert_eq!(odd.channel_bytes(), 2 * 2 * 4096 + 2 * 19 * 512);
+        assert_eq!(odd.channel_bytes(), 2 * 2 * 4096 + 2 * 4096 + 2 * 19 * 512);
     }
 
     #[test]

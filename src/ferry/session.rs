@@ -83,8 +83,8 @@ pub(crate) trait Consumer: Send + Sync {
     fn message(&self, s: &Arc<Session>, data: &[u8]);
     /// Channel `qid` has room again after a refused send or submit.
     fn writable(&self, s: &Arc<Session>, qid: u16);
-    /// A request arrived; the consumer answers it with `Incoming::respond`.
-    fn request(&self, s: &Arc<Session>, inc: KBox<Incoming>);
+    /// A request arrived; the consumer answers it with [`channel::respond`].
+    fn request(&self, s: &Arc<Session>, inc: Incoming);
     /// The session is closed; the last call.
     fn gone(&self, s: &Arc<Session>, reason: Reason);
 }
@@ -93,6 +93,8 @@ pub(crate) trait Consumer: Send + Sync {
 pub(crate) type Channel = channel::Channel<Session>;
 /// A request that arrived on one of a session's channels.
 pub(crate) type Incoming = channel::Incoming<Session>;
+/// What an [`Incoming`] lends: the request in its tag's entry.
+pub(crate) type InData = channel::InData<Session>;
 
 /// What a session needs of the module around it, handed to it when it is
 /// made: the module's state implements it, and a session never looks that
@@ -560,7 +562,7 @@ impl Owner for Session {
         Session::deliver(this, data)
     }
 
-    fn deliver_request(this: &Arc<Self>, inc: KBox<Incoming>) {
+    fn deliver_request(this: &Arc<Self>, inc: Incoming) {
         Session::deliver_request(this, inc)
     }
 }

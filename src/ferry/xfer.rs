@@ -58,7 +58,7 @@ pub(crate) trait Request: Send {
 pub(crate) trait RdmaDone: Send {
     /// `status` 0 or an error; the consumer owns its pages again (they are
     /// unmapped).
-    fn done(self: KBox<Self>, status: i32);
+    fn done(self, status: i32);
 }
 
 /// What one request's data may be so that it always fits the registrations
@@ -232,9 +232,11 @@ pub(crate) type Refused<R> = (Error, R, Option<SgList>);
 
 /// A responder's RDMA in flight: the requester's regions are moved one after
 /// the other, each against its slice of the consumer's list.
-pub(crate) struct RdmaOp {
-    pub(crate) done: KBox<dyn RdmaDone>,
-    pub(crate) list: Arc<SgList>,
+pub(crate) struct RdmaOp<D> {
+    pub(crate) done: D,
+    /// The consumer's list, shared by the slices of a request of several
+    /// regions; `None` for one region, which takes the list whole.
+    pub(crate) list: Option<Arc<SgList>>,
     pub(crate) head: RequestHead,
     pub(crate) dir: DmaDir,
     /// The next region, and where its bytes start in `list`.
@@ -242,57 +244,70 @@ pub(crate) struct RdmaOp {
     pub(crate) offset: u64,
 }
 
-impl RdmaOp {
+impl<D: RdmaDone> RdmaOp<D> {
+    /// The transfer of `head`'s regions against `sg` (which holds exactly
+    /// its data), and its first region: the part of `sg` it takes and
+    /// where it goes. A request of one region (the common case: see
+    /// [`DataLimits`]) allocates nothing; one of several shares `sg` among
+    /// its slices, which allocate their entries (as rdma_rw allocates for
+    /// a list of several entries).
+    pub(crate) fn start(
+        done: D,
+        sg: SgList,
+        head: RequestHead,
+        dir: DmaDir,
+    ) -> core::result::Result<(Self, SgList, Remote), (Error, D)> {
+        let Some(&d) = head.descs[..head.ndesc].first() else {
+            return Err((EINVAL, done));
+        };
+        let remote = Remote {
+            addr: d.addr,
+            len: d.len,
+            rkey: d.rkey,
+        };
+        let mut op = Self {
+            done,
+            list: None,
+            head,
+            dir,
+            next: 1,
+            offset: u64::from(d.len),
+        };
+        if head.ndesc == 1 {
+            if sg.len() != u64::from(d.len) {
+                return Err((EINVAL, op.done));
+            }
+            return Ok((op, sg, remote));
+        }
+        let first = Arc::new(sg, GFP_KERNEL)
+            .map_err(Error::from)
+            .and_then(|list| {
+                let first = SgList::slice(&list, 0, d.len)?;
+                op.list = Some(list);
+                Ok(first)
+            });
+        match first {
+            Ok(first) => Ok((op, first, remote)),
+            Err(e) => Err((e, op.done)),
+        }
+    }
+
     /// The next region, what a transfer of it needs: the list, where the
     /// region's bytes start in it, the region and the direction; `None`
     /// after the last. Advances. Allocates nothing.
     pub(crate) fn next_desc(&mut self) -> Option<(Arc<SgList>, u64, Desc, DmaDir)> {
+        let list = self.list.clone()?;
         let d = *self.head.descs[..self.head.ndesc].get(self.next)?;
         let at = self.offset;
         self.next += 1;
         self.offset += u64::from(d.len);
-        Some((self.list.clone(), at, d, self.dir))
+        Some((list, at, d, self.dir))
     }
-
-    /// The next region's slice of the list and the region; `None` after the
-    /// last. Advances.
-    pub(crate) fn next_region(&mut self) -> Option<Result<(SgList, Remote)>> {
-        let d = *self.head.descs[..self.head.ndesc].get(self.next)?;
-        let slice = SgList::slice(&self.list, self.offset, d.len);
-        self.next += 1;
-        self.offset += u64::from(d.len);
-        Some(slice.map(|s| {
-            (
-                s,
-                Remote {
-                    addr: d.addr,
-                    len: d.len,
-                    rkey: d.rkey,
-                },
-            )
-        }))
-    }
-}
-
-/// A responder tag in use.
-#[derive(Default)]
-struct InSlot {
-    used: bool,
-    /// The RDMA in flight.
-    rdma: Option<RdmaOp>,
-}
-
-/// A response that found no credit, sent when credits return.
-pub(crate) struct PendingResponse {
-    pub(crate) cookie: u64,
-    pub(crate) head: ResponseHead,
-    pub(crate) hdr: KVec<u8>,
-    pub(crate) invalidate: Option<u32>,
 }
 
 /// A channel's request state (under the channel's lock). Allocates nothing
 /// after [`Xfer::new`] and never sleeps, but for [`Xfer::take_pool`].
-pub(crate) struct Xfer<R> {
+pub(crate) struct Xfer<R, D> {
     out: KVec<Option<Outstanding<R>>>,
     gens: KVec<u16>,
     /// The requester's tags in use.
@@ -307,12 +322,11 @@ pub(crate) struct Xfer<R> {
     max_regions: u32,
     /// A request found the pool empty since it last grew.
     short: bool,
-    incoming: KVec<InSlot>,
-    /// Responses waiting for a credit, with room for one per responder tag.
-    pub(crate) pending: KVec<PendingResponse>,
+    /// The responder's transfers in flight, by responder tag.
+    rdma: KVec<Option<RdmaOp<D>>>,
 }
 
-impl<R: Request> Xfer<R> {
+impl<R: Request, D> Xfer<R, D> {
     /// State for `tags` requests each way, with `first` regions of `pd`
     /// that map up to `max_pages` pages each (none without a PD: then only
     /// requests without data go). May sleep.
@@ -329,13 +343,12 @@ impl<R: Request> Xfer<R> {
             regions: 0,
             max_regions: 0,
             short: false,
-            incoming: KVec::with_capacity(n, GFP_KERNEL)?,
-            pending: KVec::with_capacity(n, GFP_KERNEL)?,
+            rdma: KVec::with_capacity(n, GFP_KERNEL)?,
         };
         for _ in 0..n {
             x.out.push(None, GFP_KERNEL)?;
             x.gens.push(0, GFP_KERNEL)?;
-            x.incoming.push(InSlot::default(), GFP_KERNEL)?;
+            x.rdma.push(None, GFP_KERNEL)?;
         }
         // The pool may hold more ids than asked for: those are never free.
         if n < x.tags.capacity() {
@@ -636,62 +649,43 @@ impl<R: Request> Xfer<R> {
     /// Whether requests are at work: this side's wait for the peer's answer,
     /// or this side moves the data of the peer's by RDMA.
     pub(crate) fn busy(&self) -> bool {
-        self.in_flight > 0 || self.incoming.iter().any(|s| s.rdma.is_some())
+        self.in_flight > 0 || self.rdma.iter().any(Option::is_some)
     }
 
     /// What is at work, for logs: this side's requests waiting for an
-    /// answer, the peer's requests held here, and of those, the ones whose
-    /// RDMA is in flight.
-    pub(crate) fn load(&self) -> (u32, usize, usize) {
-        let held = self.incoming.iter().filter(|s| s.used).count();
-        let rdma = self.incoming.iter().filter(|s| s.rdma.is_some()).count();
-        (self.in_flight, held, rdma)
-    }
-
-    /// Responder: a free tag for an incoming request.
-    pub(crate) fn take_incoming(&mut self) -> Option<u32> {
-        let i = self.incoming.iter().position(|s| !s.used)?;
-        self.incoming[i].used = true;
-        // CAST: below the tag count, a `u32`.
-        Some(i as u32)
-    }
-
-    /// Responder: tag `tag` is free again.
-    pub(crate) fn put_incoming(&mut self, tag: u32) {
-        if let Some(s) = self.incoming.get_mut(tag as usize) {
-            *s = InSlot::default();
-        }
+    /// answer, and the peer's requests whose RDMA is in flight.
+    pub(crate) fn load(&self) -> (u32, usize) {
+        let rdma = self.rdma.iter().filter(|s| s.is_some()).count();
+        (self.in_flight, rdma)
     }
 
     /// Responder: remembers tag `tag`'s RDMA.
-    pub(crate) fn set_rdma(&mut self, tag: u32, op: RdmaOp) {
-        if let Some(s) = self.incoming.get_mut(tag as usize) {
-            s.rdma = Some(op);
+    pub(crate) fn set_rdma(&mut self, tag: u32, op: RdmaOp<D>) {
+        if let Some(s) = self.rdma.get_mut(tag as usize) {
+            *s = Some(op);
         }
     }
 
     /// Responder: tag `tag`'s RDMA in flight.
-    pub(crate) fn rdma_op(&mut self, tag: u32) -> Option<&mut RdmaOp> {
-        self.incoming.get_mut(tag as usize)?.rdma.as_mut()
+    pub(crate) fn rdma_op(&mut self, tag: u32) -> Option<&mut RdmaOp<D>> {
+        self.rdma.get_mut(tag as usize)?.as_mut()
     }
 
     /// Responder: whether tag `tag` has an RDMA in flight.
     pub(crate) fn rdma_pending(&self, tag: u32) -> bool {
-        self.incoming
-            .get(tag as usize)
-            .is_some_and(|s| s.rdma.is_some())
+        self.rdma.get(tag as usize).is_some_and(Option::is_some)
     }
 
     /// Responder: the callback of tag `tag`'s RDMA, once it is over.
-    pub(crate) fn take_rdma(&mut self, tag: u32) -> Option<KBox<dyn RdmaDone>> {
-        Some(self.incoming.get_mut(tag as usize)?.rdma.take()?.done)
+    pub(crate) fn take_rdma(&mut self, tag: u32) -> Option<D> {
+        Some(self.rdma.get_mut(tag as usize)?.take()?.done)
     }
 
     /// Responder, teardown: the callback of an RDMA still pending.
-    pub(crate) fn take_one_rdma(&mut self) -> Option<KBox<dyn RdmaDone>> {
-        self.incoming
+    pub(crate) fn take_one_rdma(&mut self) -> Option<D> {
+        self.rdma
             .iter_mut()
-            .find_map(|s| s.rdma.take())
+            .find_map(Option::take)
             .map(|op| op.done)
     }
 }
@@ -755,8 +749,15 @@ mod tag_tests {
         }
     }
 
+    /// The responder's transfers are not under test here.
+    struct NoRdma;
+
+    impl RdmaDone for NoRdma {
+        fn done(self, _status: i32) {}
+    }
+
     struct Rig {
-        x: Xfer<Probe>,
+        x: Xfer<Probe, NoRdma>,
         done: Arc<AtomicU32>,
         status: Arc<AtomicI32>,
     }

@@ -157,6 +157,10 @@ impl<O: Owner> Channel<O> {
             first,
         )
         .map_err(|_| Reason::NoResources)?;
+        // The peer's requests: their headers and inline data, in the
+        // receive buffers' size.
+        let responder = Responder::new(p.queue_depth, cfg.buf_size as usize)
+            .map_err(|_| Reason::NoResources)?;
         let ctx = if p.polled(self.index) {
             PollCtx::Direct
         } else {
@@ -175,12 +179,14 @@ impl<O: Owner> Channel<O> {
             // Torn down meanwhile: what was made goes, outside the lock.
             drop(inner);
             drop(xfer);
+            drop(responder);
             return Err(Reason::LocalClose);
         }
         inner.device = Some((device.index(), device.name()));
         inner.caps = Some(caps);
         inner.pd = Some(pd);
         inner.xfer = Some(xfer);
+        inner.responder = Some(responder);
         drop(inner);
         Ok((qp, ring))
     }

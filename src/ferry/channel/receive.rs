@@ -197,43 +197,12 @@ impl<O: Owner> Channel<O> {
                     ));
                 }
                 // The requester may have its queue depth in flight: this
-                // side's depth, which is also the tag count.
-                let tag = inner
-                    .xfer
-                    .as_mut()
-                    .and_then(Xfer::take_incoming)
-                    .ok_or(Refusal::breach("more requests than its queue depth"))?;
-                drop(inner);
-                self.stats.add(Counter::RequestsRx, 1);
-                // The header and inline data, kept until the consumer
+                // side's depth, which is also the tag count. The header and
+                // inline data go into the tag's entry until the consumer
                 // responds; the receive buffer goes back to the peer now.
-                let mut bytes = KVec::new();
-                let inc = bytes
-                    .reserve(hdr.len() + data.len(), GFP_KERNEL)
-                    .map_err(Error::from)
-                    .and_then(|()| {
-                        bytes.extend_from_slice(hdr, GFP_KERNEL)?;
-                        bytes.extend_from_slice(data, GFP_KERNEL)?;
-                        KBox::new(
-                            Incoming {
-                                chan: self.clone(),
-                                tag,
-                                cookie: h.cookie,
-                                head,
-                                bytes,
-                                moved: 0,
-                            },
-                            GFP_KERNEL,
-                        )
-                        .map_err(Error::from)
-                    });
-                match inc {
-                    Ok(inc) => O::deliver_request(&self.session, inc),
-                    Err(_) => {
-                        self.incoming_dropped(tag);
-                        return Err(Reason::NoResources.into());
-                    }
-                }
+                let inc = self.incoming(inner, h.cookie, head, hdr, data)?;
+                self.stats.add(Counter::RequestsRx, 1);
+                O::deliver_request(&self.session, inc);
                 Ok(granted)
             }
             (Kind::Response, ChanState::Up, _) => {

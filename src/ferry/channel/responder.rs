@@ -3,10 +3,208 @@
 //! The responder's side of requests: a request that arrived is an
 //! [`Incoming`] until the consumer answers; its data moves by rdma_rw (or is
 //! copied, when it came inline), and the answer waits for a credit if it must.
+//!
+//! Each responder tag has an entry of its own in the channel's [`Pool`],
+//! made with the channel: the request's header and inline data are copied
+//! into it as the request arrives (its receive buffer goes back to the peer
+//! at once), and a response that finds no credit waits in it. Nothing is
+//! allocated per request, but by rdma_rw for a list of several entries and
+//! by a request of several regions (see [`RdmaOp::start`]).
 
 use super::*;
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+/// A request from the peer, the consumer's until it answers: the loan of
+/// its tag's entry.
+pub(crate) type Incoming<O> = Lent<InData<O>>;
+
+/// A responder tag's entry: a request that arrived, until its response is
+/// sent.
+pub(crate) struct InData<O: Owner> {
+    /// While lent, the channel the request came on.
+    chan: Option<Arc<Channel<O>>>,
+    /// This side's responder tag (the entry's index).
+    tag: u32,
+    /// The requester's tag.
+    cookie: u64,
+    head: RequestHead,
+    /// The requester's header, then its inline data if the request has any;
+    /// a response that waits for a credit, its header. Room for a receive
+    /// buffer's bytes, made with the entry (vmalloc: no high-order pages
+    /// for large messages).
+    bytes: VVec<u8>,
+    hdr_len: usize,
+    /// Bytes moved so far.
+    moved: AtomicU32,
+    /// A response waiting for a credit, and the key it invalidates; its
+    /// header is in `bytes`.
+    response: Option<(ResponseHead, Option<u32>)>,
+}
+
+impl<O: Owner> Recycle for InData<O> {
+    fn recycle(&mut self) {
+        self.chan = None;
+        self.response = None;
+    }
+}
+
+impl<O: Owner> InData<O> {
+    fn new(tag: usize, room: usize) -> Result<Self> {
+        Ok(Self {
+            chan: None,
+            // CAST: below the tag count, a `u32`.
+            tag: tag as u32,
+            cookie: 0,
+            head: RequestHead::default(),
+            bytes: VVec::with_capacity(room, GFP_KERNEL)?,
+            hdr_len: 0,
+            moved: AtomicU32::new(0),
+            response: None,
+        })
+    }
+
+    /// Takes in a request that arrived on `chan`. Copies within the room
+    /// the entry was made with: `EMSGSIZE` beyond it (never, for what fits
+    /// a receive buffer).
+    fn fill(
+        &mut self,
+        chan: Arc<Channel<O>>,
+        cookie: u64,
+        head: RequestHead,
+        hdr: &[u8],
+        data: &[u8],
+    ) -> Result {
+        if hdr.len() + data.len() > self.bytes.capacity() {
+            return Err(EMSGSIZE);
+        }
+        self.bytes.clear();
+        // Within capacity: no allocation.
+        self.bytes.extend_from_slice(hdr, GFP_NOWAIT)?;
+        self.bytes.extend_from_slice(data, GFP_NOWAIT)?;
+        self.hdr_len = hdr.len();
+        self.chan = Some(chan);
+        self.cookie = cookie;
+        self.head = head;
+        self.moved.store(0, Relaxed);
+        self.response = None;
+        Ok(())
+    }
+
+    /// Which way its data goes.
+    pub(crate) fn dir(&self) -> Dir {
+        self.head.dir
+    }
+
+    /// Bytes of data.
+    pub(crate) fn data_len(&self) -> u32 {
+        self.head.data_len
+    }
+
+    /// The requester's header.
+    pub(crate) fn header(&self) -> &[u8] {
+        self.bytes.get(..self.hdr_len).unwrap_or(&[])
+    }
+
+    /// The data that came in the request (empty unless it came inline).
+    pub(crate) fn inline_data(&self) -> &[u8] {
+        self.bytes.get(self.hdr_len..).unwrap_or(&[])
+    }
+
+    /// The channel it came on.
+    pub(crate) fn channel(&self) -> Option<&Arc<Channel<O>>> {
+        self.chan.as_ref()
+    }
+
+    /// Whether a transfer of its data is in flight.
+    pub(crate) fn busy(&self) -> bool {
+        self.chan.as_ref().is_some_and(|c| {
+            c.inner
+                .lock()
+                .xfer
+                .as_ref()
+                .is_some_and(|x| x.rdma_pending(self.tag))
+        })
+    }
+}
+
+/// Answers `inc` with `status` and `hdr`, invalidating the requester's
+/// first key if the request had data; see [`Channel::respond`].
+pub(crate) fn respond<O: Owner>(
+    inc: Incoming<O>,
+    status: i32,
+    hdr: &[u8],
+) -> Result<(), (Error, Option<Incoming<O>>)> {
+    match inc.chan.clone() {
+        Some(chan) => chan.respond(inc, status, hdr),
+        None => Err((ENOTCONN, None)),
+    }
+}
+
+/// The responder's part of a channel (under the channel's lock).
+pub(super) struct Responder<O: Owner> {
+    /// One entry per responder tag; lives as long as the channel, so an
+    /// entry a consumer still holds stays valid.
+    pool: Arc<Pool<InData<O>>>,
+    /// Answered requests whose response waits for a credit, oldest first,
+    /// with room for all.
+    waiting: KVec<Incoming<O>>,
+    /// Where the search for a free tag starts.
+    next: usize,
+}
+
+impl<O: Owner> Responder<O> {
+    /// For `tags` requests at a time of up to `room` bytes of header and
+    /// inline data. May sleep.
+    pub(super) fn new(tags: u32, room: usize) -> Result<Self> {
+        Ok(Self {
+            pool: Pool::new(tags as usize, |i| InData::new(i, room))?,
+            waiting: KVec::with_capacity(tags as usize, GFP_KERNEL)?,
+            next: 0,
+        })
+    }
+
+    /// A free tag's entry; `None` when the peer has the queue's depth in
+    /// flight already.
+    fn take(&mut self) -> Option<Incoming<O>> {
+        let l = self.pool.lend_any(self.next)?;
+        self.next = l.index() + 1;
+        Some(l)
+    }
+
+    /// How many of the peer's requests are held here.
+    pub(super) fn held(&self) -> usize {
+        self.pool.lent()
+    }
+
+    /// Teardown: the responses still waiting, to be dropped without the
+    /// channel's lock.
+    pub(super) fn take_waiting(&mut self) -> KVec<Incoming<O>> {
+        core::mem::take(&mut self.waiting)
+    }
+}
 
 impl<O: Owner> Channel<O> {
+    /// A request arrived: the tag's entry it goes in, filled after the
+    /// channel's lock (which `inner` holds and this lets go), or why not.
+    pub(super) fn incoming(
+        self: &Arc<Self>,
+        mut inner: SpinLockIrqGuard<'_, Inner<O>>,
+        cookie: u64,
+        head: RequestHead,
+        hdr: &[u8],
+        data: &[u8],
+    ) -> Result<Incoming<O>, Refusal> {
+        let mut inc = inner
+            .responder
+            .as_mut()
+            .and_then(Responder::take)
+            .ok_or(Refusal::breach("more requests than its queue depth"))?;
+        drop(inner);
+        inc.fill(self.clone(), cookie, head, hdr, data)
+            .map_err(|_| Refusal::from(Reason::NoResources))?;
+        Ok(inc)
+    }
+
     /// Responder: moves the data of `inc` between its requester and `sg` (an
     /// RDMA READ for a request whose data goes to this side, a WRITE for one
     /// whose data comes from it), region after region; `done` is told when
@@ -18,10 +216,10 @@ impl<O: Owner> Channel<O> {
     /// answer `done` may send): `Ok(Some(done))`.
     pub(crate) fn incoming_rdma(
         &self,
-        inc: &mut Incoming<O>,
+        inc: &InData<O>,
         sg: SgList,
-        done: KBox<dyn RdmaDone>,
-    ) -> Result<Option<KBox<dyn RdmaDone>>> {
+        done: Done,
+    ) -> Result<Option<Done>> {
         let dir = match inc.head.dir {
             // RDMA READ: the device writes the local pages.
             Dir::ToPeer => DmaDir::FromDevice,
@@ -37,18 +235,10 @@ impl<O: Owner> Channel<O> {
                 return Err(ENOTCONN);
             }
             sg.copy_from(inc.inline_data())?;
-            inc.moved = inc.head.data_len;
+            inc.moved.store(inc.head.data_len, Relaxed);
             return Ok(Some(done));
         }
-        let mut op = RdmaOp {
-            done,
-            list: Arc::new(sg, GFP_KERNEL)?,
-            head: inc.head,
-            dir,
-            next: 0,
-            offset: 0,
-        };
-        let (first, mut remote) = op.next_region().ok_or(EINVAL)??;
+        let (op, first, mut remote) = RdmaOp::start(done, sg, inc.head, dir).map_err(|(e, _)| e)?;
         self.session.hostile().remote(&mut remote);
         let mut inner = self.inner.lock();
         if inner.state != ChanState::Up {
@@ -62,18 +252,18 @@ impl<O: Owner> Channel<O> {
         };
         let (tag, len) = (inc.tag, inc.head.data_len);
         // Recorded before it is posted: it may complete, and its `done`
-        // answer and free `inc`, at once. Nothing touches `inc` after.
+        // answer and give `inc` back, at once. Nothing touches `inc` after.
         if let Some(x) = inner.xfer.as_mut() {
             x.set_rdma(tag, op);
         }
-        inc.moved = len;
+        inc.moved.store(len, Relaxed);
         drop(inner);
         let res = qp.rdma(tag, first, remote, dir);
         let mut inner = self.inner.lock();
         if res.is_err() {
             // Never posted: `done` is not called; the caller hears the error.
-            drop(inner.xfer.as_mut().and_then(|x| x.take_rdma(tag)));
-            inc.moved = 0;
+            let _ = inner.xfer.as_mut().and_then(|x| x.take_rdma(tag));
+            inc.moved.store(0, Relaxed);
         }
         inner.end_loan(qp);
         drop(inner);
@@ -130,50 +320,61 @@ impl<O: Owner> Channel<O> {
 
     /// Responder: answers `inc` with `status` and `hdr`, invalidating the
     /// requester's first key if the request had data. A response that finds
-    /// no credit waits for one (a copy of `hdr`, made then). `EBUSY` while a
-    /// transfer of `inc` is in flight, `ENOTCONN` if the channel is gone,
-    /// `EMSGSIZE` if `hdr` does not fit.
-    pub(crate) fn respond(&self, inc: &Incoming<O>, status: i32, hdr: &[u8]) -> Result {
+    /// no credit waits for one in `inc`'s entry, whose tag stays taken until
+    /// it goes. `EBUSY` while a transfer of `inc` is in flight (`inc` comes
+    /// back), `ENOTCONN` if the channel is gone, `EMSGSIZE` if `hdr` does
+    /// not fit. Any context.
+    pub(crate) fn respond(
+        &self,
+        mut inc: Incoming<O>,
+        status: i32,
+        hdr: &[u8],
+    ) -> Result<(), (Error, Option<Incoming<O>>)> {
         let head = ResponseHead {
             status: status.clamp(-4095, 0),
-            moved: inc.moved,
+            moved: inc.moved.load(Relaxed),
         };
         let invalidate = (inc.head.ndesc > 0).then_some(inc.head.descs[0].rkey);
-        {
-            let mut inner = self.inner.lock();
-            if inner.xfer.as_ref().is_some_and(|x| x.rdma_pending(inc.tag)) {
-                return Err(EBUSY);
-            }
-            if inner.state != ChanState::Up {
-                return Err(ENOTCONN);
-            }
-            if Header::LEN + ResponseHead::FIXED + hdr.len() > inner.peer_max_msg as usize {
-                return Err(EMSGSIZE);
-            }
-            let queued = inner.xfer.as_ref().is_some_and(|x| !x.pending.is_empty());
-            if !queued {
-                match self.send_response(&mut inner, inc.cookie, &head, hdr, invalidate) {
-                    Err(e) if e == EAGAIN => {}
-                    r => return r,
-                }
-            }
-        }
-        // Behind the others, in order.
-        let mut copy = KVec::new();
-        copy.extend_from_slice(hdr, GFP_KERNEL)?;
-        let r = PendingResponse {
-            cookie: inc.cookie,
-            head,
-            hdr: copy,
-            invalidate,
-        };
+        // `inc` goes back to its pool after the lock (declared after it).
         let mut inner = self.inner.lock();
-        if inner.state != ChanState::Up {
-            return Err(ENOTCONN);
+        if inner.xfer.as_ref().is_some_and(|x| x.rdma_pending(inc.tag)) {
+            drop(inner);
+            return Err((EBUSY, Some(inc)));
         }
-        if let Some(x) = inner.xfer.as_mut() {
-            // One per responder tag, which `inc` holds: there is room.
-            x.pending.push_within_capacity(r).map_err(|_| ENOMEM)?;
+        if inner.state != ChanState::Up {
+            return Err((ENOTCONN, None));
+        }
+        if Header::LEN + ResponseHead::FIXED + hdr.len() > inner.peer_max_msg as usize {
+            return Err((EMSGSIZE, None));
+        }
+        let queued = inner
+            .responder
+            .as_ref()
+            .is_some_and(|r| !r.waiting.is_empty());
+        if !queued {
+            match self.send_response(&mut inner, inc.cookie, &head, hdr, invalidate) {
+                Err(e) if e == EAGAIN => {}
+                r => return r.map_err(|e| (e, None)),
+            }
+        }
+        // Behind the others, in order, in its own entry (which holds a
+        // message: the peer's limit is at most this side's).
+        if hdr.len() > inc.bytes.capacity() {
+            return Err((EMSGSIZE, None));
+        }
+        inc.bytes.clear();
+        if inc.bytes.extend_from_slice(hdr, GFP_NOWAIT).is_err() {
+            return Err((ENOMEM, None));
+        }
+        inc.response = Some((head, invalidate));
+        let Some(r) = inner.responder.as_mut() else {
+            return Err((ENOTCONN, None));
+        };
+        // One per responder tag, which `inc` holds: there is room.
+        if let Err(e) = r.waiting.push_within_capacity(inc) {
+            drop(inner);
+            drop(e);
+            return Err((ENOMEM, None));
         }
         drop(inner);
         // A credit may have come back meanwhile.
@@ -221,26 +422,38 @@ impl<O: Owner> Channel<O> {
         O::credits_returned(&self.session, self.index);
     }
 
-    /// Sends the responses that wait for credits, while credits last.
+    /// Sends the responses that wait for credits, while credits last; each
+    /// gives its tag back after the lock.
     pub(super) fn flush_responses(&self) {
-        let mut inner = self.inner.lock();
         loop {
-            let Some(r) = inner.xfer.as_mut().and_then(|x| {
-                (!x.pending.is_empty())
-                    .then(|| x.pending.remove(0).ok())
-                    .flatten()
-            }) else {
+            let mut inner = self.inner.lock();
+            let Some(r) = inner.responder.as_mut() else {
                 return;
             };
-            if self
-                .send_response(&mut inner, r.cookie, &r.head, &r.hdr, r.invalidate)
-                .is_err()
-            {
-                if let Some(x) = inner.xfer.as_mut() {
-                    let _ = x.pending.insert_within_capacity(0, r);
+            if r.waiting.is_empty() {
+                return;
+            }
+            let Ok(inc) = r.waiting.remove(0) else {
+                return;
+            };
+            let sent = match inc.response {
+                Some((head, invalidate)) => self
+                    .send_response(&mut inner, inc.cookie, &head, &inc.bytes, invalidate)
+                    .is_ok(),
+                // Never: only a response waits.
+                None => true,
+            };
+            if !sent {
+                if let Some(r) = inner.responder.as_mut() {
+                    if let Err(e) = r.waiting.insert_within_capacity(0, inc) {
+                        drop(inner);
+                        drop(e);
+                    }
                 }
                 return;
             }
+            drop(inner);
+            drop(inc);
         }
     }
 
@@ -253,65 +466,5 @@ impl<O: Owner> Channel<O> {
         }
         // Tag 0xfff0 of generation 0xffff: beyond any tag count.
         self.send_locked(&mut inner, Kind::Response, 0xffff_fff0, &[0u8; 16])
-    }
-
-    /// An [`Incoming`] is gone: its responder tag is free.
-    pub(crate) fn incoming_dropped(&self, tag: u32) {
-        if let Some(x) = self.inner.lock().xfer.as_mut() {
-            x.put_incoming(tag);
-        }
-    }
-}
-
-/// A request that arrived, until the consumer responds.
-pub(crate) struct Incoming<O: Owner> {
-    pub(crate) chan: Arc<Channel<O>>,
-    /// This side's responder tag.
-    pub(crate) tag: u32,
-    /// The requester's tag.
-    pub(crate) cookie: u64,
-    pub(crate) head: RequestHead,
-    /// The requester's header, then its inline data if the request has any.
-    pub(crate) bytes: KVec<u8>,
-    /// Bytes moved so far.
-    pub(crate) moved: u32,
-}
-
-impl<O: Owner> Incoming<O> {
-    /// Which way its data goes.
-    pub(crate) fn dir(&self) -> Dir {
-        self.head.dir
-    }
-
-    /// Bytes of data.
-    pub(crate) fn data_len(&self) -> u32 {
-        self.head.data_len
-    }
-
-    /// The requester's header.
-    pub(crate) fn header(&self) -> &[u8] {
-        let inline = if self.head.inline {
-            self.head.data_len as usize
-        } else {
-            0
-        };
-        &self.bytes[..self.bytes.len() - inline]
-    }
-
-    /// The data that came in the request (empty unless it came inline).
-    pub(crate) fn inline_data(&self) -> &[u8] {
-        &self.bytes[self.header().len()..]
-    }
-
-    /// Answers the request: see [`Channel::respond`].
-    pub(crate) fn respond(self: KBox<Self>, status: i32, hdr: &[u8]) -> Result {
-        let chan = self.chan.clone();
-        chan.respond(&self, status, hdr)
-    }
-}
-
-impl<O: Owner> Drop for Incoming<O> {
-    fn drop(&mut self) {
-        self.chan.incoming_dropped(self.tag);
     }
 }

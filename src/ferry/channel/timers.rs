@@ -40,7 +40,8 @@ impl<O: Owner> Channel<O> {
         if timed_out {
             if inner.state == ChanState::Up {
                 // What the channel was doing, for whoever reads why it failed.
-                let (waiting, held, rdma) = inner.xfer.as_ref().map_or((0, 0, 0), Xfer::load);
+                let (waiting, rdma) = inner.xfer.as_ref().map_or((0, 0), Xfer::load);
+                let held = inner.responder.as_ref().map_or(0, Responder::held);
                 let dev = inner.device.map_or(DeviceName::NONE, |(_, n)| n);
                 crate::ratelimit::pr_warn_limited!(
                     "{}: session {} channel {}: nothing from the peer for {} ms, its adapter's last ack {} ms ago; {} requests waiting for answers, {} of the peer's held here ({} in RDMA), {} credits\n",

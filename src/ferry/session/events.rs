@@ -67,13 +67,13 @@ impl Session {
     }
 
     /// Hands a received request to the consumer; without one, refuses it.
-    pub(crate) fn deliver_request(self: &Arc<Self>, inc: KBox<Incoming>) {
+    pub(crate) fn deliver_request(self: &Arc<Self>, inc: Incoming) {
         let consumer = self.inner.lock().consumer.clone();
         match consumer {
             Some(c) => c.request(self, inc),
             None => {
                 self.rx_dropped.fetch_add(1, Relaxed);
-                let _ = inc.respond(EOPNOTSUPP.to_errno(), &[]);
+                let _ = channel::respond(inc, EOPNOTSUPP.to_errno(), &[]);
             }
         }
     }

@@ -48,9 +48,10 @@ pub(crate) const MAX_DATA: u32 = 64 << 20;
 pub(crate) const INLINE: u16 = 1;
 
 /// Which way a request's data goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub(crate) enum Dir {
     /// No data.
+    #[default]
     None = 0,
     /// The requester's data goes to the peer, which reads it.
     ToPeer = 1,
@@ -70,7 +71,7 @@ pub(crate) struct Desc {
 }
 
 /// A request's fixed part and regions; the header follows them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub(crate) struct RequestHead {
     /// Which way the data goes.
     pub(crate) dir: Dir,
