@@ -31,6 +31,15 @@
 #include <linux/wait.h>
 #include <ferry/ferry.h>
 
+/*
+ * `make bench BENCH_BASELINE=REV` builds this file against an older ferry
+ * too: one from before per-channel submit spreads the requests itself.
+ */
+#ifndef FERRY_TAGGED
+#define ferry_submit_on(s, qid, req, flags)	ferry_submit(s, req, flags)
+#define ferry_send_on(s, qid, buf, len, flags)	ferry_send(s, buf, len, flags)
+#endif
+
 static char *peer;
 module_param(peer, charp, 0644);
 MODULE_PARM_DESC(peer, "The IPv4 or IPv6 address of the peer running ferry_bench");
@@ -415,8 +424,10 @@ static int bench_run(const char *mode)
 	if (sysfs_streq(mode, "lat") || sysfs_streq(mode, "send"))
 		p.max_msg = clamp_t(u32, size + 16, 256, 65536);
 	/* A polled channel for the ping-pong, after the others. */
+#ifdef FERRY_TAGGED
 	if (sysfs_streq(mode, "lat") && poll)
 		p.poll_channels = 1;
+#endif
 	c = kzalloc(sizeof(*c), GFP_KERNEL);
 	if (!c)
 		return -ENOMEM;
