@@ -19,9 +19,10 @@
 use core::{
     cell::UnsafeCell,
     ffi::c_void,
+    marker::PhantomData,
     mem::{offset_of, ManuallyDrop},
     ops::{Deref, DerefMut},
-    ptr::NonNull,
+    ptr::{addr_of, NonNull},
     sync::atomic::{AtomicBool, Ordering},
 };
 use kernel::{prelude::*, sync::Arc, types::ForeignOwnable};
@@ -102,6 +103,7 @@ impl<T: Recycle> Pool<T> {
         // INVARIANT: lent, with its pool held in `home`.
         Some(Lent {
             entry: NonNull::from(e),
+            _inv: PhantomData,
         })
     }
 
@@ -135,6 +137,9 @@ impl<T: Recycle> Pool<T> {
 /// handle, the only one; its `home` holds a reference to that pool.
 pub struct Lent<T: Recycle> {
     entry: NonNull<Entry<T>>,
+    /// Invariant in `T`: the value outlives the loan, so a `Lent<T>` must
+    /// not pass for one of a shorter-lived `T`.
+    _inv: PhantomData<fn(T) -> T>,
 }
 
 // SAFETY: The handle owns its value exclusively (type invariant): it may go
@@ -165,17 +170,23 @@ unsafe impl<T: Recycle + 'static> ForeignOwnable for Lent<T> {
 
     fn into_foreign(self) -> *mut c_void {
         let this = ManuallyDrop::new(self);
-        this.entry().value.get().cast()
+        let entry = this.entry.as_ptr();
+        // A pointer with the whole entry's provenance, so that
+        // `from_foreign` may step back to the entry from it.
+        // SAFETY: `entry` is valid (type invariant); no reference is made.
+        UnsafeCell::raw_get(unsafe { addr_of!((*entry).value) }).cast()
     }
 
     unsafe fn from_foreign(ptr: *mut c_void) -> Self {
         // SAFETY: `ptr` is the `value` field of a lent entry (the contract),
-        // which stays in the pool that the entry's `home` keeps alive.
+        // with the entry's provenance (`into_foreign`), which stays in the
+        // pool that the entry's `home` keeps alive.
         let entry = unsafe { ptr.byte_sub(offset_of!(Entry<T>, value)) }.cast::<Entry<T>>();
         // INVARIANT: the loan `into_foreign` kept.
         Self {
             // SAFETY: Derived from the non-null `ptr`, inside the same entry.
             entry: unsafe { NonNull::new_unchecked(entry) },
+            _inv: PhantomData,
         }
     }
 

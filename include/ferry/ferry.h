@@ -608,16 +608,20 @@ int ferry_rdma_write(struct ferry_incoming *in, struct scatterlist *sgl,
  * ferry_respond() - answer a request
  * @in: the request; ferry takes it back unless this fails with -EBUSY.
  * @status: 0 or a negative errno, for the requester's &ferry_request.status.
- * @hdr: the response header (may be NULL if @len is 0).
+ * @hdr: the response header (may be NULL if @len is 0); not in @in's own
+ *	header or inline data (ferry_incoming_header()): copy it first.
  * @len: its length: at most &ferry_limits.max_payload less 16 bytes.
  *
  * Sends the response (as a SEND_WITH_INV that ends the requester's first
- * registration), now or, without a credit, as soon as one returns.
+ * registration), now or, without a credit, as soon as one returns; it then
+ * waits in the request's own entry, preallocated with the channel, so
+ * nothing is allocated.
  *
- * Return: 0; -EBUSY if a transfer of @in is still in flight (@in stays the
- * caller's: respond after its @done); -EMSGSIZE, -ENOMEM, or -ENOTCONN if
- * the connection is gone (the requester then sees -ECONNABORTED). Except for
- * -EBUSY, @in is gone when this returns.
+ * Return: 0; -EBUSY if a transfer of @in is still in flight, or -EINVAL if
+ * @hdr lies in @in's own bytes (@in stays the caller's for both: respond
+ * after its @done, or with a copy); -EMSGSIZE, -ENOMEM, or -ENOTCONN if the
+ * connection is gone (the requester then sees -ECONNABORTED). Except for
+ * -EBUSY and -EINVAL, @in is gone when this returns.
  */
 int ferry_respond(struct ferry_incoming *in, int status, const void *hdr,
 		  u32 len);

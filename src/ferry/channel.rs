@@ -69,7 +69,7 @@ mod send;
 mod timers;
 
 use responder::Responder;
-pub(crate) use responder::{respond, InData, Incoming};
+pub(crate) use responder::{respond, Incoming};
 
 /// The name ferry's RDMA resources are attributed to (`rdma res show`).
 pub(crate) const OWNER: &CStr = c"ferry";
@@ -473,15 +473,18 @@ impl<O: Owner> Channel<O> {
         drop(cm);
         // The QP is drained and gone; deregistering the regions ends every
         // key the peer had. Only then do the requests' pages go back.
-        let (pool, waiting) = {
+        // The responder's entries go with the last request a consumer still
+        // holds (its answer finds the channel closed); the responses that
+        // wait for credits go now, without the lock.
+        let (pool, responder) = {
             let mut inner = self.inner.lock();
             (
                 inner.xfer.as_mut().map(Xfer::take_pool),
-                inner.responder.as_mut().map(Responder::take_waiting),
+                inner.responder.take(),
             )
         };
         drop(pool);
-        drop(waiting);
+        drop(responder);
         loop {
             let f = self.inner.lock().xfer.as_mut().and_then(Xfer::abort_one);
             let Some((f, regs)) = f else { break };

@@ -31,7 +31,7 @@ use crate::{
     params::Params,
     rdma::mr::SgList,
     service::{Service, ServiceOps},
-    session::{Consumer, InData, Incoming, Session},
+    session::{Consumer, Incoming, Session},
     wire::{request::Dir, Reason, ServiceName},
     xfer::{RdmaDone, Request},
 };
@@ -624,12 +624,33 @@ pub(crate) unsafe extern "C" fn ferry_incoming_data_len(inc: *const ferry_incomi
 /// Starts the RDMA of `inc` (whose data must go `want`) with `sg`. Data
 /// that came inline is copied at once: its callback comes back, to be
 /// called (with 0) once `inc` is no longer borrowed.
-fn rdma(inc: &InData, sg: SgList, done: RdmaCallback, want: Dir) -> Result<Option<RdmaCallback>> {
-    if inc.dir() != want || sg.len() != u64::from(inc.data_len()) {
-        return Err(EINVAL);
-    }
-    let chan = inc.channel().ok_or(ENOTCONN)?.clone();
-    chan.incoming_rdma(inc, sg, done)
+///
+/// # Safety
+///
+/// `inc` is the consumer's, with no transfer in flight.
+unsafe fn rdma(
+    inc: *mut ferry_incoming,
+    sg: SgList,
+    done: RdmaCallback,
+    want: Dir,
+) -> Result<Option<RdmaCallback>> {
+    // The borrow ends before a transfer is posted, whose completion may
+    // answer the request and reuse its entry at once.
+    let (chan, tag, head) = {
+        // SAFETY: The consumer owns `inc` (the contract).
+        let i = unsafe { Incoming::borrow(inc.cast()) };
+        if i.dir() != want || sg.len() != u64::from(i.data_len()) {
+            return Err(EINVAL);
+        }
+        let chan = i.channel().ok_or(ENOTCONN)?.clone();
+        if i.head().inline {
+            chan.incoming_inline(i, sg)?;
+            return Ok(Some(done));
+        }
+        (chan, i.tag(), i.head())
+    };
+    chan.incoming_rdma(tag, head, sg, done)?;
+    Ok(None)
 }
 
 /// What `ferry_rdma_read()` and `ferry_rdma_write()` return for `rdma`'s
@@ -664,14 +685,14 @@ pub(crate) unsafe extern "C" fn ferry_rdma_read(
     };
     // SAFETY: The consumer owns `inc`, lends `sgl` and may be called back
     // once with `inc` and `ctx` (the contract).
-    let (i, sg, cb) = unsafe {
+    let (sg, cb) = unsafe {
         (
-            Incoming::borrow(inc.cast()),
             SgList::from_raw(sgl, nents),
             RdmaCallback::new(done, inc, ctx),
         )
     };
-    rdma_started(sg.and_then(|sg| rdma(i, sg, cb, Dir::ToPeer)))
+    // SAFETY: As above.
+    rdma_started(sg.and_then(|sg| unsafe { rdma(inc, sg, cb, Dir::ToPeer) }))
 }
 
 /// See `ferry_rdma_write()` in `include/ferry/ferry.h`.
@@ -691,14 +712,14 @@ pub(crate) unsafe extern "C" fn ferry_rdma_write(
         return EINVAL.to_errno();
     };
     // SAFETY: As in `ferry_rdma_read`.
-    let (i, sg, cb) = unsafe {
+    let (sg, cb) = unsafe {
         (
-            Incoming::borrow(inc.cast()),
             SgList::from_raw(sgl, nents),
             RdmaCallback::new(done, inc, ctx),
         )
     };
-    rdma_started(sg.and_then(|sg| rdma(i, sg, cb, Dir::FromPeer)))
+    // SAFETY: As in `ferry_rdma_read`.
+    rdma_started(sg.and_then(|sg| unsafe { rdma(inc, sg, cb, Dir::FromPeer) }))
 }
 
 /// See `ferry_respond()` in `include/ferry/ferry.h`.
@@ -713,23 +734,22 @@ pub(crate) unsafe extern "C" fn ferry_respond(
     hdr: *const c_void,
     len: u32,
 ) -> c_int {
-    // SAFETY: `hdr` holds `len` bytes; the consumer owns `inc` (the contract).
-    let (hdr, busy) = unsafe {
+    // SAFETY: The consumer owns `inc` (the contract).
+    if unsafe { Incoming::borrow(inc.cast()) }.holds(hdr.cast(), len as usize) {
+        // A response that waits for a credit is kept in that entry.
+        return EINVAL.to_errno();
+    }
+    // SAFETY: `hdr` holds `len` bytes, outside the request's entry (checked
+    // above); the consumer gives the request back (the contract).
+    let (hdr, i) = unsafe {
         (
             ferry_abi::bytes(hdr, len as usize),
-            Incoming::borrow(inc.cast()).busy(),
+            Incoming::from_foreign(inc.cast()),
         )
     };
-    if busy {
-        // A transfer is in flight: the request stays the consumer's.
-        return EBUSY.to_errno();
-    }
-    // SAFETY: The consumer gives the request back (the contract), with no
-    // transfer in flight (its own to start, so none starts now).
-    let i = unsafe { Incoming::from_foreign(inc.cast()) };
     match channel::respond(i, status, hdr) {
         Ok(()) => 0,
-        // Never, as checked above: it stays the consumer's all the same.
+        // A transfer is in flight: the request stays the consumer's.
         Err((e, Some(i))) => {
             let _ = i.into_foreign();
             e.to_errno()

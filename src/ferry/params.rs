@@ -28,7 +28,9 @@ pub(crate) fn whole_buffers() -> bool {
     WHOLE_BUFFERS.load(Relaxed)
 }
 
-/// Most bytes of receive buffers a server gives one channel.
+/// Most bytes of receive buffers a server gives one channel (its send
+/// buffers and the responder's entries take as much again each: see
+/// [`Params::channel_bytes`]).
 pub(crate) const SERVER_RX_BUDGET: u32 = 4 << 20;
 
 /// [`Params::checked`]'s `inline_size` for none (`FERRY_NO_INLINE`).

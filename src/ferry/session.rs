@@ -93,8 +93,6 @@ pub(crate) trait Consumer: Send + Sync {
 pub(crate) type Channel = channel::Channel<Session>;
 /// A request that arrived on one of a session's channels.
 pub(crate) type Incoming = channel::Incoming<Session>;
-/// What an [`Incoming`] lends: the request in its tag's entry.
-pub(crate) type InData = channel::InData<Session>;
 
 /// What a session needs of the module around it, handed to it when it is
 /// made: the module's state implements it, and a session never looks that

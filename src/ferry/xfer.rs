@@ -322,8 +322,8 @@ pub(crate) struct Xfer<R, D> {
     max_regions: u32,
     /// A request found the pool empty since it last grew.
     short: bool,
-    /// The responder's transfers in flight, by responder tag.
-    rdma: KVec<Option<RdmaOp<D>>>,
+    /// The responder's tags' transfers.
+    incoming: KVec<InSlot<D>>,
 }
 
 impl<R: Request, D> Xfer<R, D> {
@@ -343,12 +343,12 @@ impl<R: Request, D> Xfer<R, D> {
             regions: 0,
             max_regions: 0,
             short: false,
-            rdma: KVec::with_capacity(n, GFP_KERNEL)?,
+            incoming: KVec::with_capacity(n, GFP_KERNEL)?,
         };
         for _ in 0..n {
             x.out.push(None, GFP_KERNEL)?;
             x.gens.push(0, GFP_KERNEL)?;
-            x.rdma.push(None, GFP_KERNEL)?;
+            x.incoming.push(InSlot::new(), GFP_KERNEL)?;
         }
         // The pool may hold more ids than asked for: those are never free.
         if n < x.tags.capacity() {
@@ -649,44 +649,82 @@ impl<R: Request, D> Xfer<R, D> {
     /// Whether requests are at work: this side's wait for the peer's answer,
     /// or this side moves the data of the peer's by RDMA.
     pub(crate) fn busy(&self) -> bool {
-        self.in_flight > 0 || self.rdma.iter().any(Option::is_some)
+        self.in_flight > 0 || self.incoming.iter().any(|s| s.rdma.is_some())
     }
 
     /// What is at work, for logs: this side's requests waiting for an
     /// answer, and the peer's requests whose RDMA is in flight.
     pub(crate) fn load(&self) -> (u32, usize) {
-        let rdma = self.rdma.iter().filter(|s| s.is_some()).count();
+        let rdma = self.incoming.iter().filter(|s| s.rdma.is_some()).count();
         (self.in_flight, rdma)
+    }
+
+    /// Responder: a request came for tag `tag`; nothing of it moved yet.
+    pub(crate) fn arrived(&mut self, tag: u32) {
+        if let Some(s) = self.incoming.get_mut(tag as usize) {
+            *s = InSlot::new();
+        }
+    }
+
+    /// Responder: tag `tag`'s data moved (or, `0`, did not).
+    pub(crate) fn set_moved(&mut self, tag: u32, moved: u32) {
+        if let Some(s) = self.incoming.get_mut(tag as usize) {
+            s.moved = moved;
+        }
+    }
+
+    /// Responder: the bytes of tag `tag`'s data moved, for its response.
+    pub(crate) fn moved(&self, tag: u32) -> u32 {
+        self.incoming.get(tag as usize).map_or(0, |s| s.moved)
     }
 
     /// Responder: remembers tag `tag`'s RDMA.
     pub(crate) fn set_rdma(&mut self, tag: u32, op: RdmaOp<D>) {
-        if let Some(s) = self.rdma.get_mut(tag as usize) {
-            *s = Some(op);
+        if let Some(s) = self.incoming.get_mut(tag as usize) {
+            s.rdma = Some(op);
         }
     }
 
     /// Responder: tag `tag`'s RDMA in flight.
     pub(crate) fn rdma_op(&mut self, tag: u32) -> Option<&mut RdmaOp<D>> {
-        self.rdma.get_mut(tag as usize)?.as_mut()
+        self.incoming.get_mut(tag as usize)?.rdma.as_mut()
     }
 
     /// Responder: whether tag `tag` has an RDMA in flight.
     pub(crate) fn rdma_pending(&self, tag: u32) -> bool {
-        self.rdma.get(tag as usize).is_some_and(Option::is_some)
+        self.incoming
+            .get(tag as usize)
+            .is_some_and(|s| s.rdma.is_some())
     }
 
     /// Responder: the callback of tag `tag`'s RDMA, once it is over.
     pub(crate) fn take_rdma(&mut self, tag: u32) -> Option<D> {
-        Some(self.rdma.get_mut(tag as usize)?.take()?.done)
+        Some(self.incoming.get_mut(tag as usize)?.rdma.take()?.done)
     }
 
     /// Responder, teardown: the callback of an RDMA still pending.
     pub(crate) fn take_one_rdma(&mut self) -> Option<D> {
-        self.rdma
+        self.incoming
             .iter_mut()
-            .find_map(Option::take)
+            .find_map(|s| s.rdma.take())
             .map(|op| op.done)
+    }
+}
+
+/// A responder tag's transfer state.
+struct InSlot<D> {
+    /// The RDMA in flight.
+    rdma: Option<RdmaOp<D>>,
+    /// The bytes moved, for the response.
+    moved: u32,
+}
+
+impl<D> InSlot<D> {
+    fn new() -> Self {
+        Self {
+            rdma: None,
+            moved: 0,
+        }
     }
 }
 

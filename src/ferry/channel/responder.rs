@@ -12,7 +12,6 @@
 //! by a request of several regions (see [`RdmaOp::start`]).
 
 use super::*;
-use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// A request from the peer, the consumer's until it answers: the loan of
 /// its tag's entry.
@@ -34,8 +33,6 @@ pub(crate) struct InData<O: Owner> {
     /// for large messages).
     bytes: VVec<u8>,
     hdr_len: usize,
-    /// Bytes moved so far.
-    moved: AtomicU32,
     /// A response waiting for a credit, and the key it invalidates; its
     /// header is in `bytes`.
     response: Option<(ResponseHead, Option<u32>)>,
@@ -58,7 +55,6 @@ impl<O: Owner> InData<O> {
             head: RequestHead::default(),
             bytes: VVec::with_capacity(room, GFP_KERNEL)?,
             hdr_len: 0,
-            moved: AtomicU32::new(0),
             response: None,
         })
     }
@@ -85,7 +81,6 @@ impl<O: Owner> InData<O> {
         self.chan = Some(chan);
         self.cookie = cookie;
         self.head = head;
-        self.moved.store(0, Relaxed);
         self.response = None;
         Ok(())
     }
@@ -115,15 +110,23 @@ impl<O: Owner> InData<O> {
         self.chan.as_ref()
     }
 
-    /// Whether a transfer of its data is in flight.
-    pub(crate) fn busy(&self) -> bool {
-        self.chan.as_ref().is_some_and(|c| {
-            c.inner
-                .lock()
-                .xfer
-                .as_ref()
-                .is_some_and(|x| x.rdma_pending(self.tag))
-        })
+    /// Its responder tag.
+    pub(crate) fn tag(&self) -> u32 {
+        self.tag
+    }
+
+    /// Its fixed part and regions.
+    pub(crate) fn head(&self) -> RequestHead {
+        self.head
+    }
+
+    /// Whether `len` bytes at `p` lie (partly) in the entry's own buffer,
+    /// which a response that waits for a credit overwrites.
+    pub(crate) fn holds(&self, p: *const u8, len: usize) -> bool {
+        let start = self.bytes.as_ptr() as usize;
+        let end = start + self.bytes.capacity();
+        let (a, b) = (p as usize, (p as usize).saturating_add(len));
+        len > 0 && a < end && b > start
     }
 }
 
@@ -142,8 +145,8 @@ pub(crate) fn respond<O: Owner>(
 
 /// The responder's part of a channel (under the channel's lock).
 pub(super) struct Responder<O: Owner> {
-    /// One entry per responder tag; lives as long as the channel, so an
-    /// entry a consumer still holds stays valid.
+    /// One entry per responder tag. An entry a consumer still holds keeps
+    /// the pool (and the channel) alive past the channel's teardown.
     pool: Arc<Pool<InData<O>>>,
     /// Answered requests whose response waits for a credit, oldest first,
     /// with room for all.
@@ -175,12 +178,6 @@ impl<O: Owner> Responder<O> {
     pub(super) fn held(&self) -> usize {
         self.pool.lent()
     }
-
-    /// Teardown: the responses still waiting, to be dropped without the
-    /// channel's lock.
-    pub(super) fn take_waiting(&mut self) -> KVec<Incoming<O>> {
-        core::mem::take(&mut self.waiting)
-    }
 }
 
 impl<O: Owner> Channel<O> {
@@ -199,77 +196,90 @@ impl<O: Owner> Channel<O> {
             .as_mut()
             .and_then(Responder::take)
             .ok_or(Refusal::breach("more requests than its queue depth"))?;
+        if let Some(x) = inner.xfer.as_mut() {
+            x.arrived(inc.tag);
+        }
         drop(inner);
         inc.fill(self.clone(), cookie, head, hdr, data)
             .map_err(|_| Refusal::from(Reason::NoResources))?;
         Ok(inc)
     }
 
-    /// Responder: moves the data of `inc` between its requester and `sg` (an
-    /// RDMA READ for a request whose data goes to this side, a WRITE for one
-    /// whose data comes from it), region after region; `done` is told when
-    /// it is over. `sg` must hold the request's whole data. Process context:
-    /// rdma_rw allocates as it prepares a transfer.
-    ///
-    /// Data that came inline is copied into `sg` at once, and `done` comes
-    /// back for the caller to call once it no longer borrows `inc` (whose
-    /// answer `done` may send): `Ok(Some(done))`.
+    /// Responder: copies the data that came inline in `inc` into `sg`
+    /// (which holds exactly as much), as a transfer would move it. Never
+    /// sleeps; only while the connection lives.
+    pub(crate) fn incoming_inline(&self, inc: &InData<O>, sg: SgList) -> Result {
+        if !inc.head.inline || sg.len() != u64::from(inc.head.data_len) {
+            return Err(EINVAL);
+        }
+        if self.inner.lock().state != ChanState::Up {
+            return Err(ENOTCONN);
+        }
+        sg.copy_from(inc.inline_data())?;
+        if let Some(x) = self.inner.lock().xfer.as_mut() {
+            x.set_moved(inc.tag, inc.head.data_len);
+        }
+        Ok(())
+    }
+
+    /// Responder: moves the data of the request of responder tag `tag` and
+    /// `head` between its requester and `sg` (an RDMA READ for a request
+    /// whose data goes to this side, a WRITE for one whose data comes from
+    /// it), region after region; `done` is told when it is over. `sg` must
+    /// hold the request's whole data. Process context: rdma_rw allocates as
+    /// it prepares a transfer of several entries. Takes the request's tag
+    /// and head, not the request: once posted, the transfer may complete and
+    /// the request be answered and its entry reused at once.
     pub(crate) fn incoming_rdma(
         &self,
-        inc: &InData<O>,
+        tag: u32,
+        head: RequestHead,
         sg: SgList,
         done: Done,
-    ) -> Result<Option<Done>> {
-        let dir = match inc.head.dir {
+    ) -> Result {
+        let dir = match head.dir {
             // RDMA READ: the device writes the local pages.
             Dir::ToPeer => DmaDir::FromDevice,
             Dir::FromPeer => DmaDir::ToDevice,
             Dir::None => return Err(EINVAL),
         };
-        if sg.len() != u64::from(inc.head.data_len) {
+        if head.inline || sg.len() != u64::from(head.data_len) {
             return Err(EINVAL);
         }
-        if inc.head.inline {
-            // As for an RDMA: only while the connection lives.
-            if self.inner.lock().state != ChanState::Up {
-                return Err(ENOTCONN);
-            }
-            sg.copy_from(inc.inline_data())?;
-            inc.moved.store(inc.head.data_len, Relaxed);
-            return Ok(Some(done));
-        }
-        let (op, first, mut remote) = RdmaOp::start(done, sg, inc.head, dir).map_err(|(e, _)| e)?;
+        let (op, first, mut remote) = RdmaOp::start(done, sg, head, dir).map_err(|(e, _)| e)?;
         self.session.hostile().remote(&mut remote);
         let mut inner = self.inner.lock();
         if inner.state != ChanState::Up {
             return Err(ENOTCONN);
         }
-        if inner.xfer.as_ref().is_some_and(|x| x.rdma_pending(inc.tag)) {
+        if inner.xfer.as_ref().is_some_and(|x| x.rdma_pending(tag)) {
             return Err(EBUSY);
         }
         let Some(qp) = inner.lend_qp() else {
             return Err(ENOTCONN);
         };
-        let (tag, len) = (inc.tag, inc.head.data_len);
+        let len = head.data_len;
         // Recorded before it is posted: it may complete, and its `done`
-        // answer and give `inc` back, at once. Nothing touches `inc` after.
+        // answer the request, at once.
         if let Some(x) = inner.xfer.as_mut() {
             x.set_rdma(tag, op);
+            x.set_moved(tag, len);
         }
-        inc.moved.store(len, Relaxed);
         drop(inner);
         let res = qp.rdma(tag, first, remote, dir);
         let mut inner = self.inner.lock();
         if res.is_err() {
             // Never posted: `done` is not called; the caller hears the error.
-            let _ = inner.xfer.as_mut().and_then(|x| x.take_rdma(tag));
-            inc.moved.store(0, Relaxed);
+            if let Some(x) = inner.xfer.as_mut() {
+                let _ = x.take_rdma(tag);
+                x.set_moved(tag, 0);
+            }
         }
         inner.end_loan(qp);
         drop(inner);
         res.map_err(|(e, _)| e)?;
         self.stats.add(Counter::RdmaBytes, u64::from(len));
-        Ok(None)
+        Ok(())
     }
 
     /// Responder: the transfer of tag `tag` completed (`ok`): posts its next
@@ -321,21 +331,22 @@ impl<O: Owner> Channel<O> {
     /// Responder: answers `inc` with `status` and `hdr`, invalidating the
     /// requester's first key if the request had data. A response that finds
     /// no credit waits for one in `inc`'s entry, whose tag stays taken until
-    /// it goes. `EBUSY` while a transfer of `inc` is in flight (`inc` comes
-    /// back), `ENOTCONN` if the channel is gone, `EMSGSIZE` if `hdr` does
-    /// not fit. Any context.
+    /// it goes (`hdr` must not lie in that entry: see [`InData::holds`]).
+    /// `EBUSY` while a transfer of `inc` is in flight (`inc` comes back),
+    /// `ENOTCONN` if the channel is gone, `EMSGSIZE` if `hdr` does not fit.
+    ///
+    /// A tag goes back before the channel's lock does: the peer may reuse
+    /// it as soon as the response is out, and this side must have it free
+    /// by the time that request arrives.
     pub(crate) fn respond(
         &self,
         mut inc: Incoming<O>,
         status: i32,
         hdr: &[u8],
     ) -> Result<(), (Error, Option<Incoming<O>>)> {
-        let head = ResponseHead {
-            status: status.clamp(-4095, 0),
-            moved: inc.moved.load(Relaxed),
-        };
         let invalidate = (inc.head.ndesc > 0).then_some(inc.head.descs[0].rkey);
-        // `inc` goes back to its pool after the lock (declared after it).
+        // On the error paths below `inc` goes back after the lock: the
+        // parameter outlives the guard.
         let mut inner = self.inner.lock();
         if inner.xfer.as_ref().is_some_and(|x| x.rdma_pending(inc.tag)) {
             drop(inner);
@@ -347,6 +358,10 @@ impl<O: Owner> Channel<O> {
         if Header::LEN + ResponseHead::FIXED + hdr.len() > inner.peer_max_msg as usize {
             return Err((EMSGSIZE, None));
         }
+        let head = ResponseHead {
+            status: status.clamp(-4095, 0),
+            moved: inner.xfer.as_ref().map_or(0, |x| x.moved(inc.tag)),
+        };
         let queued = inner
             .responder
             .as_ref()
@@ -354,7 +369,14 @@ impl<O: Owner> Channel<O> {
         if !queued {
             match self.send_response(&mut inner, inc.cookie, &head, hdr, invalidate) {
                 Err(e) if e == EAGAIN => {}
-                r => return r.map_err(|e| (e, None)),
+                Ok(()) => {
+                    // Up, so the responder holds the pool: this is not its
+                    // last reference, nor `inc`'s of the channel (the
+                    // caller's), and giving the tag back never sleeps.
+                    drop(inc);
+                    return Ok(());
+                }
+                Err(e) => return Err((e, None)),
             }
         }
         // Behind the others, in order, in its own entry (which holds a
@@ -423,7 +445,7 @@ impl<O: Owner> Channel<O> {
     }
 
     /// Sends the responses that wait for credits, while credits last; each
-    /// gives its tag back after the lock.
+    /// gives its tag back under the lock, as in [`Channel::respond`].
     pub(super) fn flush_responses(&self) {
         loop {
             let mut inner = self.inner.lock();
@@ -452,8 +474,10 @@ impl<O: Owner> Channel<O> {
                 }
                 return;
             }
-            drop(inner);
+            // As in `respond`: the responder holds the pool, the caller the
+            // channel.
             drop(inc);
+            drop(inner);
         }
     }
 
