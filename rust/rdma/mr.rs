@@ -55,8 +55,23 @@ pub struct SgList {
     sg: NonNull<bindings::scatterlist>,
     nents: u32,
     len: u64,
-    /// A slice's own entries, and the list whose pages they name.
-    _own: Option<(KVec<bindings::scatterlist>, Arc<SgList>)>,
+    /// Entries of its own, and what keeps their pages.
+    _own: Option<Own>,
+}
+
+/// A list's own entries and what keeps the pages they name.
+enum Own {
+    /// A slice: the list whose pages they are.
+    Slice {
+        _entries: KVec<bindings::scatterlist>,
+        _parent: Arc<SgList>,
+    },
+    /// Test builds: pages of its own.
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    Pages {
+        _entries: KVec<bindings::scatterlist>,
+        _pages: KVec<kernel::page::Page>,
+    },
 }
 
 // SAFETY: The scatterlist is lent for the object's life (the contract of
@@ -154,7 +169,55 @@ impl SgList {
             // CAST: as above.
             nents: n as u32,
             len: u64::from(len),
-            _own: Some((own, parent.clone())),
+            _own: Some(Own::Slice {
+                _entries: own,
+                _parent: parent.clone(),
+            }),
+        })
+    }
+
+    /// Test builds: a list of its own over `len` bytes of fresh zeroed
+    /// pages, one entry per page (the last may be partial), for the logic
+    /// that takes a caller's list. `EINVAL` for none.
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    pub fn owned(len: usize) -> Result<SgList> {
+        use kernel::page::{Page, PAGE_SIZE};
+        if len == 0 {
+            return Err(EINVAL);
+        }
+        let n = len.div_ceil(PAGE_SIZE);
+        let mut pages = KVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            pages.push(Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?, GFP_KERNEL)?;
+        }
+        let mut own = KVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            own.push(bindings::scatterlist::default(), GFP_KERNEL)?;
+        }
+        // CAST: `n` pages hold `len` bytes of a test, far below 4 G entries.
+        // SAFETY: `own` has room for `n` entries.
+        unsafe { bindings::sg_init_table(own.as_mut_ptr(), n as c_uint) };
+        for (i, (dst, page)) in own.iter_mut().zip(pages.iter()).enumerate() {
+            let take = (len - i * PAGE_SIZE).min(PAGE_SIZE);
+            // CAST: at most a page; the kernel crate's `struct page` is the
+            // same C type as ferry's bindings'.
+            let p = page.as_ptr().cast::<bindings::page>();
+            // SAFETY: `dst` is an initialized entry of `own`; `p` is the
+            // list's own page, kept with it.
+            unsafe { bindings::ferry_helper_sg_set_page(dst, p, take as c_uint, 0) };
+        }
+        // INVARIANT: `own`'s `n` entries name `len` bytes of `pages`, which
+        // the list keeps; `own` never moves (no push after this).
+        let head = NonNull::new(own.as_mut_ptr()).ok_or(EINVAL)?;
+        Ok(Self {
+            sg: head,
+            // CAST: as above.
+            nents: n as u32,
+            len: len as u64,
+            _own: Some(Own::Pages {
+                _entries: own,
+                _pages: pages,
+            }),
         })
     }
 

@@ -767,6 +767,7 @@ mod tag_tests {
     struct Probe {
         done: Arc<AtomicU32>,
         status: Arc<AtomicI32>,
+        dir: Dir,
     }
 
     impl Request for Probe {
@@ -774,7 +775,7 @@ mod tag_tests {
             b"hdr"
         }
         fn dir(&self) -> Dir {
-            Dir::None
+            self.dir
         }
         fn set_response(&mut self, status: i32, _moved: u32, _hdr: &[u8]) {
             self.status.store(status, Relaxed);
@@ -814,6 +815,7 @@ mod tag_tests {
             let req = Probe {
                 done: self.done.clone(),
                 status: self.status.clone(),
+                dir: Dir::None,
             };
             let mut sent = (0, 0);
             self.x
@@ -832,6 +834,46 @@ mod tag_tests {
                     },
                 )
                 .map_err(|(e, _, _)| e)?;
+            Ok(sent)
+        }
+
+        /// Submits a request whose `data` goes `dir`, data up to
+        /// `inline_max` bytes inline: whether it went inline, its length and
+        /// the sum of the inline bytes the message would carry; or the
+        /// error and the length of the data that came back.
+        fn submit_data(
+            &mut self,
+            dir: Dir,
+            data: SgList,
+            inline_max: u32,
+        ) -> core::result::Result<(bool, u32, u64), (Error, Option<u64>)> {
+            let req = Probe {
+                done: self.done.clone(),
+                status: self.status.clone(),
+                dir,
+            };
+            let mut sent = (false, 0, 0);
+            self.x
+                .submit(
+                    None,
+                    16,
+                    inline_max,
+                    None,
+                    req,
+                    Some(data),
+                    |_tag, regs, _cookie, head, _hdr, inline| {
+                        assert_eq!(regs.len(), 0);
+                        let mut sum = 0;
+                        if let Some(sg) = inline {
+                            let mut b = KVec::from_elem(0u8, sg.len() as usize, GFP_KERNEL)?;
+                            sg.copy_to(&mut b)?;
+                            sum = b.iter().map(|&x| u64::from(x)).sum();
+                        }
+                        sent = (head.inline, head.data_len, sum);
+                        Ok(())
+                    },
+                )
+                .map_err(|(e, _, data)| (e, data.map(|d| d.len())))?;
             Ok(sent)
         }
 
@@ -946,6 +988,40 @@ mod tag_tests {
         // Without a PD there are no regions to want.
         let r = Rig::new(16)?;
         assert_eq!(r.x.wants_regions(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn small_data_to_the_peer_goes_inline() -> Result {
+        let mut r = Rig::new(4)?;
+        // Two pages' worth, at the limit: inline, every byte in the message.
+        let data = SgList::owned(8192)?;
+        data.copy_from(&[3u8; 8192])?;
+        assert_eq!(
+            r.submit_data(Dir::ToPeer, data, 8192),
+            Ok((true, 8192, 3 * 8192))
+        );
+        // One byte more must be registered, which this state (no PD) cannot:
+        // the request and its data come back.
+        let big = SgList::owned(8193)?;
+        assert_eq!(
+            r.submit_data(Dir::ToPeer, big, 8192),
+            Err((EINVAL, Some(8193)))
+        );
+        // Data from the peer never goes inline, however small.
+        let small = SgList::owned(16)?;
+        assert_eq!(
+            r.submit_data(Dir::FromPeer, small, 8192),
+            Err((EINVAL, Some(16)))
+        );
+        // No inline data at all when the peer takes none.
+        let small = SgList::owned(16)?;
+        assert_eq!(
+            r.submit_data(Dir::ToPeer, small, 0),
+            Err((EINVAL, Some(16)))
+        );
+        // Only the inline request holds a tag.
+        assert_eq!(r.x.load().0, 1);
         Ok(())
     }
 }
