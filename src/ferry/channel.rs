@@ -29,10 +29,10 @@ use core::sync::atomic::{
     Ordering::{Acquire, Release},
 };
 use kernel::{
-    new_mutex, new_spinlock_irq, new_work,
+    new_condvar, new_mutex, new_spinlock_irq, new_work,
     prelude::*,
-    sync::{Arc, ArcBorrow, Mutex, SpinLockIrq, SpinLockIrqGuard},
-    time::{delay::fsleep, Delta, Instant, Monotonic},
+    sync::{Arc, ArcBorrow, CondVar, Mutex, SpinLockIrq, SpinLockIrqGuard},
+    time::{Instant, Monotonic},
     workqueue::{impl_has_work, Work, WorkItem},
 };
 
@@ -241,11 +241,14 @@ impl<O: Owner> Inner<O> {
         Some(qp)
     }
 
-    /// Ends a loan [`Inner::lend_qp`] made. The clone goes under the lock:
-    /// the teardown that sees no loan holds the last reference.
-    fn end_loan(&mut self, qp: Arc<Qp<Channel<O>>>) {
+    /// Ends a loan [`Inner::lend_qp`] made; whether it was the last. The
+    /// clone goes under the lock: the teardown that sees no loan holds the
+    /// last reference. Through [`Channel::end_loan_locked`], which wakes
+    /// the teardown.
+    fn end_loan(&mut self, qp: Arc<Qp<Channel<O>>>) -> bool {
         drop(qp);
         self.lent -= 1;
+        self.lent == 0
     }
 }
 
@@ -260,6 +263,10 @@ pub(crate) struct Channel<O: Owner> {
     cm: Mutex<Option<CmId<Channel<O>>>>,
     #[pin]
     inner: SpinLockIrq<Inner<O>>,
+    /// The teardown waits here for the QP's loans and the region pool's
+    /// growths to end (`lent`, `growing`).
+    #[pin]
+    idle: CondVar,
     pub(crate) stats: Stats,
     /// The task handling a completion of the channel (0 when none), so that a
     /// consumer's callback cannot wait for a credit only this task can return.
@@ -341,6 +348,7 @@ impl<O: Owner> Channel<O> {
                     responder: None,
                     nonces: (None, [0; wire::NONCE_LEN]),
                 }),
+                idle <- new_condvar!("ferry::Channel::idle"),
                 stats: Stats::default(),
                 cb_task: AtomicUsize::new(0),
                 idle_poll <- new_work!("ferry::Channel::idle_poll"),
@@ -445,7 +453,15 @@ impl<O: Owner> Channel<O> {
 
     /// Ends a loan of the QP (see the module docs).
     fn end_loan(&self, qp: Arc<Qp<Channel<O>>>) {
-        self.inner.lock().end_loan(qp);
+        self.end_loan_locked(&mut self.inner.lock(), qp);
+    }
+
+    /// Ends a loan of the QP under the lock, and wakes the teardown when
+    /// it was the last.
+    fn end_loan_locked(&self, inner: &mut Inner<O>, qp: Arc<Qp<Channel<O>>>) {
+        if inner.end_loan(qp) {
+            self.idle.notify_all();
+        }
     }
 
     /// Fails the channel at its consumer's request (a request that timed
@@ -505,11 +521,11 @@ impl<O: Owner> Channel<O> {
         // hold up the device's removal, and a region registered after it
         // would outlive the device. A growth of the pool that started
         // before the close ends soon (it registers a few regions).
-        while self.inner.lock().growing != 0 {
-            fsleep(Delta::from_millis(1));
-        }
         let (xfer, pd) = {
             let mut inner = self.inner.lock();
+            while inner.growing != 0 {
+                self.idle.wait(&mut inner);
+            }
             (inner.xfer.take(), inner.pd.take())
         };
         drop(xfer);
@@ -520,15 +536,12 @@ impl<O: Owner> Channel<O> {
     /// reference. The channel must be closed or never have run (no new loan
     /// then); the loans out never wait for anything the caller holds.
     fn take_qp(&self) -> Option<Arc<Qp<Channel<O>>>> {
-        loop {
-            let mut inner = self.inner.lock();
-            if inner.lent == 0 {
-                inner.ring = None;
-                return inner.qp.take();
-            }
-            drop(inner);
-            fsleep(Delta::from_millis(1));
+        let mut inner = self.inner.lock();
+        while inner.lent != 0 {
+            self.idle.wait(&mut inner);
         }
+        inner.ring = None;
+        inner.qp.take()
     }
 
     /// Whether the current task is handling one of the channel's completions.

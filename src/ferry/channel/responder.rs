@@ -275,7 +275,7 @@ impl<O: Owner> Channel<O> {
                 x.set_moved(tag, 0);
             }
         }
-        inner.end_loan(qp);
+        self.end_loan_locked(&mut inner, qp);
         drop(inner);
         res.map_err(|(e, _)| e)?;
         self.stats.add(Counter::RdmaBytes, u64::from(len));
@@ -315,7 +315,7 @@ impl<O: Owner> Channel<O> {
                 qp.rdma(tag, sg, remote, dir).map_err(|(e, _)| e)
             });
             inner = self.inner.lock();
-            inner.end_loan(qp);
+            self.end_loan_locked(&mut inner, qp);
             match res {
                 Ok(()) => return,
                 Err(e) => status = e.to_errno(),

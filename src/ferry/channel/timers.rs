@@ -158,10 +158,7 @@ impl<O: Owner> WorkItem<1> for Channel<O> {
                 Err(_) => break,
             }
         }
-        if mrs.is_empty() {
-            return;
-        }
-        {
+        if !mrs.is_empty() {
             let mut inner = this.inner.lock();
             if inner.state != ChanState::Closed {
                 if let Some(x) = inner.xfer.as_mut() {
@@ -169,10 +166,17 @@ impl<O: Owner> WorkItem<1> for Channel<O> {
                 }
             }
         }
-        // What found no room (the channel closed) is deregistered here.
+        // What found no room (the channel closed) is deregistered here; the
+        // growth is over even if the device registered nothing.
         drop(mrs);
         drop(pd);
-        this.inner.lock().growing -= 1;
+        {
+            let mut inner = this.inner.lock();
+            inner.growing -= 1;
+            if inner.growing == 0 {
+                this.idle.notify_all();
+            }
+        }
         // Requests that waited for regions may go.
         O::credits_returned(&this.session, this.index);
     }
