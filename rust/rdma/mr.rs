@@ -298,17 +298,21 @@ pub struct MappedSg {
     len: u64,
 }
 
-/// Where in a [`MappedSg`] the next registration starts: its entry and that
-/// entry's index. Made by [`MappedSg::start`], moved on by [`Mr::map`].
+/// Where in a [`MappedSg`] the next registration starts: its entry, that
+/// entry's index and the offset in it. Made by [`MappedSg::start`], moved on by [`Mr::map`].
 ///
 /// # Invariants
 ///
 /// `entry` is mapped entry `index` of the list headed by `head`, which the
-/// position was made for, or `index` is its mapped count (the end).
+/// position was made for, and `offset` lies within its mapped length; or
+/// `index` is its mapped count (the end).
 pub struct MapPos<'a> {
     head: NonNull<bindings::scatterlist>,
     entry: NonNull<bindings::scatterlist>,
     index: u32,
+    /// Bytes of `entry` a region before took: an entry larger than what
+    /// one region's page list has room for is split between regions.
+    offset: u32,
     /// The list stays mapped while the position exists.
     _list: PhantomData<&'a MappedSg>,
 }
@@ -374,6 +378,7 @@ impl MappedSg {
             head: self.sg.sg,
             entry: self.sg.sg,
             index: 0,
+            offset: 0,
             _list: PhantomData,
         }
     }
@@ -484,20 +489,25 @@ impl Mr {
         self.max_pages
     }
 
-    /// Points the region at `sg`'s mapped entries from `at` on, as many as
-    /// fit, with a new key, and moves `at` past them. Returns what the peer
-    /// needs. `at` must be a position of `sg` before its end (`EINVAL`
-    /// otherwise). The region must not be registered (valid) now. Allocates
-    /// nothing and never sleeps.
+    /// Points the region at `sg`'s mapped bytes from `at` on, as many as its
+    /// page list holds, with a new key, and moves `at` past them: an entry
+    /// that does not fit whole is split, the rest of it left for the next
+    /// region. Returns what the peer needs. `at` must be a position of `sg`
+    /// before its end (`EINVAL` otherwise). The region must not be
+    /// registered (valid) now. Allocates nothing and never sleeps.
     pub fn map(&mut self, sg: &MappedSg, at: &mut MapPos<'_>) -> Result<Remote> {
         if at.head != sg.sg.sg || at.index >= sg.mapped {
             return Err(EINVAL);
         }
         let left = sg.mapped - at.index;
         self.key = self.key.wrapping_add(1);
+        // In: where the first entry's bytes start; out: where the entry it
+        // stopped in goes on (0 when it took its entries whole).
+        let mut offset = at.offset;
         // SAFETY: The region is not in use (the caller's promise, and it is
         // `&mut`); `at.entry` is mapped entry `at.index` of `sg` (type
-        // invariant of `MapPos`), followed by `left - 1` more.
+        // invariant of `MapPos`), followed by `left - 1` more, and `offset`
+        // lies within it.
         let n = unsafe {
             bindings::ferry_helper_ib_update_fast_reg_key(self.as_raw(), self.key);
             bindings::ib_map_mr_sg(
@@ -505,13 +515,15 @@ impl Mr {
                 at.entry.as_ptr(),
                 // CAST: at most `nents`, which is small.
                 left as c_int,
-                core::ptr::null_mut(),
+                &mut offset,
                 // CAST: a page is 4 KiB to 64 KiB.
                 kernel::page::PAGE_SIZE as c_uint,
             )
         };
-        // CAST: `n` is checked positive.
-        if n <= 0 || n as u32 > left {
+        // Whole entries taken; none when the region took part of the first
+        // one only, which is progress if it went past `at.offset`.
+        // CAST: `n` is checked not negative.
+        if n < 0 || n as u32 > left || (n == 0 && offset <= at.offset) {
             return Err(EINVAL);
         }
         // SAFETY: `mr` is live; `ib_map_mr_sg` set these fields.
@@ -536,6 +548,7 @@ impl Mr {
                 at.entry = e;
             }
         }
+        at.offset = offset;
         Ok(remote)
     }
 

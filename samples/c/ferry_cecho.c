@@ -73,6 +73,9 @@ MODULE_PARM_DESC(rq_min, "The smallest request data, in bytes (4 KiB to rq_max)"
 static uint rq_max = 4 << 20;
 module_param(rq_max, uint, 0444);
 MODULE_PARM_DESC(rq_max, "The largest request data, in bytes (4 KiB to the session's max_data)");
+static uint rq_chunk = 1;
+module_param(rq_chunk, uint, 0444);
+MODULE_PARM_DESC(rq_chunk, "Pages per scatterlist entry of request data, 1 to 4 (an entry of several pages may straddle two registrations)");
 static uint rq_dir;
 module_param(rq_dir, uint, 0444);
 MODULE_PARM_DESC(rq_dir, "0: writes and reads by turns, 1: writes only, 2: reads only");
@@ -207,10 +210,25 @@ static void pattern(struct sg_table *t, u32 len, u64 seed, bool check, bool *ok)
 	}
 }
 
-/* @len bytes of fresh pages in an sg_table; freed with free_data(). */
+/* Pages per entry of request data, and the order of their allocation. */
+static u32 chunk_pages(void)
+{
+	return clamp(rq_chunk, 1U, 4U);
+}
+
+static unsigned int chunk_order(void)
+{
+	return chunk_pages() > 1 ? 2 : 0;
+}
+
+/*
+ * @len bytes of fresh pages in an sg_table, rq_chunk pages per entry;
+ * freed with free_data().
+ */
 static int alloc_data(struct sg_table *t, u32 len)
 {
-	u32 n = DIV_ROUND_UP(len, PAGE_SIZE), i;
+	u32 chunk = chunk_pages() * PAGE_SIZE;
+	u32 n = DIV_ROUND_UP(len, chunk), i;
 	struct scatterlist *sg;
 	int ret;
 
@@ -218,13 +236,13 @@ static int alloc_data(struct sg_table *t, u32 len)
 	if (ret)
 		return ret;
 	for_each_sg(t->sgl, sg, n, i) {
-		struct page *pg = alloc_page(GFP_KERNEL);
+		struct page *pg = alloc_pages(GFP_KERNEL, chunk_order());
 
 		if (!pg) {
 			t->orig_nents = t->nents = i;
 			return -ENOMEM;
 		}
-		sg_set_page(sg, pg, min_t(u32, PAGE_SIZE, len - i * PAGE_SIZE), 0);
+		sg_set_page(sg, pg, min_t(u32, chunk, len - i * chunk), 0);
 	}
 	return 0;
 }
@@ -236,7 +254,7 @@ static void free_data(struct sg_table *t)
 
 	for_each_sgtable_sg(t, sg, i)
 		if (sg_page(sg))
-			__free_page(sg_page(sg));
+			__free_pages(sg_page(sg), chunk_order());
 	sg_free_table(t);
 }
 

@@ -366,7 +366,9 @@ def requests_limits(t):
     exactly max_data, each way, with one page per scatterlist entry
     (max_segments less one), all succeed, checked byte for byte. Then
     writes at the inline limit go inline (no registration), one byte more
-    goes by FRWR, and a session that asks for no inline data gets none."""
+    goes by FRWR, and a session that asks for no inline data gets none.
+    Last, requests of 6 MiB in entries of 3 pages each way: a region's page
+    list ends inside an entry, and the next region goes on from there."""
     vm = t.vm
     t.net_up(vm, 0, 1)
     t.rxe_add(vm)
@@ -406,6 +408,19 @@ def requests_limits(t):
         t.eq(int(m.group(9)), want_limit, f'inline_size of a session {extra}')
         check_registrations(t, vm, n, n - want_inline, want_inline)
         vm.run('rmmod ferry_cecho')
+    # Entries of 3 pages: a region's page list (512 pages) ends inside one,
+    # which the next region takes on from where it stopped; each way.
+    size = 6 << 20
+    vm.run('dmesg -C')
+    vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=cecho '
+           f'count=1 requests={n} rq_min={size} rq_max={size} rq_chunk=3 hold=1',
+           timeout=300 * t.slow)
+    log = vm.run('dmesg | grep "ferry_cecho: client"').out
+    r = RQ_SUMMARY.search(log)
+    t.require(r is not None, f'entries of 3 pages: no summary: {log!r}')
+    t.eq(tuple(int(x) for x in r.groups()), (n, n, 0, 0, n * size),
+         'requests of 6 MiB in entries of 3 pages')
+    vm.run('rmmod ferry_cecho')
     vm.run('rmmod ferry')
 
 
