@@ -123,12 +123,9 @@ impl<T: Send + Sync + 'static> Drop for Published<T> {
 /// # Invariants
 ///
 /// `ptr` is null or came from [`Arc::into_raw`]; the cell owns that
-/// reference until it is replaced and a grace period has passed. `retired`
-/// is null or holds such a reference, taken out of `ptr` by
-/// [`RcuCell::clear_all`] and dropped there after its grace period.
+/// reference until it is replaced and a grace period has passed.
 pub struct RcuCell<T> {
     ptr: AtomicPtr<T>,
-    retired: AtomicPtr<T>,
     _p: PhantomData<Arc<T>>,
 }
 
@@ -143,35 +140,31 @@ impl<T: Send + Sync> RcuCell<T> {
     pub const fn new() -> Self {
         Self {
             ptr: AtomicPtr::new(ptr::null_mut()),
-            retired: AtomicPtr::new(ptr::null_mut()),
             _p: PhantomData,
         }
     }
 
     /// Empties every cell of `cells` and drops their values once no reader
-    /// can see them: one RCU grace period for all. May sleep. Concurrent
-    /// calls on the same cells must not happen (the caller's lock).
+    /// can see them: one RCU grace period for up to 64 cells. May sleep.
+    /// Each call drops only the values it took out itself, so calls that
+    /// overlap (or a `set` beside one) are sound.
     pub fn clear_all(cells: &[Self]) {
-        let mut any = false;
-        for c in cells {
-            let old = c.ptr.swap(ptr::null_mut(), Ordering::AcqRel);
-            if !old.is_null() {
-                // INVARIANT: the reference moves to `retired`, which only
-                // this function uses, under the caller's lock: it was null.
-                c.retired.store(old, Ordering::Release);
-                any = true;
+        for chunk in cells.chunks(64) {
+            let mut taken = [ptr::null_mut::<T>(); 64];
+            let mut any = false;
+            for (c, t) in chunk.iter().zip(taken.iter_mut()) {
+                *t = c.ptr.swap(ptr::null_mut(), Ordering::AcqRel);
+                any |= !t.is_null();
             }
-        }
-        if !any {
-            return;
-        }
-        rcu::synchronize_rcu();
-        for c in cells {
-            let old = c.retired.swap(ptr::null_mut(), Ordering::AcqRel);
-            if !old.is_null() {
+            if !any {
+                continue;
+            }
+            rcu::synchronize_rcu();
+            for old in taken.into_iter().filter(|p| !p.is_null()) {
                 // SAFETY: `old` came from `Arc::into_raw` (type invariant);
-                // it left `ptr` before the grace period that just passed, so
-                // no reader holds it.
+                // this call took it out of its cell before the grace period
+                // that just passed, so no reader holds it, and nobody else
+                // has it.
                 drop(unsafe { Arc::from_raw(old) });
             }
         }
@@ -228,12 +221,11 @@ impl<T: Send + Sync> Default for RcuCell<T> {
 
 impl<T> Drop for RcuCell<T> {
     fn drop(&mut self) {
-        for raw in [*self.ptr.get_mut(), *self.retired.get_mut()] {
-            if !raw.is_null() {
-                // SAFETY: `raw` came from `Arc::into_raw` (type invariant);
-                // with `&mut self` there is no reader.
-                drop(unsafe { Arc::from_raw(raw) });
-            }
+        let raw = *self.ptr.get_mut();
+        if !raw.is_null() {
+            // SAFETY: `raw` came from `Arc::into_raw` (type invariant);
+            // with `&mut self` there is no reader.
+            drop(unsafe { Arc::from_raw(raw) });
         }
     }
 }
