@@ -25,6 +25,10 @@
  *   must not call ferry_session_close().
  * - @down and @gone run on ferry's own work queue, or in the thread that
  *   closes the session (ferry_session_close(), ferry_service_unregister()).
+ *   No callback may call ferry_session_close() on its own session.
+ * - @up, @down and @gone run with no lock of ferry's held, one thread at a
+ *   time: the thread telling one also tells what the session reached
+ *   meanwhile, so @up may come from the thread that told @down.
  *
  * For one session, @up, @down and @gone are serialized and alternate: @up,
  * then @down, then @up again after a reconnect, and @gone exactly once, last.

@@ -150,6 +150,12 @@ struct Events {
     /// A client session not yet handed to its opener: nothing is delivered
     /// (a failed open tells the caller alone).
     mute: bool,
+    /// A thread is in one of the consumer's `up`, `down` or `gone`, which
+    /// run without this lock; it looks again when the callback returns.
+    delivering: bool,
+    /// That thread (`Task::current_raw`), so that it does not wait for
+    /// itself.
+    deliverer: usize,
 }
 
 /// What the session's lock protects.
@@ -220,9 +226,13 @@ pub(crate) struct Session {
     /// What the data path answers (see [`Session::check_sendable`]): 0, or
     /// `-EAGAIN` or `-ENOTCONN`. Written under `inner`'s lock.
     sendable: AtomicI32,
-    /// Serializes the consumer's `up`, `down` and `gone`.
+    /// Serializes the consumer's `up`, `down` and `gone` (see
+    /// `Session::sync_events`), which run without it.
     #[pin]
     events: Mutex<Events>,
+    /// Signalled when a thread has told the consumer all there was to tell.
+    #[pin]
+    told: CondVar,
     /// Serializes a server session's first hellos while the service decides.
     #[pin]
     accepting: Mutex<()>,
@@ -337,6 +347,7 @@ impl Session {
                     mute: *role == Role::Client,
                     ..Events::default()
                 }),
+                told <- new_condvar!(),
                 accepting <- new_mutex!(()),
                 wait <- new_mutex!(()),
                 credit_cv <- new_condvar!(),

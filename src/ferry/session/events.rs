@@ -16,42 +16,79 @@ impl Session {
 
     /// Brings the consumer up to date: `up` when connected, `down` when the
     /// connection it was told of is lost, `gone` once closed.
+    ///
+    /// One thread at a time tells, and it holds no lock of ferry's while the
+    /// consumer's callback runs: it notes what it tells under `events`,
+    /// lets go, calls, then looks again, until the consumer knows the
+    /// current state. A thread that finds another telling leaves it to that
+    /// one, which sees the new state when its callback returns; so a
+    /// callback may send, wait for a reconnect, or take the consumer's own
+    /// locks without holding up the session.
     pub(super) fn sync_events(self: &Arc<Self>) {
         let mut ev = self.events.lock();
-        if ev.gone || ev.mute {
+        if ev.delivering {
             return;
         }
-        let mut inner = self.inner.lock();
-        let (state, reason, conn) = (inner.state, inner.reason, inner.reconnects);
-        let consumer = if state == SessionState::Closed {
-            // Nothing reaches the consumer after `gone`.
-            inner.consumer.take()
-        } else {
-            inner.consumer.clone()
-        };
-        drop(inner);
-        let Some(c) = consumer else { return };
-        match state {
-            SessionState::Connected => {
-                if ev.up && ev.conn != conn {
-                    // Lost and regained since the consumer last looked.
-                    c.down(self, Reason::PeerClosed);
+        loop {
+            if ev.gone || ev.mute {
+                break;
+            }
+            let mut inner = self.inner.lock();
+            let (state, reason, conn) = (inner.state, inner.reason, inner.reconnects);
+            let consumer = if state == SessionState::Closed {
+                // Nothing reaches the consumer after `gone`.
+                inner.consumer.take()
+            } else {
+                inner.consumer.clone()
+            };
+            drop(inner);
+            let Some(c) = consumer else { break };
+            let call = match state {
+                // Lost and regained since the consumer last looked: `down`
+                // first, `up` on the next turn.
+                SessionState::Connected if ev.up && ev.conn != conn => {
+                    ev.up = false;
+                    Tell::Down(Reason::PeerClosed)
                 }
-                if !ev.up || ev.conn != conn {
+                SessionState::Connected if !ev.up => {
                     ev.up = true;
                     ev.conn = conn;
-                    c.up(self);
+                    Tell::Up
                 }
+                SessionState::Connecting | SessionState::Reconnecting if ev.up => {
+                    ev.up = false;
+                    Tell::Down(reason)
+                }
+                SessionState::Closed => {
+                    ev.gone = true;
+                    Tell::Gone(reason)
+                }
+                _ => break,
+            };
+            ev.delivering = true;
+            ev.deliverer = current_task();
+            drop(ev);
+            match call {
+                Tell::Up => c.up(self),
+                Tell::Down(r) => c.down(self, r),
+                Tell::Gone(r) => c.gone(self, r),
             }
-            SessionState::Connecting | SessionState::Reconnecting if ev.up => {
-                ev.up = false;
-                c.down(self, reason);
-            }
-            SessionState::Closed => {
-                ev.gone = true;
-                c.gone(self, reason);
-            }
-            _ => {}
+            drop(c);
+            ev = self.events.lock();
+            ev.delivering = false;
+        }
+        drop(ev);
+        self.told.notify_all();
+    }
+
+    /// Waits until the consumer was told the current state (by this thread
+    /// or the one telling it); at once when called from the consumer's own
+    /// `up`, `down` or `gone`, which could not end otherwise.
+    pub(super) fn settle_events(self: &Arc<Self>) {
+        self.sync_events();
+        let mut ev = self.events.lock();
+        while ev.delivering && ev.deliverer != current_task() {
+            self.told.wait(&mut ev);
         }
     }
 
@@ -94,4 +131,16 @@ impl Session {
             .find_map(|c| c.send_stray_response().ok())
             .ok_or(ENOTCONN)
     }
+}
+
+/// One of the consumer's state callbacks, chosen under `events`.
+enum Tell {
+    Up,
+    Down(Reason),
+    Gone(Reason),
+}
+
+/// The current task, as a number to compare.
+fn current_task() -> usize {
+    kernel::task::Task::current_raw().addr()
 }

@@ -114,7 +114,7 @@ impl Session {
         if state == SessionState::Connected {
             // The consumer hears `up` before the caller hears of success.
             s.events.lock().mute = false;
-            s.sync_events();
+            s.settle_events();
             return Ok(s);
         }
         // Still connecting when the wait ended: the attempt timed out, or a
@@ -385,7 +385,7 @@ impl Session {
         if inner.state == SessionState::Closed {
             drop(inner);
             // `gone` may still be on its way in the closing thread.
-            self.sync_events();
+            self.settle_events();
             return;
         }
         if inner.state != SessionState::Closing
@@ -415,6 +415,9 @@ impl Session {
         drop(inner);
         self.host.remove_session(self);
         self.notify();
+        // `gone` is told before the close returns, by this thread or the
+        // one telling the consumer something else now.
+        self.settle_events();
     }
 
     /// Tears down the channels on RDMA device `index` before the device goes,
