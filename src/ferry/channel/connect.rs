@@ -147,7 +147,8 @@ impl<O: Owner> Channel<O> {
             return Err(Reason::NoResources);
         }
         let first = match self.session.role() {
-            Role::Client => xfer::FIRST_REGIONS,
+            // Every region its requests can need, before it carries one.
+            Role::Client => xfer::pool_regions(p.queue_depth),
             Role::Server => 0,
         };
         let xfer = Xfer::new(
