@@ -127,7 +127,10 @@ impl Transport {
         Ok(try_pin_init!(Self {
             sessions <- new_mutex!(KVec::new()),
             listeners <- new_mutex!(KVec::new()),
-            secrets <- new_mutex!(Secrets::new(super::secrets::IDLE_TTL_MS)),
+            secrets <- new_mutex!(Secrets::new(
+                super::secrets::IDLE_TTL_MS,
+                super::secrets::MAX_IDLE
+            )),
             keys <- new_mutex!(Keys::default()),
             queue <- new_mutex!(Some(queue)),
             ticker,
