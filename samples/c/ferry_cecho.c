@@ -73,6 +73,9 @@ MODULE_PARM_DESC(rq_min, "The smallest request data, in bytes (4 KiB to rq_max)"
 static uint rq_max = 4 << 20;
 module_param(rq_max, uint, 0444);
 MODULE_PARM_DESC(rq_max, "The largest request data, in bytes (4 KiB to the session's max_data)");
+static uint wait_ms = 20000;
+module_param(wait_ms, uint, 0444);
+MODULE_PARM_DESC(wait_ms, "How long the client waits for an echo or a request's end, in ms");
 static uint rq_chunk = 1;
 module_param(rq_chunk, uint, 0444);
 MODULE_PARM_DESC(rq_chunk, "Pages per scatterlist entry of request data, 1 to 4 (an entry of several pages may straddle two registrations)");
@@ -99,7 +102,6 @@ module_param(tagged, bool, 0444);
 MODULE_PARM_DESC(tagged, "With atomic=1: requests carry their slot as tag (FERRY_TAGGED, on one channel)");
 
 #define CHECK_LEN	16	/* seq, length, FNV-1a hash */
-#define DRAIN_MS	20000	/* how long the client waits for an echo */
 
 /* With poll=1: completions the client's ferry_poll() calls processed. */
 static u64 polled;
@@ -542,7 +544,7 @@ static const struct ferry_ops client_ops = {
 static int client_send_nowait(struct ferry_session *s, struct client *c,
 			      const void *data, size_t len, u32 *refused)
 {
-	unsigned long end = jiffies + msecs_to_jiffies(DRAIN_MS);
+	unsigned long end = jiffies + msecs_to_jiffies(wait_ms);
 	int seen, ret;
 
 	for (;;) {
@@ -645,7 +647,7 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window, u32 max_data
 		bool write = rq_dir ? rq_dir == 1 : !(i % 2);
 		u32 k;
 
-		if (!client_wait(s, rc->wq, i - atomic_read(&rc->done) < window, DRAIN_MS)) {
+		if (!client_wait(s, rc->wq, i - atomic_read(&rc->done) < window, wait_ms)) {
 			ret = -ETIMEDOUT;
 			break;
 		}
@@ -683,7 +685,7 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window, u32 max_data
 		 * atomic=1: refused (a full queue, or a reconnect after the
 		 * reset), wait for a completion or @writable, outside the lock.
 		 */
-		end = jiffies + msecs_to_jiffies(DRAIN_MS);
+		end = jiffies + msecs_to_jiffies(wait_ms);
 		while ((ret = client_submit(s, &sl->rq, 0)) == -EAGAIN && atomic &&
 		       time_before(jiffies, end)) {
 			u32 done = atomic_read(&rc->done);
@@ -719,7 +721,7 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window, u32 max_data
 	if (atomic)
 		pr_info("client: %u submits refused, the queue full or reconnecting\n", full);
 	/* Every request ferry took completes, error or not. */
-	client_wait(s, rc->wq, atomic_read(&rc->done) == sent, DRAIN_MS);
+	client_wait(s, rc->wq, atomic_read(&rc->done) == sent, wait_ms);
 	wait_event(rc->wq, atomic_read(&rc->done) >= sent);
 	pr_info("client: %u requests, %d done, %d wrong, %d failed, %llu bytes\n",
 		sent, atomic_read(&rc->done), atomic_read(&rc->wrong),
@@ -783,8 +785,8 @@ static int run_client(void)
 		size_t len = size_of(c, seq);
 
 		if (!client_wait(s, c->wq, seq - atomic_read(&c->received) < window,
-				 DRAIN_MS)) {
-			pr_err("client: no echo for %d ms\n", DRAIN_MS);
+				 wait_ms)) {
+			pr_err("client: no echo for %u ms\n", wait_ms);
 			ret = -ETIMEDOUT;
 			goto close;
 		}
@@ -796,7 +798,7 @@ static int run_client(void)
 			goto close;
 		}
 	}
-	client_wait(s, c->wq, atomic_read(&c->received) >= count, DRAIN_MS);
+	client_wait(s, c->wq, atomic_read(&c->received) >= count, wait_ms);
 	/* (Before the summary, which the tests read as the last line.) */
 	if (nowait || atomic)
 		pr_info("client: %u sends refused for want of a credit, %d writable, %u missed\n",

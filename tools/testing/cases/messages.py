@@ -376,10 +376,18 @@ def requests_limits(t):
     vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
     frpl = t.ferryctl_json(vm)[0]['caps']['max_fast_reg_page_list_len']
     n = 4
-    vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=cecho '
-           f'count=10 requests={n} rq_window=2 rq_min={64 << 20} rq_max={64 << 20}',
-           timeout=300 * t.slow)
-    log = vm.run('dmesg | grep "ferry_cecho: client"').out
+
+    def cecho(args, timeout=300):
+        """Runs the C client with `args`; its log lines."""
+        vm.run('dmesg -C')
+        vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=cecho '
+               f'{args}', timeout=timeout * t.slow)
+        return vm.run('dmesg | grep "ferry_cecho: client"').out
+
+    # 16 MiB each: a busy host's rxe may take longer than the client's
+    # usual 20 s for two; the limits are what is checked here.
+    log = cecho(f'count=10 requests={n} rq_window=2 rq_min={64 << 20} rq_max={64 << 20} '
+                f'wait_ms={60000 * t.slow}')
     m = LIMITS.search(log)
     t.require(m is not None, f'no limits line: {log!r}')
     _, poll, depth, _, max_data, max_segments, mask, align, inline = m.groups()
@@ -396,11 +404,8 @@ def requests_limits(t):
     # The inline limit, each side of it; and a session without inline data.
     for size, extra, want_inline, want_limit in ((4096, '', n, 4096), (4097, '', 0, 4096),
                                                  (4096, f'inline_size={NO_INLINE}', 0, 0)):
-        vm.run('dmesg -C')
-        vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=cecho '
-               f'count=1 requests={n} rq_dir=1 rq_min={size} rq_max={size} hold=1 {extra}',
-               timeout=120 * t.slow)
-        log = vm.run('dmesg | grep "ferry_cecho: client"').out
+        log = cecho(f'count=1 requests={n} rq_dir=1 rq_min={size} rq_max={size} hold=1 {extra}',
+                    timeout=120)
         m, r = LIMITS.search(log), RQ_SUMMARY.search(log)
         t.require(m is not None and r is not None, f'{size} {extra}: no summary: {log!r}')
         t.eq(tuple(int(x) for x in r.groups()), (n, n, 0, 0, n * size),
@@ -411,11 +416,7 @@ def requests_limits(t):
     # Entries of 3 pages: a region's page list (512 pages) ends inside one,
     # which the next region takes on from where it stopped; each way.
     size = 6 << 20
-    vm.run('dmesg -C')
-    vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=cecho '
-           f'count=1 requests={n} rq_min={size} rq_max={size} rq_chunk=3 hold=1',
-           timeout=300 * t.slow)
-    log = vm.run('dmesg | grep "ferry_cecho: client"').out
+    log = cecho(f'count=1 requests={n} rq_min={size} rq_max={size} rq_chunk=3 hold=1')
     r = RQ_SUMMARY.search(log)
     t.require(r is not None, f'entries of 3 pages: no summary: {log!r}')
     t.eq(tuple(int(x) for x in r.groups()), (n, n, 0, 0, n * size),

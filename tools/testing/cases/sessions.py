@@ -277,10 +277,17 @@ def session_admission(t):
            f'> /tmp/flood.out 2>&1 &)')
     vm.wait_for(f'test $(wc -l < /tmp/flood.out) -ge {n}', timeout=60 * t.slow)
     out = vm.run('cat /tmp/flood.out').out.split('\n')
-    t.eq((out.count('accepted'), out.count('rejected 22')), (8, n - 8),
-         f'8 sessions waiting for their hello admitted, the rest refused busy: {out}')
+    accepted, busy = out.count('accepted'), out.count('rejected 22')
+    if t.slow == 1:
+        t.eq((accepted, busy), (8, n - 8),
+             f'8 sessions waiting for their hello admitted, the rest refused busy: {out}')
+    else:
+        # Under emulation the flood outlasts the hello deadline (4 s): the
+        # first are closed, and newer ones taken in their place.
+        t.check(accepted >= 8 and busy >= 1 and accepted + busy <= n,
+                f'8 at a time admitted, the rest refused busy: {out}')
     lst = t.ferryctl_json(vm, 'listener show')[0]
-    t.eq(lst.get('busy_refused'), n - 8, f'refusals counted: {lst}')
+    t.eq(lst.get('busy_refused'), busy, f'refusals counted: {lst}')
     # (The first may have reached their deadline already on a slow kernel;
     # on the debug kernel under TCG all 8 may have, 4 s after their accept.)
     least = 1 if t.slow == 1 else 0
@@ -319,7 +326,8 @@ def session_64(t):
     summary = json.loads(vm.run(
         f'{t.ferryctl} -j session show | python3 -c "import json, sys; s = json.load(sys.stdin); '
         "print(json.dumps({r: [x['state'] for x in s if x['role'] == r] for r in ('client', 'server')}"
-        " | {'ids': len({x['session_id'] for x in s if x['role'] == 'client'})}))\"").out)
+        " | {'ids': len({x['session_id'] for x in s if x['role'] == 'client'})}))\"",
+        timeout=60 * t.slow).out)
     t.eq(len(summary['client']), 64, 'client sessions')
     t.eq(len(summary['server']), 64, 'server sessions')
     t.eq(sorted(set(summary['client'] + summary['server'])), ['connected'], 'all connected')
