@@ -111,12 +111,12 @@ pub(crate) fn pool_regions(tags: u32) -> u32 {
     tags.saturating_add(REQ_REGS as u32 - 1)
 }
 
-/// The regions a test's request state starts with: enough for one request
-/// of the largest size. A client's channel registers all of
-/// [`pool_regions`] when it is built, as nvme-rdma fills its queue's MR
-/// pool; a server's starts with none and grows in process context (see
-/// [`Xfer::wants_regions`]) if its consumer submits requests, which few
-/// servers do.
+/// The regions a client's channel registers when it is built: enough for
+/// one request of the largest size, or a few small ones (a server's starts
+/// with none). The pool grows from there, in process context (see
+/// [`Xfer::wants_regions`]), up to [`pool_regions`]: a channel that carries
+/// no requests (most of a server's) never registers more, and a connect does
+/// not wait for a hundred registrations per channel.
 // CAST: `REQ_REGS` is 8.
 pub(crate) const FIRST_REGIONS: u32 = REQ_REGS as u32;
 

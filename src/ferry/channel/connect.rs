@@ -147,8 +147,7 @@ impl<O: Owner> Channel<O> {
             return Err(Reason::NoResources);
         }
         let first = match self.session.role() {
-            // Every region its requests can need, before it carries one.
-            Role::Client => xfer::pool_regions(p.queue_depth),
+            Role::Client => xfer::FIRST_REGIONS,
             Role::Server => 0,
         };
         let xfer = Xfer::new(
