@@ -158,9 +158,16 @@ impl<O: Owner> Channel<O> {
         )
         .map_err(|_| Reason::NoResources)?;
         // The peer's requests: their headers and inline data, in the
-        // receive buffers' size.
-        let responder = Responder::new(p.queue_depth, cfg.buf_size as usize)
-            .map_err(|_| Reason::NoResources)?;
+        // receive buffers' size. A server's channel gets them once the
+        // client's hello is accepted (see `Channel::receive`): until then a
+        // connection holds as little as it can.
+        let responder = match self.session.role() {
+            Role::Client => Some(
+                Responder::new(p.queue_depth, cfg.buf_size as usize)
+                    .map_err(|_| Reason::NoResources)?,
+            ),
+            Role::Server => None,
+        };
         let ctx = if p.polled(self.index) {
             PollCtx::Direct
         } else {
@@ -186,7 +193,7 @@ impl<O: Owner> Channel<O> {
         inner.caps = Some(caps);
         inner.pd = Some(pd);
         inner.xfer = Some(xfer);
-        inner.responder = Some(responder);
+        inner.responder = responder;
         drop(inner);
         Ok((qp, ring))
     }

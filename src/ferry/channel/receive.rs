@@ -74,7 +74,21 @@ impl<O: Owner> Channel<O> {
             },
             _ => None,
         };
+        // An accepted hello: the responder's entries, made here (process
+        // context, before the lock) and installed before the reply goes, so
+        // they are there before the client can send a request.
+        let mut responder = match &hello {
+            Some((Some(_), Reason::None)) if role == Role::Server => {
+                let p = self.session.params();
+                let room = (p.max_msg + p.inline_size) as usize;
+                Some(Responder::new(p.queue_depth, room).map_err(|_| Reason::NoResources)?)
+            }
+            _ => None,
+        };
         let mut inner = self.inner.lock();
+        if inner.responder.is_none() {
+            inner.responder = responder.take();
+        }
         if role == Role::Server && self.index == 0 && inner.state == ChanState::Up {
             // A client speaks on an accepted channel 0 only once it has the
             // hello reply, and with it the session's secret.
