@@ -162,10 +162,7 @@ impl<O: Owner> Channel<O> {
         // client's hello is accepted (see `Channel::receive`): until then a
         // connection holds as little as it can.
         let responder = match self.session.role() {
-            Role::Client => Some(
-                Responder::new(p.queue_depth, cfg.buf_size as usize)
-                    .map_err(|_| Reason::NoResources)?,
-            ),
+            Role::Client => Some(Responder::new(p).map_err(|_| Reason::NoResources)?),
             Role::Server => None,
         };
         let ctx = if p.polled(self.index) {

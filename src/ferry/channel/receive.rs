@@ -79,14 +79,12 @@ impl<O: Owner> Channel<O> {
         // they are there before the client can send a request.
         let mut responder = match &hello {
             Some((Some(_), Reason::None)) if role == Role::Server => {
-                let p = self.session.params();
-                let room = (p.max_msg + p.inline_size) as usize;
-                Some(Responder::new(p.queue_depth, room).map_err(|_| Reason::NoResources)?)
+                Some(Responder::new(self.session.params()).map_err(|_| Reason::NoResources)?)
             }
             _ => None,
         };
         let mut inner = self.inner.lock();
-        if inner.responder.is_none() {
+        if responder.is_some() && inner.responder.is_none() {
             inner.responder = responder.take();
         }
         if role == Role::Server && self.index == 0 && inner.state == ChanState::Up {

@@ -156,9 +156,10 @@ pub(super) struct Responder<O: Owner> {
 }
 
 impl<O: Owner> Responder<O> {
-    /// For `tags` requests at a time of up to `room` bytes of header and
-    /// inline data. May sleep.
-    pub(super) fn new(tags: u32, room: usize) -> Result<Self> {
+    /// For a queue of `p`'s depth, each entry with room for a receive
+    /// buffer's bytes (a message and its inline data). May sleep.
+    pub(super) fn new(p: &Params) -> Result<Self> {
+        let (tags, room) = (p.queue_depth, (p.max_msg + p.inline_size) as usize);
         Ok(Self {
             pool: Pool::new(tags as usize, |i| InData::new(i, room))?,
             waiting: KVec::with_capacity(tags as usize, GFP_KERNEL)?,
@@ -212,11 +213,13 @@ impl<O: Owner> Channel<O> {
         if !inc.head.inline || sg.len() != u64::from(inc.head.data_len) {
             return Err(EINVAL);
         }
-        if self.inner.lock().state != ChanState::Up {
+        sg.copy_from(inc.inline_data())?;
+        // One look under the lock: moved only while the connection lives.
+        let mut inner = self.inner.lock();
+        if inner.state != ChanState::Up {
             return Err(ENOTCONN);
         }
-        sg.copy_from(inc.inline_data())?;
-        if let Some(x) = self.inner.lock().xfer.as_mut() {
+        if let Some(x) = inner.xfer.as_mut() {
             x.set_moved(inc.tag, inc.head.data_len);
         }
         Ok(())
