@@ -49,11 +49,6 @@ impl OwnedQueue {
         // borrow prevents; the kernel crate's `Queue` is a transparent wrapper.
         unsafe { Queue::from_raw(self.wq.as_ptr().cast()) }
     }
-
-    /// Runs `f` once, later, on this queue.
-    pub fn spawn(&self, f: impl FnOnce() + Send + 'static) -> Result {
-        self.queue().try_spawn(GFP_KERNEL, f).map_err(|_| ENOMEM)
-    }
 }
 
 impl Drop for OwnedQueue {

@@ -318,10 +318,10 @@ impl Poller {
     }
 }
 
-/// Logs a CQ's asynchronous event. A CQ that overflows is reported only this
-/// way (`IB_EVENT_CQ_ERR`): the completion that did not fit is lost (rxe then
-/// moves a QP whose receive it was to the error state, and its requests are
-/// flushed).
+/// Logs a CQ's asynchronous event, rate limited, with the device's name. A
+/// CQ that overflows is reported only this way (`IB_EVENT_CQ_ERR`): the
+/// completion that did not fit is lost (rxe then moves a QP whose receive it
+/// was to the error state, and its requests are flushed).
 ///
 /// # Safety
 ///
@@ -329,15 +329,18 @@ impl Poller {
 unsafe extern "C" fn cq_event(ev: *mut bindings::ib_event, _ctx: *mut c_void) {
     // SAFETY: `ev` is valid for the call, and names a CQ (the contract).
     let (kind, cq) = unsafe { ((*ev).event, (*ev).element.cq) };
-    // SAFETY: `ib_event_msg` returns a static string for any value; the CQ is
-    // live during its event, and its resource id is fixed at allocation.
-    let (msg, id) = unsafe {
+    // SAFETY: `ib_event_msg` returns a static string for any value; the CQ
+    // and its device are live during its event, and its resource id is fixed
+    // at allocation.
+    let (msg, id, dev) = unsafe {
         (
             CStr::from_char_ptr(bindings::ib_event_msg(kind)),
             (*cq).res.id,
+            super::Device::from_raw((*cq).device),
         )
     };
-    pr_warn!("CQ {}: {}\n", id, msg);
+    // `rdma res show cq` lists it by this id.
+    crate::ratelimit::pr_warn_limited!("{} CQ {}: {}\n", dev.name().as_cstr(), id, msg);
 }
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]

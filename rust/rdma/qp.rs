@@ -1371,7 +1371,8 @@ impl<H: Completion> Drop for Inner<H> {
 }
 
 /// Logs a QP's asynchronous event (a fatal error, a path migration): the
-/// driver's only word on errors no completion reports.
+/// driver's only word on errors no completion reports. Rate limited, with
+/// the device's name.
 ///
 /// # Safety
 ///
@@ -1380,14 +1381,17 @@ unsafe extern "C" fn qp_event(ev: *mut bindings::ib_event, _ctx: *mut c_void) {
     // SAFETY: `ev` is valid for the call, and names a QP (the contract).
     let (kind, qp) = unsafe { ((*ev).event, (*ev).element.qp) };
     // SAFETY: `ib_event_msg` returns a static string for any value; the QP
-    // is live during its event.
-    let (msg, num) = unsafe {
+    // and its device are live during its event.
+    let (msg, num, dev) = unsafe {
         (
             CStr::from_char_ptr(bindings::ib_event_msg(kind)),
             (*qp).qp_num,
+            super::Device::from_raw((*qp).device),
         )
     };
-    pr_warn!("QP {}: {}\n", num, msg);
+    // A peer's bad requests raise these: limited. `ferryctl session show`
+    // names the session and channel of a QP number.
+    crate::ratelimit::pr_warn_limited!("{} QP {}: {}\n", dev.name().as_cstr(), num, msg);
 }
 
 /// The `done` function of every slot's `ib_cqe`.

@@ -29,6 +29,8 @@ pub mod mem;
 pub mod netns;
 #[path = "../../rust/pool.rs"]
 pub mod pool;
+#[path = "../../rust/ratelimit.rs"]
+pub mod ratelimit;
 #[path = "../../rust/rdma.rs"]
 pub mod rdma;
 #[path = "../../rust/slot.rs"]
@@ -46,7 +48,6 @@ mod keys;
 mod listener;
 mod netlink;
 mod params;
-mod ratelimit;
 mod service;
 mod session;
 mod state;

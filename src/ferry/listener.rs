@@ -16,9 +16,10 @@
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use kernel::{
-    new_mutex,
+    new_mutex, new_work,
     prelude::*,
     sync::{aref::ARef, Arc, ArcBorrow, Mutex},
+    workqueue::{impl_has_work, Work, WorkItem},
 };
 
 use crate::{
@@ -79,11 +80,9 @@ pub(crate) trait Host: Send + Sync {
     fn session_secret(&self, net: &Net, session_id: u64, peer: &SockAddr) -> Option<(Secret, u32)>;
     /// What listener `id` holds, from `peer`'s address and in all.
     fn admission(&self, id: u32, peer: &SockAddr) -> Admission;
-    /// Closes `s` for `reason` on the module's work queue (not in a CM
-    /// handler, which closing would wait for).
-    fn close_later(&self, s: Arc<Session>, reason: Reason);
-    /// Closes listener `l` on the module's work queue.
-    fn close_listener_later(&self, l: Arc<Listener>);
+    /// Queues listener `l`'s work item (which closes it) on the module's
+    /// work queue.
+    fn queue_listener(&self, l: Arc<Listener>);
 }
 
 /// A listening address and port.
@@ -107,6 +106,23 @@ pub(crate) struct Listener {
     pub(crate) busy_refused: AtomicU64,
     /// The key every session accepted here must prove.
     pub(crate) psk: Option<Arc<Psk>>,
+    /// Closes the listener when its device goes away (not in its own
+    /// handler, which closing waits for); embedded, so never lost for want
+    /// of memory.
+    #[pin]
+    work: Work<Listener>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Listener { self.work }
+}
+
+impl WorkItem for Listener {
+    type Pointer = Arc<Listener>;
+
+    fn run(this: Arc<Listener>) {
+        this.close();
+    }
 }
 
 impl Listener {
@@ -130,6 +146,7 @@ impl Listener {
                 auth_refused: AtomicU64::new(0),
                 busy_refused: AtomicU64::new(0),
                 psk,
+                work <- new_work!("ferry::Listener::work"),
             }),
             GFP_KERNEL,
         )?;
@@ -247,7 +264,8 @@ impl Listener {
             // A newer attempt from the same client: what is left of the old one
             // is half-open and must not block it.
             Some(s) if (data.generation.wrapping_sub(s.generation()) as i32) > 0 => {
-                self.host.close_later(s, Reason::PeerClosed);
+                // Not here: closing waits for CM handlers.
+                s.close_later(Reason::PeerClosed);
                 None
             }
             Some(_) => return Self::refuse(req, Reason::BadChannel),
@@ -298,7 +316,7 @@ impl Handler for Listener {
                 this.addr
             );
             let this: Arc<Self> = this.into();
-            this.host.clone().close_listener_later(this);
+            this.host.clone().queue_listener(this);
         }
     }
 

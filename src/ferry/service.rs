@@ -11,9 +11,9 @@
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use kernel::{
-    new_mutex,
+    new_condvar, new_mutex,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{Arc, CondVar, Mutex},
 };
 
 use crate::{
@@ -38,10 +38,19 @@ pub(crate) struct Service {
     /// What its sessions know it by.
     key: ServiceKey,
     ops: KBox<dyn ServiceOps>,
-    /// Whether the service takes sessions; held while one is accepted, so
-    /// that unregistering sees every session the service took.
+    /// Whether the service takes sessions, and how many it is being asked
+    /// about. The consumer's `accept` runs without this lock.
     #[pin]
-    open: Mutex<bool>,
+    gate: Mutex<Gate>,
+    /// Signalled when the last `accept` in progress returns.
+    #[pin]
+    answered: CondVar,
+}
+
+/// See [`Service::gate`].
+struct Gate {
+    open: bool,
+    accepting: u32,
 }
 
 impl Service {
@@ -53,7 +62,11 @@ impl Service {
                 name,
                 key: ServiceKey(NEXT_KEY.fetch_add(1, Relaxed)),
                 ops,
-                open <- new_mutex!(true),
+                gate <- new_mutex!(Gate {
+                    open: true,
+                    accepting: 0,
+                }),
+                answered <- new_condvar!(),
             }),
             GFP_KERNEL,
         )
@@ -65,21 +78,36 @@ impl Service {
     }
 
     /// Refuses new sessions from now on; once it returns, every session the
-    /// service took is attached (and no other will be).
+    /// service took is attached (and no other will be). It waits for the
+    /// `accept` calls in progress, so `accept` may not unregister its own
+    /// service.
     pub(crate) fn shut(&self) {
-        *self.open.lock() = false;
+        let mut gate = self.gate.lock();
+        gate.open = false;
+        while gate.accepting > 0 {
+            self.answered.wait(&mut gate);
+        }
     }
 
     /// Asks the service to take session `s`, and attaches it if it does.
+    /// The consumer's `accept` runs with no lock of ferry's held.
     pub(crate) fn attach(self: &Arc<Self>, s: &Arc<Session>) -> Result<(), Reason> {
-        let open = self.open.lock();
-        if !*open {
-            return Err(Reason::UnknownService);
+        {
+            let mut gate = self.gate.lock();
+            if !gate.open {
+                return Err(Reason::UnknownService);
+            }
+            gate.accepting += 1;
         }
-        let consumer = self.ops.accept(s)?;
-        s.set_consumer(self.key, consumer);
-        drop(open);
-        Ok(())
+        // Attached before `shut` can return: it waits for this call.
+        let res = self.ops.accept(s).map(|c| s.set_consumer(self.key, c));
+        let mut gate = self.gate.lock();
+        gate.accepting -= 1;
+        if gate.accepting == 0 {
+            self.answered.notify_all();
+        }
+        drop(gate);
+        res
     }
 }
 

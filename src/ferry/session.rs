@@ -110,8 +110,8 @@ pub(crate) trait Host: Send + Sync {
     fn attach(&self, s: &Arc<Session>, name: &ServiceName) -> Result<(), Reason>;
     /// Whether the module is unloading.
     fn shutting_down(&self) -> bool;
-    /// Queues session `s`'s failure work on the module's work queue.
-    fn queue_failure(&self, s: Arc<Session>);
+    /// Queues session `s`'s work item on the module's work queue.
+    fn queue_session(&self, s: Arc<Session>);
     /// Queues channel `c`'s work `w` on the module's work queue.
     fn queue_channel(&self, c: Arc<Channel>, w: ChannelWork);
     /// The PD of RDMA device `index`, while ferry uses the device.
@@ -186,8 +186,19 @@ struct Inner {
     consumer: Option<Arc<dyn Consumer>>,
     /// Server: the service that accepted the session.
     svc: Option<ServiceKey>,
-    /// Server: the service refused the session for this reason.
-    refused: Option<Reason>,
+    /// Server: the service's answer once it gave one ([`Reason::None`]: it
+    /// took the session); `None` while the first hello's channel asks it.
+    answer: Option<Reason>,
+}
+
+/// What a session's work item has to do (see [`Session::channel_failed`]
+/// and [`Session::close_later`]).
+#[derive(Default)]
+struct Pending {
+    /// A channel failure not handled yet: (channel, generation, reason).
+    failure: Option<(u16, u32, Reason)>,
+    /// A close asked for where closing may not sleep (a CM handler).
+    close: Option<Reason>,
 }
 
 /// A session; see the module docs.
@@ -212,15 +223,20 @@ pub(crate) struct Session {
     client_service: Option<ServiceName>,
     #[pin]
     inner: Mutex<Inner>,
-    /// Signalled on every state change.
+    /// Signalled on every state change, and on a server when the service
+    /// answered.
     #[pin]
     changed: CondVar,
-    /// A channel failure not handled yet: (channel, generation, reason).
+    /// What the session's work item has to do; a leaf lock.
     #[pin]
-    failure: SpinLock<Option<(u16, u32, Reason)>>,
-    /// Handles `failure` on ferry's work queue.
+    pending: SpinLock<Pending>,
+    /// Handles `pending` on ferry's work queue: embedded, so that nothing
+    /// asked of it is lost for want of memory.
     #[pin]
-    failure_work: Work<Session>,
+    work: Work<Session>,
+    /// [`Session::close_later`] was called: the session counts as closing
+    /// at once (lookups skip it), though its work item may be busy.
+    close_asked: AtomicBool,
     /// The channels of a connected session, by index, for the data path.
     queues: KVec<RcuCell<Channel>>,
     /// What the data path answers (see [`Session::check_sendable`]): 0, or
@@ -233,9 +249,6 @@ pub(crate) struct Session {
     /// Signalled when a thread has told the consumer all there was to tell.
     #[pin]
     told: CondVar,
-    /// Serializes a server session's first hellos while the service decides.
-    #[pin]
-    accepting: Mutex<()>,
     /// The lock senders waiting for a credit sleep under.
     #[pin]
     wait: Mutex<()>,
@@ -272,7 +285,7 @@ pub(crate) struct Session {
 }
 
 impl_has_work! {
-    impl HasWork<Self> for Session { self.failure_work }
+    impl HasWork<Self> for Session { self.work }
 }
 
 /// A snapshot for netlink.
@@ -336,11 +349,12 @@ impl Session {
                     attempt_started: Instant::now(),
                     consumer,
                     svc: None,
-                    refused: None,
+                    answer: None,
                 }),
                 changed <- new_condvar!(),
-                failure <- new_spinlock!(None),
-                failure_work <- new_work!("ferry::Session::failure_work"),
+                pending <- new_spinlock!(Pending::default()),
+                work <- new_work!("ferry::Session::work"),
+                close_asked: AtomicBool::new(false),
                 queues,
                 sendable: AtomicI32::new(ENOTCONN.to_errno()),
                 events <- new_mutex!(Events {
@@ -348,7 +362,6 @@ impl Session {
                     ..Events::default()
                 }),
                 told <- new_condvar!(),
-                accepting <- new_mutex!(()),
                 wait <- new_mutex!(()),
                 credit_cv <- new_condvar!(),
                 waiters: AtomicU32::new(0),
@@ -397,8 +410,8 @@ impl Session {
         self.inner.lock().generation
     }
 
-    /// Server: service `svc` accepted the session with `consumer`. Called by
-    /// the service under its lock.
+    /// Server: service `svc` accepted the session with `consumer`, before
+    /// the service's `shut` may return (see [`crate::service::Service::attach`]).
     pub(crate) fn set_consumer(&self, svc: ServiceKey, consumer: Arc<dyn Consumer>) {
         let mut inner = self.inner.lock();
         inner.svc = Some(svc);
@@ -432,10 +445,11 @@ impl Session {
 
     /// Whether the session is closing or closed.
     pub(crate) fn is_closing(&self) -> bool {
-        matches!(
-            self.inner.lock().state,
-            SessionState::Closing | SessionState::Closed
-        )
+        self.close_asked.load(Acquire)
+            || matches!(
+                self.inner.lock().state,
+                SessionState::Closing | SessionState::Closed
+            )
     }
 
     /// Server: whether the session still waits for its first hello (a

@@ -165,8 +165,8 @@ impl Ferry {
         }
     }
 
-    /// Queues work item `w` (a channel's idle poll, a session's failure),
-    /// embedded in its object, on ferry's work queue: nothing happens if it
+    /// Queues work item `w` (a channel's idle poll or growth, a session's
+    /// failure or close, a listener's close), embedded in its object, on ferry's work queue: nothing happens if it
     /// is queued already, or the module is unloading. Allocates nothing.
     pub(crate) fn queue_work<T, const ID: u64>(&self, w: Arc<T>)
     where
@@ -176,12 +176,6 @@ impl Ferry {
         if let Some(q) = q.as_ref() {
             let _ = q.queue().enqueue::<Arc<T>, ID>(w);
         }
-    }
-
-    /// Runs `f` on ferry's work queue; fails once the module is unloading.
-    pub(crate) fn spawn(&self, f: impl FnOnce() + Send + 'static) -> Result {
-        let q = self.transport.queue.lock();
-        q.as_ref().ok_or(ESHUTDOWN)?.spawn(f)
     }
 
     /// Whether the module is unloading.
@@ -534,7 +528,7 @@ impl session::Host for Ferry {
         Ferry::shutting_down(self)
     }
 
-    fn queue_failure(&self, s: Arc<Session>) {
+    fn queue_session(&self, s: Arc<Session>) {
         self.queue_work::<_, 0>(s);
     }
 
@@ -564,11 +558,7 @@ impl listener::Host for Ferry {
         Ferry::admission(self, id, peer)
     }
 
-    fn close_later(&self, s: Arc<Session>, reason: Reason) {
-        let _ = self.spawn(move || s.close(reason));
-    }
-
-    fn close_listener_later(&self, l: Arc<Listener>) {
-        let _ = self.spawn(move || l.close());
+    fn queue_listener(&self, l: Arc<Listener>) {
+        self.queue_work::<_, 0>(l);
     }
 }

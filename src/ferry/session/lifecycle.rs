@@ -212,26 +212,30 @@ impl Session {
         if self.host.shutting_down() {
             return Reason::ShuttingDown;
         }
-        // The other channels' hellos wait here for the service's answer.
-        let _accepting = self.accepting.lock();
-        {
-            let inner = self.inner.lock();
+        let mut inner = self.inner.lock();
+        loop {
             match inner.service {
                 Some(s) if s != hello.service => return Reason::BadParams,
-                Some(_) => return inner.refused.unwrap_or(Reason::None),
-                None => {}
+                Some(_) => match inner.answer {
+                    Some(r) => return r,
+                    // Another channel's hello asks the service: its answer
+                    // is this one's too.
+                    None => self.changed.wait(&mut inner),
+                },
+                None => break,
             }
         }
-        let res = self.host.attach(self, &hello.service);
-        let mut inner = self.inner.lock();
         inner.service = Some(hello.service);
-        match res {
-            Ok(()) => Reason::None,
-            Err(r) => {
-                inner.refused = Some(r);
-                r
-            }
-        }
+        drop(inner);
+        // The consumer's `accept` runs without the session's lock.
+        let answer = self
+            .host
+            .attach(self, &hello.service)
+            .err()
+            .unwrap_or(Reason::None);
+        self.inner.lock().answer = Some(answer);
+        self.changed.notify_all();
+        answer
     }
 
     /// A channel completed its handshake.
@@ -290,7 +294,7 @@ impl Session {
     /// changed already).
     pub(crate) fn channel_failed(self: &Arc<Self>, index: u16, generation: u32, reason: Reason) {
         {
-            let mut f = self.failure.lock();
+            let f = &mut self.pending.lock().failure;
             // CAST: generations wrap; the difference's sign says which is
             // newer.
             let newer = f.is_none_or(|(_, g, _)| generation.wrapping_sub(g) as i32 > 0);
@@ -298,7 +302,16 @@ impl Session {
                 *f = Some((index, generation, reason));
             }
         }
-        self.host.queue_failure(self.clone());
+        self.host.queue_session(self.clone());
+    }
+
+    /// Closes the session on ferry's work queue, for `reason` (the first
+    /// asked for counts). Callable from CM and completion handlers, like
+    /// [`Session::channel_failed`], and allocates nothing.
+    pub(crate) fn close_later(self: &Arc<Self>, reason: Reason) {
+        self.close_asked.store(true, Release);
+        self.pending.lock().close.get_or_insert(reason);
+        self.host.queue_session(self.clone());
     }
 
     pub(super) fn handle_failure(self: &Arc<Self>, index: u16, generation: u32, reason: Reason) {
@@ -539,8 +552,11 @@ impl WorkItem for Session {
     type Pointer = Arc<Session>;
 
     fn run(this: Arc<Session>) {
-        let f = this.failure.lock().take();
-        if let Some((index, generation, reason)) = f {
+        let p = core::mem::take(&mut *this.pending.lock());
+        if let Some(reason) = p.close {
+            // A failure does not matter any more.
+            this.close(reason);
+        } else if let Some((index, generation, reason)) = p.failure {
             this.handle_failure(index, generation, reason);
         }
     }
