@@ -133,6 +133,10 @@ pub struct Params<'a> {
     pub give_up_s: u32,
     /// A pre-shared key's name: both sides prove they hold it.
     pub key: Option<&'a CStr>,
+    /// Each channel registers every region its requests can need when it
+    /// is built, as nvme-rdma does (`FERRY_PREREGISTER`): for a block
+    /// device, whose requests then never wait for the pool to grow.
+    pub preregister: bool,
 }
 
 impl<'a> Params<'a> {
@@ -150,6 +154,7 @@ impl<'a> Params<'a> {
             timeout_ms: 0,
             give_up_s: 0,
             key: None,
+            preregister: false,
         }
     }
 }
@@ -1029,6 +1034,11 @@ impl<H: Handler> Session<H> {
             timeout_ms: p.timeout_ms,
             give_up_s: p.give_up_s,
             key: p.key.map_or(core::ptr::null(), |k| k.as_char_ptr()),
+            flags: if p.preregister {
+                ffi::FERRY_PREREGISTER
+            } else {
+                0
+            },
         };
         let priv_ = Arc::into_raw(handler).cast_mut().cast::<c_void>();
         // SAFETY: `raw` is valid for the call; the ops are static; `priv_`

@@ -73,8 +73,11 @@ struct ferry_incoming;
  *	to take it, or a negative errno to refuse it: the client's
  *	ferry_session_open() then fails with -ECONNREFUSED. @service_priv is
  *	what the service was registered with; set *@priv to what the session's
- *	other callbacks get (it starts as @service_priv). May be NULL: every
- *	session is taken.
+ *	other callbacks get (it starts as @service_priv). Runs with no lock of
+ *	ferry's held, once per session (calls for different sessions may run
+ *	at the same time); the session's other channels wait for its answer.
+ *	Must not unregister its own service, which waits for the calls in
+ *	progress. May be NULL: every session is taken.
  * @up: the session is connected, after opening or after a reconnect. May be
  *	NULL.
  * @down: the session lost its connection: @err says why (-ETIMEDOUT for a
@@ -206,6 +209,7 @@ struct ferry_request {
  * @key: NULL, or the name of a pre-shared key of @net's (``ferryctl key
  *	add``): the peer's listener must prove it holds the same key, and this
  *	side proves it to the peer (a mismatch fails with -EACCES).
+ * @flags: %FERRY_PREREGISTER, or 0. Unknown flags: -EINVAL.
  */
 struct ferry_session_params {
 	struct net *net;
@@ -220,7 +224,22 @@ struct ferry_session_params {
 	u32 timeout_ms;
 	u32 give_up_s;
 	const char *key;
+	u32 flags;
 };
+
+/*
+ * %FERRY_PREREGISTER: each channel registers, when it is built, its whole
+ * pool of FRWR regions (one per tag of @queue_depth, and 7 more for a
+ * request of 8 regions), as nvme-rdma does, so that no request waits for
+ * the pool to grow (a request of several regions may still find them all
+ * in use: -EAGAIN, then @writable). It costs each connect that many
+ * registrations, in rdma_cm's handler as nvme-rdma's, one channel after
+ * another (about a millisecond each on a software device under emulation).
+ * Without it a channel starts with 8 and registers more in process context
+ * as its requests need them. ``ferryctl session connect`` does not set it:
+ * a session without a consumer sends no requests.
+ */
+#define FERRY_PREREGISTER	(1U << 0)
 
 /**
  * struct ferry_limits - what a session negotiated
@@ -295,8 +314,9 @@ struct ferry_service *ferry_service_register(const char *name,
  * ferry_service_unregister() - stop offering a service
  * @svc: from ferry_service_register().
  *
- * Refuses new sessions for the service, closes the ones it has (each gets
- * @gone with 0) and waits for their callbacks. After it returns, no callback
+ * Refuses new sessions for the service, waits for the @accept calls in
+ * progress, closes the sessions it has (each gets @gone with 0) and waits
+ * for their callbacks. After it returns, no callback
  * of @svc's ops runs; handles of its sessions that were taken with
  * ferry_session_get() stay valid, but the sessions are closed.
  */

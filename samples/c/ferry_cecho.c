@@ -100,6 +100,9 @@ MODULE_PARM_DESC(atomic, "The client sends and submits under a spinlock with int
 static bool tagged;
 module_param(tagged, bool, 0444);
 MODULE_PARM_DESC(tagged, "With atomic=1: requests carry their slot as tag (FERRY_TAGGED, on one channel)");
+static bool preregister;
+module_param(preregister, bool, 0444);
+MODULE_PARM_DESC(preregister, "The client's channels register their whole region pool when built (FERRY_PREREGISTER)");
 
 #define CHECK_LEN	16	/* seq, length, FNV-1a hash */
 
@@ -742,6 +745,7 @@ static int run_client(void)
 		.inline_size = inline_size,
 		.queue_depth = depth,
 		.poll_channels = poll ? 1 : 0,
+		.flags = preregister ? FERRY_PREREGISTER : 0,
 	};
 	struct ferry_limits limits;
 	struct ferry_session *s;

@@ -179,6 +179,7 @@ fn session_params(
         p.heartbeat_ms,
         p.timeout_ms,
         p.give_up_s,
+        p.flags,
     )
     .ok()?;
     let peer = SockAddr::from_storage(ferry_abi::peer_bytes(p))?;

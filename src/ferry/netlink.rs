@@ -490,6 +490,7 @@ pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
         heartbeat_ms,
         timeout_ms,
         give_up_s,
+        preregister: false,
     };
     let psk = named_key(req, &ferry, s_attr::KEY)?;
     if let Err(e) = params.check_memory(&peer) {

@@ -36,6 +36,10 @@ pub(crate) const SERVER_RX_BUDGET: u32 = 4 << 20;
 /// [`Params::checked`]'s `inline_size` for none (`FERRY_NO_INLINE`).
 pub(crate) const NO_INLINE: u32 = u32::MAX;
 
+/// [`Params::checked`]'s flag for [`Params::preregister`]
+/// (`FERRY_PREREGISTER`).
+pub(crate) const PREREGISTER: u32 = crate::bindings::FERRY_PREREGISTER;
+
 /// What a session was asked for (client) or runs with (server).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Params {
@@ -56,6 +60,9 @@ pub(crate) struct Params {
     pub(crate) timeout_ms: u32,
     /// Seconds of failed reconnecting before giving up; 0: never.
     pub(crate) give_up_s: u32,
+    /// Client: each channel registers its whole region pool when it is
+    /// built (`FERRY_PREREGISTER`), not as its requests need them.
+    pub(crate) preregister: bool,
 }
 
 impl Params {
@@ -69,12 +76,14 @@ impl Params {
         heartbeat_ms: 1000,
         timeout_ms: 5000,
         give_up_s: 600,
+        preregister: false,
     };
 
     /// Client parameters from a kernel caller: 0 picks the default (for
     /// `channels`, `default_channels`); `poll_channels` polled channels come
-    /// after the others; an `inline_size` of [`NO_INLINE`] is none; anything
-    /// out of range is `EINVAL`.
+    /// after the others; an `inline_size` of [`NO_INLINE`] is none; `flags`
+    /// holds [`PREREGISTER`]; anything out of range, or an unknown flag, is
+    /// `EINVAL`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn checked(
         channels: u16,
@@ -86,6 +95,7 @@ impl Params {
         heartbeat_ms: u32,
         timeout_ms: u32,
         give_up_s: u32,
+        flags: u32,
     ) -> Result<Self> {
         let d = Self::DEFAULT;
         let or = |v: u32, d: u32| if v == 0 { d } else { v };
@@ -107,6 +117,7 @@ impl Params {
             heartbeat_ms: or(heartbeat_ms, d.heartbeat_ms),
             timeout_ms: or(timeout_ms, d.timeout_ms.max(heartbeat_ms.saturating_mul(2))),
             give_up_s: or(give_up_s, d.give_up_s),
+            preregister: flags & PREREGISTER != 0,
         };
         let ok = (1..=wire::MAX_CHANNELS).contains(&p.channels)
             && p.poll_channels < p.channels
@@ -115,7 +126,8 @@ impl Params {
             && p.inline_size <= wire::MAX_INLINE
             && wire::HEARTBEAT_MS.contains(&p.heartbeat_ms)
             && (p.heartbeat_ms.saturating_mul(2)..=600_000).contains(&p.timeout_ms)
-            && p.give_up_s <= 7 * 86_400;
+            && p.give_up_s <= 7 * 86_400
+            && flags & !PREREGISTER == 0;
         if ok {
             Ok(p)
         } else {

@@ -369,14 +369,16 @@ impl<R: Request, D> Xfer<R, D> {
 
     /// How many regions the pool should grow by now: as many as it has
     /// (up to its most), once a request found it empty or a quarter or less
-    /// of it is free.
+    /// of it is free. A pool that has none (a server's) grows only once a
+    /// request needed one.
     pub(crate) fn wants_regions(&self) -> u32 {
         if self.regions >= self.max_regions {
             return 0;
         }
         // CAST: the pool holds at most `max_regions`, a `u32`.
         let free = self.pool.len() as u32;
-        if !self.short && free > self.regions / 4 {
+        let low = self.regions > 0 && free <= self.regions / 4;
+        if !self.short && !low {
             return 0;
         }
         self.regions.max(1).min(self.max_regions - self.regions)
@@ -986,8 +988,14 @@ mod tag_tests {
     #[test]
     fn a_pool_without_regions_never_grows() -> Result {
         // Without a PD there are no regions to want.
-        let r = Rig::new(16)?;
+        let mut r = Rig::new(16)?;
         assert_eq!(r.x.wants_regions(), 0);
+        // A server's pool (room for them, none yet) grows only once a
+        // request found it empty, and then by one.
+        r.x.max_regions = pool_regions(16);
+        assert_eq!(r.x.wants_regions(), 0);
+        r.x.short = true;
+        assert_eq!(r.x.wants_regions(), 1);
         Ok(())
     }
 

@@ -147,6 +147,7 @@ impl<O: Owner> Channel<O> {
             return Err(Reason::NoResources);
         }
         let first = match self.session.role() {
+            Role::Client if p.preregister => xfer::pool_regions(p.queue_depth),
             Role::Client => xfer::FIRST_REGIONS,
             Role::Server => 0,
         };
@@ -253,6 +254,9 @@ impl<O: Owner> Channel<O> {
     /// Client: route known; create the QP and send the connect request.
     pub(super) fn route_resolved(self: &Arc<Self>, id: &Locked<'_>) -> Result<(), Reason> {
         let (qp, ring) = self.create_qp(id)?;
+        // The connect's deadline restarts once the QP is built: with
+        // `FERRY_PREREGISTER` that took one registration per tag.
+        self.inner.lock().since = Instant::now();
         let mut data = ConnectData {
             minor: wire::MINOR,
             proof: None,

@@ -433,7 +433,9 @@ def requests_zero_copy(t):
     registrations of 512 pages), 8 in flight; both sides check every byte
     against the pattern. Writes of 4 KiB go inline instead, unregistered.
     Every registration is invalidated before its request completes, and the
-    MRs in `rdma res show mr` return to their baseline."""
+    MRs in `rdma res show mr` return to their baseline. With
+    FERRY_PREREGISTER, a client's channels register their whole pool (one
+    region per tag and 7 more) when they are built."""
     vm = t.vm
     t.net_up(vm, 0, 1)
     t.rxe_add(vm)
@@ -450,6 +452,25 @@ def requests_zero_copy(t):
     t.eq((sent, done, wrong, failed), (n, n, 0, 0), 'requests')
     t.log(f'{n} requests moved {nbytes} bytes')
     check_registrations(t, vm, n, registrations(n), inlined(n))
+    vm.run('rmmod ferry_cecho')
+    t.eq(vm.run('rdma res show mr | wc -l').out.strip(), base, 'MRs back to the baseline')
+    # FERRY_PREREGISTER: each client channel registers one region per tag,
+    # and 7 more, when it is built; the server's channels none (and rdma_rw
+    # registers none on rxe, which reads and writes by SGEs).
+    depth = 32
+
+    def ferry_mrs():
+        return [x for x in json.loads(vm.run('rdma -j res show mr').out)
+                if x.get('comm') == 'ferry']
+    before = ferry_mrs()
+    vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=cecho '
+           f'count=1 depth={depth} preregister=1 hold=1', timeout=120 * t.slow)
+    client = [s for s in t.ferryctl_json(vm, 'session show') if s['role'] == 'client']
+    t.require(len(client) == 1, f'one client session: {client}')
+    after = ferry_mrs()
+    t.log(f'ferry MRs: {len(before)} before the session, {len(after)} with it: {after[:3]}...')
+    t.eq(len(after) - len(before), client[0]['channels'] * (depth + 7),
+         f'regions of {client[0]["channels"]} channels of depth {depth} (FERRY_PREREGISTER)')
     vm.run('rmmod ferry_cecho')
     t.eq(vm.run('rdma res show mr | wc -l').out.strip(), base, 'MRs back to the baseline')
     vm.run('rmmod ferry')
