@@ -42,13 +42,13 @@ kernel: setup
 modules: $(ferry_setup)
 	@kdir=$(ferry_kdir) && kv=$$($(ferry_kvars)) && \
 	$(MAKE) -C "$$kdir" M=$(ROOT) $$kv $(if $(CLIPPY),CLIPPY=1) \
-		CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m modules
+		CONFIG_FERRY=m CONFIG_FERRY_BLK=m CONFIG_FERRY_SAMPLES=m modules
 
 # Test build: the KUnit suites are compiled in and run when the module loads.
 modules-test: $(ferry_setup)
 	@kdir=$(ferry_kdir) && kv=$$($(ferry_kvars)) && \
 	$(MAKE) -C "$$kdir" M=$(ROOT) $$kv $(if $(CLIPPY),CLIPPY=1) \
-		CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m CONFIG_FERRY_KUNIT_TEST=y modules
+		CONFIG_FERRY=m CONFIG_FERRY_BLK=m CONFIG_FERRY_SAMPLES=m CONFIG_FERRY_KUNIT_TEST=y modules
 
 # Format the Rust code: kernel code with the kernel's rustfmt settings.
 fmt: $(ferry_setup)

@@ -11,7 +11,8 @@
 use kernel::{prelude::*, sync::Arc};
 
 use crate::{
-    bindings, genl,
+    bindings,
+    genl::{self, op_doit, op_dumpit},
     netns::Net,
     slot::{Published, Slot},
 };
@@ -388,102 +389,61 @@ pub mod cq {
     pub const POLL_CTX: u32 = bindings::FERRY_A_CQ_POLL_CTX;
 }
 
-/// Defines the `extern "C"` `doit` of an op, which nl_gen.c's ops table names:
-/// it forwards to a safe handler in `src/ferry/netlink.rs`.
-macro_rules! doit {
-    ($(#[$doc:meta])* $name:ident => $handler:path, maxattr $maxattr:ident) => {
-        $(#[$doc])*
-        ///
-        /// # Safety
-        ///
-        /// Only genetlink calls this, as the op's `doit`, with a valid `info`.
-        #[no_mangle]
-        unsafe extern "C" fn $name(
-            _skb: *mut bindings::sk_buff,
-            info: *mut bindings::genl_info,
-        ) -> c_int {
-            // SAFETY: genetlink passes the request's `info`, valid for the call,
-            // with attributes parsed against the op's policy, whose maxattr
-            // nl_gen.c sets to the one named here.
-            unsafe { genl::doit(info, bindings::$maxattr, $handler) }
-        }
-    };
-}
-
-/// Defines the `extern "C"` `dumpit` of an op, as [`doit`] does.
-macro_rules! dumpit {
-    ($(#[$doc:meta])* $name:ident => $handler:path) => {
-        $(#[$doc])*
-        ///
-        /// # Safety
-        ///
-        /// Only genetlink calls this, as the op's `dumpit`, with a valid `skb` and `cb`.
-        #[no_mangle]
-        unsafe extern "C" fn $name(
-            skb: *mut bindings::sk_buff,
-            cb: *mut bindings::netlink_callback,
-        ) -> c_int {
-            // SAFETY: genetlink passes the dump's `skb` and `cb`, valid for the call.
-            unsafe { genl::dumpit(skb, cb, $handler) }
-        }
-    };
-}
-
-doit!(
+op_doit!(
     /// `FERRY_CMD_DEVICE_GET`, do.
     ferry_nl_device_get_doit => crate::netlink::device_get_doit, maxattr FERRY_A_DEVICE_NAME
 );
-dumpit!(
+op_dumpit!(
     /// `FERRY_CMD_DEVICE_GET`, dump.
     ferry_nl_device_get_dumpit => crate::netlink::device_get_dumpit
 );
-doit!(
+op_doit!(
     /// `FERRY_CMD_LISTENER_ADD`, do.
     ferry_nl_listener_add_doit => crate::netlink::listener_add_doit, maxattr FERRY_A_LISTENER_KEY
 );
-doit!(
+op_doit!(
     /// `FERRY_CMD_LISTENER_DEL`, do.
     ferry_nl_listener_del_doit => crate::netlink::listener_del_doit, maxattr FERRY_A_LISTENER_ID
 );
-doit!(
+op_doit!(
     /// `FERRY_CMD_LISTENER_GET`, do.
     ferry_nl_listener_get_doit => crate::netlink::listener_get_doit, maxattr FERRY_A_LISTENER_ID
 );
-dumpit!(
+op_dumpit!(
     /// `FERRY_CMD_LISTENER_GET`, dump.
     ferry_nl_listener_get_dumpit => crate::netlink::listener_get_dumpit
 );
-doit!(
+op_doit!(
     /// `FERRY_CMD_SESSION_CONNECT`, do.
     ferry_nl_session_connect_doit => crate::netlink::session_connect_doit,
     maxattr FERRY_A_SESSION_KEY
 );
-doit!(
+op_doit!(
     /// `FERRY_CMD_SESSION_DISCONNECT`, do.
     ferry_nl_session_disconnect_doit => crate::netlink::session_disconnect_doit,
     maxattr FERRY_A_SESSION_ID
 );
-doit!(
+op_doit!(
     /// `FERRY_CMD_SESSION_GET`, do.
     ferry_nl_session_get_doit => crate::netlink::session_get_doit, maxattr FERRY_A_SESSION_ID
 );
-dumpit!(
+op_dumpit!(
     /// `FERRY_CMD_SESSION_GET`, dump.
     ferry_nl_session_get_dumpit => crate::netlink::session_get_dumpit
 );
-dumpit!(
+op_dumpit!(
     /// `FERRY_CMD_SERVICE_GET`, dump.
     ferry_nl_service_get_dumpit => crate::netlink::service_get_dumpit
 );
-doit!(
+op_doit!(
     /// `FERRY_CMD_KEY_ADD`, do.
     ferry_nl_key_add_doit => crate::netlink::key_add_doit, maxattr FERRY_A_KEY_SECRET
 );
-doit!(
+op_doit!(
     /// `FERRY_CMD_KEY_DEL`, do.
     ferry_nl_key_del_doit => crate::netlink::key_del_doit, maxattr FERRY_A_KEY_NAME
 );
-dumpit!(
+op_dumpit!(
     /// `FERRY_CMD_KEY_GET`, dump.
     ferry_nl_key_get_dumpit => crate::netlink::key_get_dumpit
 );

@@ -603,6 +603,49 @@ impl Drop for Message {
     }
 }
 
+/// Defines the `extern "C"` `doit` of an op, which a YNL-generated ops table
+/// (nl_gen.c) names: it forwards to a safe handler.
+macro_rules! op_doit {
+    ($(#[$doc:meta])* $name:ident => $handler:path, maxattr $maxattr:ident) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        ///
+        /// Only genetlink calls this, as the op's `doit`, with a valid `info`.
+        #[no_mangle]
+        unsafe extern "C" fn $name(
+            _skb: *mut $crate::bindings::sk_buff,
+            info: *mut $crate::bindings::genl_info,
+        ) -> kernel::ffi::c_int {
+            // SAFETY: genetlink passes the request's `info`, valid for the call,
+            // with attributes parsed against the op's policy, whose maxattr
+            // the generated table sets to the one named here.
+            unsafe { $crate::genl::doit(info, $crate::bindings::$maxattr, $handler) }
+        }
+    };
+}
+
+/// Defines the `extern "C"` `dumpit` of an op, as [`op_doit`] does.
+macro_rules! op_dumpit {
+    ($(#[$doc:meta])* $name:ident => $handler:path) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        ///
+        /// Only genetlink calls this, as the op's `dumpit`, with a valid `skb` and `cb`.
+        #[no_mangle]
+        unsafe extern "C" fn $name(
+            skb: *mut $crate::bindings::sk_buff,
+            cb: *mut $crate::bindings::netlink_callback,
+        ) -> kernel::ffi::c_int {
+            // SAFETY: genetlink passes the dump's `skb` and `cb`, valid for the call.
+            unsafe { $crate::genl::dumpit(skb, cb, $handler) }
+        }
+    };
+}
+
+pub(crate) use {op_doit, op_dumpit};
+
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 #[kunit_tests(ferry_genl)]
 mod tests {

@@ -11,6 +11,9 @@
 #include <linux/types.h>
 #include <rdma/rdma_cm.h>
 
+#include "genl_helpers.h"
+#include "work_helpers.h"
+
 struct genl_family;
 struct hmac_sha256_ctx;
 struct genl_info;
@@ -78,57 +81,9 @@ void ferry_helper_sg_set_page(struct scatterlist *sg, struct page *page,
 u64 ferry_helper_sg_dma_address(struct scatterlist *sg);
 unsigned int ferry_helper_sg_dma_len(struct scatterlist *sg);
 
-/* net/net_namespace.h */
-void ferry_helper_get_net(struct net *net);
-void ferry_helper_put_net(struct net *net);
-
-/* linux/workqueue.h */
-struct workqueue_struct *ferry_helper_alloc_workqueue(const char *name);
-
-/* net/netlink.h, net/genetlink.h */
-struct sk_buff *ferry_helper_genlmsg_new(size_t payload);
-void ferry_helper_nlmsg_free(struct sk_buff *skb);
-void *ferry_helper_genlmsg_put_reply(struct sk_buff *skb,
-				     struct genl_info *info);
-void *ferry_helper_genlmsg_put_dump(struct sk_buff *skb,
-				    struct netlink_callback *cb);
-void ferry_helper_genlmsg_end(struct sk_buff *skb, void *hdr);
-void ferry_helper_genlmsg_cancel(struct sk_buff *skb, void *hdr);
-int ferry_helper_genlmsg_reply(struct sk_buff *skb, struct genl_info *info);
-struct genl_info *ferry_helper_genl_info_dump(struct netlink_callback *cb);
-struct net *ferry_helper_genl_info_net(struct genl_info *info);
-struct net *ferry_helper_netlink_cb_net(struct netlink_callback *cb);
-long *ferry_helper_netlink_cb_args(struct netlink_callback *cb);
-const u8 *ferry_helper_skb_data(const struct sk_buff *skb);
-unsigned int ferry_helper_skb_len(const struct sk_buff *skb);
-int ferry_helper_nla_put_u32(struct sk_buff *skb, int type, u32 value);
-int ferry_helper_nla_put_u64(struct sk_buff *skb, int type, u64 value, int pad);
-int ferry_helper_nla_put_string(struct sk_buff *skb, int type, const char *s);
-struct nlattr *ferry_helper_nla_nest_start(struct sk_buff *skb, int type);
-void ferry_helper_nla_nest_end(struct sk_buff *skb, struct nlattr *start);
-void ferry_helper_nla_nest_cancel(struct sk_buff *skb, struct nlattr *start);
-void ferry_helper_nl_set_err_msg_attr(struct netlink_ext_ack *extack,
-				      const struct nlattr *attr,
-				      const char *msg);
-void ferry_helper_nl_set_err_msg(struct netlink_ext_ack *extack,
-				 const char *msg);
-int ferry_helper_genlmsg_multicast_netns(const struct genl_family *family,
-					 struct sk_buff *skb, struct net *net,
-					 void *hdr, unsigned int group);
-int ferry_helper_genlmsg_multicast_allns(const struct genl_family *family,
-					 struct sk_buff *skb, void *hdr,
-					 unsigned int group);
-unsigned int ferry_helper_num_online_cpus(void);
-u64 ferry_helper_get_jiffies_64(void);
+/* crypto/sha2.h */
 void ferry_helper_hmac_sha256_update(struct hmac_sha256_ctx *ctx, const u8 *data,
 				      size_t len);
-void *ferry_helper_genlmsg_put_ntf(const struct genl_family *family,
-				    struct sk_buff *skb, u8 cmd);
-int ferry_helper_nla_put_u16(struct sk_buff *skb, int type, u16 value);
-int ferry_helper_nla_put(struct sk_buff *skb, int type, int len,
-			 const void *data);
-void ferry_helper_nl_set_err_attr_miss(struct netlink_ext_ack *extack,
-				       unsigned int type);
 
 /* rdma/rdma_cm.h */
 const void *ferry_helper_cm_dst_addr(const struct rdma_cm_id *id);

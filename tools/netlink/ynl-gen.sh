@@ -26,6 +26,7 @@ touch "$work/MAINTAINERS"
 # spec -> (uapi header, kernel header, kernel source), relative to the repo
 targets=(
 	"ferry include/uapi/linux/ferry.h src/ferry/nl_gen.h src/ferry/nl_gen.c"
+	"ferry-blk include/uapi/linux/ferry_blk.h src/ferry_blk/nl_gen.h src/ferry_blk/nl_gen.c"
 )
 out=$ROOT
 [ "$CHECK" = --check ] && out=$work/out

@@ -74,7 +74,7 @@ s=$SECONDS
 mapfile -t KV < <(kmake_vars)
 build_log=$FERRY_CACHE/build-test.log
 step "building ferry.ko with its KUnit suites (log: $build_log)"
-if make -C "$KBUILD" M="$FERRY_ROOT" "${KV[@]}" CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m CONFIG_FERRY_KUNIT_TEST=y \
+if make -C "$KBUILD" M="$FERRY_ROOT" "${KV[@]}" CONFIG_FERRY=m CONFIG_FERRY_BLK=m CONFIG_FERRY_SAMPLES=m CONFIG_FERRY_KUNIT_TEST=y \
 	modules >"$build_log" 2>&1; then
 	result ok build/ferry.ko
 else
@@ -134,8 +134,8 @@ fi
 
 step "lint: clippy over the kernel Rust code"
 clippy_log=$FERRY_CACHE/clippy.log
-touch src/ferry/ferry.rs samples/rust/ferry_echo.rs
-if make -C "$KBUILD" M="$FERRY_ROOT" "${KV[@]}" CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m CONFIG_FERRY_KUNIT_TEST=y \
+touch src/ferry/ferry.rs src/ferry_blk/ferry_blk.rs samples/rust/ferry_echo.rs
+if make -C "$KBUILD" M="$FERRY_ROOT" "${KV[@]}" CONFIG_FERRY=m CONFIG_FERRY_BLK=m CONFIG_FERRY_SAMPLES=m CONFIG_FERRY_KUNIT_TEST=y \
 	CLIPPY=1 CLIPPY_DRIVER="$FERRY_CLIPPY_DRIVER" modules >"$clippy_log" 2>&1 &&
 	! grep -qE '^(warning|error)' "$clippy_log"; then
 	result ok lint/clippy

@@ -7,6 +7,7 @@
 
 mod args;
 mod attr;
+mod blk;
 mod device;
 mod key;
 mod listener;
@@ -29,7 +30,7 @@ const HELP: &str = "\
 Usage: ferryctl [OPTIONS] OBJECT [COMMAND [ARGS]]
        ferryctl help
 
-OBJECT := { device | key | listener | service | session | monitor }
+OBJECT := { device | key | listener | service | session | blk | monitor }
 OPTIONS := { -j[son] | -p[retty] | -s[tatistics] | -d[etails] | -V[ersion] | -h[elp] }
 
 ferryctl device show [DEV | name DEV | index N]
@@ -57,6 +58,21 @@ ferryctl session disconnect id ID
 ferryctl session show [id ID]
     Sessions to and from peers; -d adds their channels, -s their counters.
 
+ferryctl blk export add NAME path DEV [ro] [shared]
+ferryctl blk export del NAME [force]
+ferryctl blk export resize NAME
+    Block devices this host exports to ferry_blk clients (needs the
+    ferry_blk module): opened exclusively; ro: clients may only read;
+    shared: several clients may write; force: delete while mapped.
+
+ferryctl blk map ADDR [port PORT] export NAME [ro] [channels N] [depth N]
+        [key NAME]
+ferryctl blk unmap DEV [force]
+ferryctl blk show
+    Other hosts' exports mapped as local disks (/dev/ferryblkN; PORT
+    defaults to 4791); force: unmap while the disk is open, failing its
+    I/O. show lists exports and mappings; -s adds their counters.
+
 ferryctl monitor
     Print session and device events as they happen, until interrupted.
 
@@ -67,6 +83,8 @@ Exit status: 0 success, 1 usage error, 2 the kernel refused the request.
 pub struct Ctx {
     sock: nl::Socket,
     family: Option<nl::Family>,
+    /// The `ferry-blk` family, resolved on first use.
+    blk_family: Option<u16>,
     details: bool,
     stats: bool,
 }
@@ -114,6 +132,37 @@ impl Ctx {
                 family,
                 cmd as u8,
                 uapi::FERRY_FAMILY_VERSION as u8,
+                flags,
+                attrs.bytes(),
+            )
+            .map_err(|e| CliError::Kernel(e, names))
+    }
+
+    /// Sends a `ferry-blk` request (ferry_blk's family) and returns its
+    /// replies; as [`Ctx::request`].
+    fn request_blk(
+        &mut self,
+        cmd: u32,
+        flags: u16,
+        attrs: &nl::Builder,
+        names: fn(u16) -> Option<&'static str>,
+    ) -> Result<Vec<Vec<u8>>, CliError> {
+        let family = match self.blk_family {
+            Some(f) => f,
+            None => {
+                let f = self
+                    .sock
+                    .family(uapi::FERRY_BLK_FAMILY_NAME)
+                    .map_err(|e| CliError::Kernel(e, |_| None))?
+                    .id;
+                *self.blk_family.insert(f)
+            }
+        };
+        self.sock
+            .request(
+                family,
+                cmd as u8,
+                uapi::FERRY_BLK_FAMILY_VERSION as u8,
                 flags,
                 attrs.bytes(),
             )
@@ -231,6 +280,7 @@ fn run(mut args: Vec<String>) -> Result<(), CliError> {
         Ok(Ctx {
             sock: nl::Socket::open().map_err(|e| CliError::Kernel(e, |_| None))?,
             family: None,
+            blk_family: None,
             details: opts.details,
             stats: opts.stats,
         })
@@ -284,6 +334,15 @@ fn run(mut args: Vec<String>) -> Result<(), CliError> {
             return Ok(());
         };
         service::show(&mut open()?, name.as_deref())?
+    } else if matches(&object, "blk") {
+        let Some(cmd) = blk::Cmd::parse(&command, &args)? else {
+            print!("{HELP}");
+            return Ok(());
+        };
+        match blk::exec(&mut open()?, &cmd)? {
+            Some(out) => out,
+            None => return Ok(()),
+        }
     } else if matches(&object, "session") {
         let Some(cmd) = session::Cmd::parse(&command, &args)? else {
             print!("{HELP}");

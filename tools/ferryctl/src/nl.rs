@@ -150,6 +150,12 @@ impl Builder {
         self
     }
 
+    /// Adds a flag attribute (no payload).
+    pub fn flag(mut self, ty: u32) -> Self {
+        self.put(ty as u16, &[]);
+        self
+    }
+
     /// Adds a NUL-terminated string attribute.
     pub fn str(mut self, ty: u32, s: &str) -> Self {
         let mut p = s.as_bytes().to_vec();

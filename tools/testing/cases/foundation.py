@@ -13,14 +13,18 @@ A_UNKNOWN = 99
 
 @case(timeout=240)
 def kunit(t):
-    """ferry's KUnit suites, run at load after rxe0 exists; each case counts."""
+    """ferry's and ferry_blk's KUnit suites, run at load after rxe0 exists;
+    each case counts."""
     vm = t.vm
     t.rxe_add(vm)
     t.insmod(vm)
+    vm.run(f'insmod {t.sample("ferry_blk")}')
     results = t.kunit_results(vm, 'ferry_')
     t.require(results, 'no KUnit results from ferry (was it built with the KUnit cfg?)')
+    t.require(any(name.startswith('ferry_blk_') for name, *_ in results),
+              'no KUnit results from ferry_blk')
     t.subresults += results
-    vm.run('rmmod ferry')
+    vm.run('rmmod ferry_blk ferry')
 
 
 def sysfs(vm, path):

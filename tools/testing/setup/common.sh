@@ -54,7 +54,7 @@ build_production() {
 	kbuild=$(bash "$FERRY_ROOT/tools/testing/setup/kernel.sh") || return 1
 	mapfile -t kv < <(kmake_vars)
 	step "building ferry.ko and the samples"
-	make -s -C "$kbuild" M="$FERRY_ROOT" "${kv[@]}" CONFIG_FERRY=m CONFIG_FERRY_SAMPLES=m \
+	make -s -C "$kbuild" M="$FERRY_ROOT" "${kv[@]}" CONFIG_FERRY=m CONFIG_FERRY_BLK=m CONFIG_FERRY_SAMPLES=m \
 		modules >&2 || return 1
 	step "building ferryctl"
 	(cd "$FERRY_ROOT/tools/ferryctl" && cargo build --release --quiet) >&2 || return 1

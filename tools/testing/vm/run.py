@@ -29,6 +29,7 @@ import selftest  # noqa: E402,F401
 import sessions  # noqa: E402,F401
 import messages  # noqa: E402,F401
 import hostile  # noqa: E402,F401
+import blk  # noqa: E402,F401
 
 
 def main():

@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! ferry_blk's generic netlink family, `ferry-blk`
+//! (Documentation/netlink/specs/ferry-blk.yaml): its registration, its
+//! attribute numbers, and the `extern "C"` handlers that the YNL-generated
+//! ops table (`src/ferry_blk/nl_gen.c`) names, which forward to the safe
+//! handlers of `src/ferry_blk/netlink.rs`.
+
+use kernel::{prelude::*, sync::Arc};
+
+use crate::{
+    bindings,
+    genl::{self, op_doit, op_dumpit},
+    slot::{Published, Slot},
+};
+
+/// The registered family.
+static FAMILY: Slot<genl::Registration> = Slot::new();
+
+/// Registers the family; unregistered when the guard is dropped, which must
+/// be no later than module exit (the module's own field does that).
+pub fn register() -> Result<Published<genl::Registration>> {
+    // SAFETY: `ferry_blk_nl_family` is a static of this module (nl_gen.c)
+    // whose module is this one and whose ops call the handlers below with the
+    // policies generated beside them; it is only read (copied). The guard is
+    // kept in the module object, dropped at module exit.
+    let reg = unsafe { genl::Registration::new(&raw const bindings::ferry_blk_nl_family) }?;
+    FAMILY.publish(Arc::new(reg, GFP_KERNEL)?)
+}
+
+/// Attributes of an export (`FERRY_BLK_A_EXPORT_*`).
+pub mod export_attr {
+    use crate::bindings;
+
+    /// Padding for 64-bit values.
+    pub const PAD: u32 = bindings::FERRY_BLK_A_EXPORT_PAD;
+    /// Name.
+    pub const NAME: u32 = bindings::FERRY_BLK_A_EXPORT_NAME;
+    /// Block device path.
+    pub const PATH: u32 = bindings::FERRY_BLK_A_EXPORT_PATH;
+    /// Clients may only read.
+    pub const READ_ONLY: u32 = bindings::FERRY_BLK_A_EXPORT_READ_ONLY;
+    /// Several read-write clients.
+    pub const SHARED: u32 = bindings::FERRY_BLK_A_EXPORT_SHARED;
+    /// Delete even while mapped.
+    pub const FORCE: u32 = bindings::FERRY_BLK_A_EXPORT_FORCE;
+    /// What clients name it by.
+    pub const HANDLE: u32 = bindings::FERRY_BLK_A_EXPORT_HANDLE;
+    /// Capacity in sectors.
+    pub const SECTORS: u32 = bindings::FERRY_BLK_A_EXPORT_SECTORS;
+    /// Logical block size.
+    pub const LOGICAL_BLOCK_SIZE: u32 = bindings::FERRY_BLK_A_EXPORT_LOGICAL_BLOCK_SIZE;
+    /// Sessions that have it open.
+    pub const USERS: u32 = bindings::FERRY_BLK_A_EXPORT_USERS;
+    /// Of which read-write.
+    pub const RW_USERS: u32 = bindings::FERRY_BLK_A_EXPORT_RW_USERS;
+    /// Operations at work.
+    pub const INFLIGHT: u32 = bindings::FERRY_BLK_A_EXPORT_INFLIGHT;
+    /// Counters (nest of [`super::stats_attr`]).
+    pub const STATS: u32 = bindings::FERRY_BLK_A_EXPORT_STATS;
+}
+
+/// Attributes of a mapping (`FERRY_BLK_A_MAP_*`).
+pub mod map_attr {
+    use crate::bindings;
+
+    /// Padding for 64-bit values.
+    pub const PAD: u32 = bindings::FERRY_BLK_A_MAP_PAD;
+    /// N of /dev/ferryblkN.
+    pub const INDEX: u32 = bindings::FERRY_BLK_A_MAP_INDEX;
+    /// Target address.
+    pub const ADDR: u32 = bindings::FERRY_BLK_A_MAP_ADDR;
+    /// Target port.
+    pub const PORT: u32 = bindings::FERRY_BLK_A_MAP_PORT;
+    /// Export name.
+    pub const EXPORT: u32 = bindings::FERRY_BLK_A_MAP_EXPORT;
+    /// Mapped read-only.
+    pub const READ_ONLY: u32 = bindings::FERRY_BLK_A_MAP_READ_ONLY;
+    /// Channels.
+    pub const CHANNELS: u32 = bindings::FERRY_BLK_A_MAP_CHANNELS;
+    /// Queue depth.
+    pub const DEPTH: u32 = bindings::FERRY_BLK_A_MAP_DEPTH;
+    /// Pre-shared key name.
+    pub const KEY: u32 = bindings::FERRY_BLK_A_MAP_KEY;
+    /// Unmap while open.
+    pub const FORCE: u32 = bindings::FERRY_BLK_A_MAP_FORCE;
+    /// Disk name.
+    pub const DISK: u32 = bindings::FERRY_BLK_A_MAP_DISK;
+    /// ferry session id.
+    pub const SESSION: u32 = bindings::FERRY_BLK_A_MAP_SESSION;
+    /// Capacity in sectors.
+    pub const SECTORS: u32 = bindings::FERRY_BLK_A_MAP_SECTORS;
+    /// State (`FERRY_BLK_MAP_STATE_*`).
+    pub const STATE: u32 = bindings::FERRY_BLK_A_MAP_STATE;
+    /// Counters (nest of [`super::stats_attr`]).
+    pub const STATS: u32 = bindings::FERRY_BLK_A_MAP_STATS;
+    /// State: up.
+    pub const STATE_UP: u32 = bindings::ferry_blk_map_state_FERRY_BLK_MAP_STATE_UP;
+    /// State: dead (I/O fails).
+    pub const STATE_DEAD: u32 = bindings::ferry_blk_map_state_FERRY_BLK_MAP_STATE_DEAD;
+}
+
+/// Attributes of the counters (`FERRY_BLK_A_STATS_*`).
+pub mod stats_attr {
+    use crate::bindings;
+
+    /// Padding for 64-bit values.
+    pub const PAD: u32 = bindings::FERRY_BLK_A_STATS_PAD;
+    /// Reads.
+    pub const READS: u32 = bindings::FERRY_BLK_A_STATS_READS;
+    /// Writes.
+    pub const WRITES: u32 = bindings::FERRY_BLK_A_STATS_WRITES;
+    /// Flushes.
+    pub const FLUSHES: u32 = bindings::FERRY_BLK_A_STATS_FLUSHES;
+    /// Writes with forced unit access.
+    pub const FUA: u32 = bindings::FERRY_BLK_A_STATS_FUA;
+    /// Discards.
+    pub const DISCARDS: u32 = bindings::FERRY_BLK_A_STATS_DISCARDS;
+    /// Writes of zeroes.
+    pub const WRITE_ZEROES: u32 = bindings::FERRY_BLK_A_STATS_WRITE_ZEROES;
+    /// Bytes read.
+    pub const BYTES_READ: u32 = bindings::FERRY_BLK_A_STATS_BYTES_READ;
+    /// Bytes written.
+    pub const BYTES_WRITTEN: u32 = bindings::FERRY_BLK_A_STATS_BYTES_WRITTEN;
+    /// Refused as invalid.
+    pub const REFUSED: u32 = bindings::FERRY_BLK_A_STATS_REFUSED;
+    /// Failed by the backing disk.
+    pub const BACKING_ERRORS: u32 = bindings::FERRY_BLK_A_STATS_BACKING_ERRORS;
+    /// Failed, for any reason.
+    pub const FAILED: u32 = bindings::FERRY_BLK_A_STATS_FAILED;
+}
+
+op_doit!(
+    /// `FERRY_BLK_CMD_EXPORT_ADD`, do.
+    ferry_blk_nl_export_add_doit => crate::netlink::export_add_doit,
+    maxattr FERRY_BLK_A_EXPORT_SHARED
+);
+op_doit!(
+    /// `FERRY_BLK_CMD_EXPORT_DEL`, do.
+    ferry_blk_nl_export_del_doit => crate::netlink::export_del_doit,
+    maxattr FERRY_BLK_A_EXPORT_FORCE
+);
+op_doit!(
+    /// `FERRY_BLK_CMD_EXPORT_RESIZE`, do.
+    ferry_blk_nl_export_resize_doit => crate::netlink::export_resize_doit,
+    maxattr FERRY_BLK_A_EXPORT_NAME
+);
+op_dumpit!(
+    /// `FERRY_BLK_CMD_EXPORT_GET`, dump.
+    ferry_blk_nl_export_get_dumpit => crate::netlink::export_get_dumpit
+);
+op_doit!(
+    /// `FERRY_BLK_CMD_MAP_ADD`, do.
+    ferry_blk_nl_map_add_doit => crate::netlink::map_add_doit,
+    maxattr FERRY_BLK_A_MAP_KEY
+);
+op_doit!(
+    /// `FERRY_BLK_CMD_MAP_DEL`, do.
+    ferry_blk_nl_map_del_doit => crate::netlink::map_del_doit,
+    maxattr FERRY_BLK_A_MAP_FORCE
+);
+op_dumpit!(
+    /// `FERRY_BLK_CMD_MAP_GET`, dump.
+    ferry_blk_nl_map_get_dumpit => crate::netlink::map_get_dumpit
+);

@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: GPL-2.0
+/* See blk_helpers.h. */
+
+#include <linux/bio.h>
+#include <linux/capability.h>
+#include <linux/module.h>
+#include <linux/fs.h>
+#include <linux/scatterlist.h>
+
+#include "blk_helpers.h"
+
+void *ferry_blk_rq_to_pdu(struct request *rq)
+{
+	return blk_mq_rq_to_pdu(rq);
+}
+
+struct request *ferry_blk_rq_from_pdu(void *pdu)
+{
+	return blk_mq_rq_from_pdu(pdu);
+}
+
+unsigned int ferry_blk_rq_tag(const struct request *rq)
+{
+	return rq->tag;
+}
+
+sector_t ferry_blk_rq_pos(const struct request *rq)
+{
+	return blk_rq_pos(rq);
+}
+
+unsigned int ferry_blk_rq_bytes(const struct request *rq)
+{
+	return blk_rq_bytes(rq);
+}
+
+enum req_op ferry_blk_req_op(const struct request *rq)
+{
+	return req_op(rq);
+}
+
+blk_opf_t ferry_blk_rq_flags(const struct request *rq)
+{
+	return rq->cmd_flags & ~REQ_OP_MASK;
+}
+
+unsigned short ferry_blk_rq_nr_phys_segments(struct request *rq)
+{
+	return blk_rq_nr_phys_segments(rq);
+}
+
+int ferry_blk_rq_map_sg(struct request *rq, struct scatterlist *sglist)
+{
+	return blk_rq_map_sg(rq, sglist);
+}
+
+unsigned int ferry_blk_hctx_index(const struct blk_mq_hw_ctx *hctx)
+{
+	return hctx->queue_num;
+}
+
+void *ferry_blk_hctx_queuedata(const struct blk_mq_hw_ctx *hctx)
+{
+	return hctx->queue->queuedata;
+}
+
+void *ferry_blk_rq_queuedata(const struct request *rq)
+{
+	return rq->q->queuedata;
+}
+
+unsigned int ferry_blk_rq_hctx_index(const struct request *rq)
+{
+	return rq->mq_hctx->queue_num;
+}
+
+void ferry_blk_freeze_queue(struct request_queue *q)
+{
+	blk_mq_freeze_queue_nomemsave(q);
+}
+
+void ferry_blk_unfreeze_queue(struct request_queue *q)
+{
+	blk_mq_unfreeze_queue_nomemrestore(q);
+}
+
+struct request_queue *ferry_blk_disk_queue(struct gendisk *disk)
+{
+	return disk->queue;
+}
+
+/* The disks of the module this file is linked into: an open disk holds it. */
+static const struct block_device_operations ferry_blk_fops = {
+	.owner = THIS_MODULE,
+};
+
+struct gendisk *ferry_blk_alloc_disk(struct blk_mq_tag_set *set,
+				     struct queue_limits *lim, void *queuedata)
+{
+	return blk_mq_alloc_disk(set, lim, queuedata);
+}
+
+void ferry_blk_disk_setup(struct gendisk *disk, const char *name)
+{
+	disk->fops = &ferry_blk_fops;
+	strscpy(disk->disk_name, name, DISK_NAME_LEN);
+}
+
+sector_t ferry_blk_disk_capacity(struct gendisk *disk)
+{
+	return get_capacity(disk);
+}
+
+unsigned int ferry_blk_disk_openers(struct gendisk *disk)
+{
+	return disk_openers(disk);
+}
+
+const char *ferry_blk_disk_name(struct gendisk *disk)
+{
+	return disk->disk_name;
+}
+
+/* Opens @path, exclusively for @holder: a disk in use elsewhere is -EBUSY. */
+struct block_device *ferry_blk_bdev_open(const char *path, bool write,
+					 void *holder, struct file **file)
+{
+	blk_mode_t mode = BLK_OPEN_READ | (write ? BLK_OPEN_WRITE : 0);
+	struct file *f = bdev_file_open_by_path(path, mode, holder, NULL);
+
+	if (IS_ERR(f))
+		return ERR_CAST(f);
+	*file = f;
+	return file_bdev(f);
+}
+
+sector_t ferry_blk_bdev_nr_sectors(struct block_device *bdev)
+{
+	return bdev_nr_sectors(bdev);
+}
+
+unsigned int ferry_blk_bdev_logical_block_size(struct block_device *bdev)
+{
+	return bdev_logical_block_size(bdev);
+}
+
+unsigned int ferry_blk_bdev_physical_block_size(struct block_device *bdev)
+{
+	return bdev_physical_block_size(bdev);
+}
+
+unsigned int ferry_blk_bdev_max_discard_sectors(struct block_device *bdev)
+{
+	return bdev_max_discard_sectors(bdev);
+}
+
+unsigned int ferry_blk_bdev_discard_granularity(struct block_device *bdev)
+{
+	return bdev_discard_granularity(bdev);
+}
+
+unsigned int ferry_blk_bdev_write_zeroes_sectors(struct block_device *bdev)
+{
+	return bdev_write_zeroes_sectors(bdev);
+}
+
+unsigned int ferry_blk_bdev_max_hw_sectors(struct block_device *bdev)
+{
+	return queue_max_hw_sectors(bdev_get_queue(bdev));
+}
+
+bool ferry_blk_bdev_write_cache(struct block_device *bdev)
+{
+	return bdev_write_cache(bdev);
+}
+
+bool ferry_blk_bdev_fua(struct block_device *bdev)
+{
+	return bdev_fua(bdev);
+}
+
+bool ferry_blk_bdev_rotational(struct block_device *bdev)
+{
+	return bdev_rot(bdev);
+}
+
+bool ferry_blk_bdev_read_only(struct block_device *bdev)
+{
+	return bdev_read_only(bdev);
+}
+
+struct bio *ferry_blk_bio_alloc(struct block_device *bdev, unsigned short nr_vecs,
+				blk_opf_t opf, sector_t sector)
+{
+	struct bio *bio = bio_alloc(bdev, nr_vecs, opf, GFP_NOIO);
+
+	bio->bi_iter.bi_sector = sector;
+	return bio;
+}
+
+void ferry_blk_bio_set_sector(struct bio *bio, sector_t sector)
+{
+	bio->bi_iter.bi_sector = sector;
+}
+
+struct page *ferry_blk_sg_page(struct scatterlist *sg)
+{
+	return sg_page(sg);
+}
+
+struct scatterlist *ferry_blk_sg_next(struct scatterlist *sg)
+{
+	return sg_next(sg);
+}
+
+bool ferry_blk_capable_sys_admin(void)
+{
+	return capable(CAP_SYS_ADMIN);
+}
+
+/* THIS_MODULE: the module this file is linked into. */
+void ferry_blk_module_get(void)
+{
+	__module_get(THIS_MODULE);
+}
+
+void ferry_blk_module_put(void)
+{
+	module_put(THIS_MODULE);
+}

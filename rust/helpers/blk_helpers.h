@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * C shims for the static inline functions and macros of blk-mq.h, blkdev.h
+ * that rust/block calls: bindgen cannot see through those. Each does exactly
+ * what the function or macro it is named after does.
+ */
+#ifndef FERRY_BLK_HELPERS_H
+#define FERRY_BLK_HELPERS_H
+
+#include <linux/blk-mq.h>
+#include <linux/blkdev.h>
+
+void *ferry_blk_rq_to_pdu(struct request *rq);
+struct request *ferry_blk_rq_from_pdu(void *pdu);
+unsigned int ferry_blk_rq_tag(const struct request *rq);
+sector_t ferry_blk_rq_pos(const struct request *rq);
+unsigned int ferry_blk_rq_bytes(const struct request *rq);
+enum req_op ferry_blk_req_op(const struct request *rq);
+blk_opf_t ferry_blk_rq_flags(const struct request *rq);
+unsigned short ferry_blk_rq_nr_phys_segments(struct request *rq);
+int ferry_blk_rq_map_sg(struct request *rq, struct scatterlist *sglist);
+unsigned int ferry_blk_hctx_index(const struct blk_mq_hw_ctx *hctx);
+void *ferry_blk_hctx_queuedata(const struct blk_mq_hw_ctx *hctx);
+void *ferry_blk_rq_queuedata(const struct request *rq);
+unsigned int ferry_blk_rq_hctx_index(const struct request *rq);
+void ferry_blk_freeze_queue(struct request_queue *q);
+void ferry_blk_unfreeze_queue(struct request_queue *q);
+struct request_queue *ferry_blk_disk_queue(struct gendisk *disk);
+struct gendisk *ferry_blk_alloc_disk(struct blk_mq_tag_set *set,
+				     struct queue_limits *lim, void *queuedata);
+void ferry_blk_disk_setup(struct gendisk *disk, const char *name);
+sector_t ferry_blk_disk_capacity(struct gendisk *disk);
+unsigned int ferry_blk_disk_openers(struct gendisk *disk);
+const char *ferry_blk_disk_name(struct gendisk *disk);
+
+
+struct block_device *ferry_blk_bdev_open(const char *path, bool write,
+					 void *holder, struct file **file);
+sector_t ferry_blk_bdev_nr_sectors(struct block_device *bdev);
+unsigned int ferry_blk_bdev_logical_block_size(struct block_device *bdev);
+unsigned int ferry_blk_bdev_physical_block_size(struct block_device *bdev);
+unsigned int ferry_blk_bdev_max_discard_sectors(struct block_device *bdev);
+unsigned int ferry_blk_bdev_discard_granularity(struct block_device *bdev);
+unsigned int ferry_blk_bdev_write_zeroes_sectors(struct block_device *bdev);
+unsigned int ferry_blk_bdev_max_hw_sectors(struct block_device *bdev);
+bool ferry_blk_bdev_write_cache(struct block_device *bdev);
+bool ferry_blk_bdev_fua(struct block_device *bdev);
+bool ferry_blk_bdev_rotational(struct block_device *bdev);
+bool ferry_blk_bdev_read_only(struct block_device *bdev);
+
+struct bio *ferry_blk_bio_alloc(struct block_device *bdev, unsigned short nr_vecs,
+				blk_opf_t opf, sector_t sector);
+void ferry_blk_bio_set_sector(struct bio *bio, sector_t sector);
+struct page *ferry_blk_sg_page(struct scatterlist *sg);
+struct scatterlist *ferry_blk_sg_next(struct scatterlist *sg);
+
+bool ferry_blk_capable_sys_admin(void);
+void ferry_blk_module_get(void);
+void ferry_blk_module_put(void);
+
+#endif

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! ferry_blk: remote block devices over ferry.
+//!
+//! One module holds both roles: a *target* exports block devices of its host
+//! under a name ([`target`]), and a *client* maps a target's export as a
+//! local disk, `/dev/ferryblkN`, with one blk-mq hardware queue per ferry
+//! channel ([`client`]). It uses ferry only through its kernel API
+//! (`rust/ferry_api.rs`), and the block layer through `rust/block`; it is
+//! controlled over the generic netlink family `ferry-blk` ([`netlink`],
+//! `ferryctl blk`). Documentation/blk.md describes it, and its protocol
+//! ([`wire`]).
+
+#[path = "../../rust/blk_bindings.rs"]
+mod bindings;
+#[path = "../../rust/blk_ferry.rs"]
+pub mod blk_ferry;
+#[path = "../../rust/blk_sys.rs"]
+pub mod blk_sys;
+#[path = "../../rust/block.rs"]
+pub mod block;
+#[path = "../../rust/ferry_api.rs"]
+pub mod ferry_api;
+#[path = "../../rust/ferry_blk_nl.rs"]
+pub mod ferry_blk_nl;
+#[path = "../../rust/genl.rs"]
+pub mod genl;
+#[path = "../../rust/netns.rs"]
+pub mod netns;
+// (Its `pr_info_limited!` is ferry's.)
+#[allow(unused)]
+#[path = "../../rust/ratelimit.rs"]
+pub mod ratelimit;
+#[path = "../../rust/slot.rs"]
+pub mod slot;
+#[path = "../../rust/work.rs"]
+pub mod work;
+
+mod client;
+mod netlink;
+mod stats;
+mod target;
+mod wire;
+
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{Arc, Mutex},
+};
+
+use blk_sys::{capable_sys_admin, module_get, module_put};
+
+use client::{MapParams, Mapping};
+use slot::{Published, Slot};
+use target::{Target, TargetService};
+
+module! {
+    type: FerryBlk,
+    name: "ferry_blk",
+    authors: ["The ferry authors"],
+    description: "ferry_blk: remote block devices over ferry",
+    license: "GPL",
+    imports_ns: ["FERRY"],
+}
+
+/// What the netlink handlers reach.
+#[pin_data]
+pub(crate) struct State {
+    target: Arc<Target>,
+    /// The mappings, by index.
+    #[pin]
+    maps: Mutex<KVec<Mapping>>,
+    next_index: AtomicU32,
+}
+
+/// The module's state, for the netlink handlers (which carry no context).
+static STATE: Slot<State> = Slot::new();
+
+impl State {
+    /// The module's state; `ENODEV` while it loads or unloads.
+    fn get() -> Result<Arc<State>> {
+        STATE.get().ok_or(ENODEV)
+    }
+
+    /// Maps an export: the new mapping's index. Sleeps (the session's
+    /// connect, the target's answer).
+    fn map(&self, p: &MapParams) -> Result<u32> {
+        let index = self.next_index.fetch_add(1, Relaxed);
+        let m = Mapping::new(index, p)?;
+        pr_info!(
+            "{}: export {} mapped, {} sectors{}\n",
+            m.disk_name(),
+            m.export,
+            m.sectors(),
+            if m.read_only() { ", read-only" } else { "" }
+        );
+        let mut maps = self.maps.lock();
+        if let Err(e) = maps.push(m, GFP_KERNEL) {
+            drop(maps);
+            // The vector holds what it could not push.
+            let _ = e;
+            return Err(ENOMEM);
+        }
+        module_get();
+        Ok(index)
+    }
+
+    /// Runs `f` on mapping `index`.
+    fn with_map<R>(&self, index: u32, f: impl FnOnce(&Mapping) -> Result<R>) -> Result<R> {
+        let maps = self.maps.lock();
+        let m = maps.iter().find(|m| m.index == index).ok_or(ENOENT)?;
+        f(m)
+    }
+
+    /// Removes mapping `index`: `EBUSY` while its disk is open, unless
+    /// `force`. Sleeps.
+    fn unmap(&self, index: u32, force: bool) -> Result {
+        let m = {
+            let mut maps = self.maps.lock();
+            let i = maps.iter().position(|m| m.index == index).ok_or(ENOENT)?;
+            if maps[i].in_use() && !force {
+                return Err(EBUSY);
+            }
+            maps.remove(i).map_err(|_| ENOENT)?
+        };
+        pr_info!(
+            "{}: unmapped{}\n",
+            m.disk_name(),
+            if force { " (forced)" } else { "" }
+        );
+        m.remove(force);
+        module_put();
+        Ok(())
+    }
+}
+
+/// The loaded module: the netlink family goes first on unload, then the
+/// service (exports and mappings keep the module loaded while they exist).
+struct FerryBlk {
+    _netlink: Published<genl::Registration>,
+    _state: Published<State>,
+    _service: ferry_api::Registration<TargetService>,
+}
+
+impl kernel::Module for FerryBlk {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let target = Target::new()?;
+        let service = ferry_api::Registration::new(
+            wire::SERVICE,
+            Arc::new(TargetService(target.clone()), GFP_KERNEL)?,
+        )?;
+        let state = Arc::pin_init(
+            pin_init!(State {
+                target,
+                maps <- new_mutex!(KVec::new()),
+                next_index: AtomicU32::new(0),
+            }),
+            GFP_KERNEL,
+        )?;
+        let state = STATE.publish(state)?;
+        let netlink = ferry_blk_nl::register()?;
+        Ok(Self {
+            _netlink: netlink,
+            _state: state,
+            _service: service,
+        })
+    }
+}

@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The `ferry-blk` family's handlers: exports (target) and mappings
+//! (client). Every bad argument is refused with the attribute named.
+
+use kernel::{prelude::*, str::CString};
+
+use crate::{
+    client::{MapParams, Mapping},
+    ferry_api::Peer,
+    ferry_blk_nl::{export_attr as ea, map_attr as ma, stats_attr as sa},
+    genl::{Dump, Request, Writer},
+    stats::{IoStats, Op},
+    target::{Access, Export},
+    wire::ExportName,
+    State,
+};
+
+/// Room for an export's or a mapping's attributes in a reply.
+const ENTRY_SIZE: usize = 512;
+
+/// Writes counters as nest `ty`.
+fn put_stats(w: &mut Writer<'_>, ty: u32, s: &IoStats) -> Result {
+    use core::sync::atomic::Ordering::Relaxed;
+    w.nest(ty, |w| {
+        for (attr, v) in [
+            (sa::READS, s.ops(Op::Read)),
+            (sa::WRITES, s.ops(Op::Write)),
+            (sa::FLUSHES, s.ops(Op::Flush)),
+            (sa::FUA, s.fua.load(Relaxed)),
+            (sa::DISCARDS, s.ops(Op::Discard)),
+            (sa::WRITE_ZEROES, s.ops(Op::WriteZeroes)),
+            (sa::BYTES_READ, s.bytes_read.load(Relaxed)),
+            (sa::BYTES_WRITTEN, s.bytes_written.load(Relaxed)),
+            (sa::REFUSED, s.refused.load(Relaxed)),
+            (sa::BACKING_ERRORS, s.backing_errors.load(Relaxed)),
+            (sa::FAILED, s.failed.load(Relaxed)),
+        ] {
+            w.put_u64(attr, v, sa::PAD)?;
+        }
+        Ok(())
+    })
+}
+
+/// Writes an export's attributes.
+fn fill_export(w: &mut Writer<'_>, e: &Export) -> Result {
+    let mut name = [0u8; crate::wire::NAME_MAX + 1];
+    name[..e.name.as_bytes().len()].copy_from_slice(e.name.as_bytes());
+    w.put_str(
+        ea::NAME,
+        CStr::from_bytes_until_nul(&name).map_err(|_| EINVAL)?,
+    )?;
+    w.put_str(ea::PATH, &e.path)?;
+    if e.access.read_only {
+        w.put_flag(ea::READ_ONLY)?;
+    }
+    if e.access.shared {
+        w.put_flag(ea::SHARED)?;
+    }
+    let (users, rw) = e.users();
+    w.put_u32(ea::HANDLE, e.handle)?;
+    w.put_u64(ea::SECTORS, e.sectors(), ea::PAD)?;
+    w.put_u32(ea::LOGICAL_BLOCK_SIZE, e.logical_block_size())?;
+    w.put_u32(ea::USERS, u32::try_from(users).unwrap_or(u32::MAX))?;
+    w.put_u32(ea::RW_USERS, u32::try_from(rw).unwrap_or(u32::MAX))?;
+    w.put_u32(ea::INFLIGHT, e.inflight())?;
+    put_stats(w, ea::STATS, &e.stats)
+}
+
+/// The export name of attribute `ty`, validated.
+fn export_name(req: &mut Request<'_>, ty: u32) -> Result<ExportName> {
+    req.require(ty)?;
+    match req.str(ty).and_then(|s| ExportName::new(s.to_bytes())) {
+        Some(n) => Ok(n),
+        None => {
+            req.bad_attr(
+                ty,
+                c"an export name is 1 to 31 characters of a-z, 0-9, '.', '_', '-'",
+            );
+            Err(EINVAL)
+        }
+    }
+}
+
+/// `export-add`: export a block device.
+pub(crate) fn export_add_doit(req: &mut Request<'_>) -> Result {
+    let state = State::get()?;
+    if !crate::capable_sys_admin() {
+        req.error(c"exporting a block device needs CAP_SYS_ADMIN");
+        return Err(EPERM);
+    }
+    let name = export_name(req, ea::NAME)?;
+    req.require(ea::PATH)?;
+    let Some(path) = req.str(ea::PATH) else {
+        req.bad_attr(ea::PATH, c"the path must be a string");
+        return Err(EINVAL);
+    };
+    let access = Access {
+        read_only: req.has(ea::READ_ONLY),
+        shared: req.has(ea::SHARED),
+    };
+    let export = match state.target.add(name, path, access) {
+        Ok(e) => e,
+        Err(e) => {
+            match e {
+                EEXIST => req.bad_attr(ea::NAME, c"an export of this name exists"),
+                EBUSY => req.bad_attr(
+                    ea::PATH,
+                    c"the device is in use: mounted, exported or held by another holder",
+                ),
+                ENOTBLK => req.bad_attr(ea::PATH, c"not a block device"),
+                _ => req.bad_attr(ea::PATH, c"cannot open the block device"),
+            }
+            return Err(e);
+        }
+    };
+    crate::module_get();
+    pr_info!(
+        "export {}: {:?} ({} sectors)\n",
+        export.name,
+        export.path,
+        export.sectors()
+    );
+    let mut reply = req.reply_sized(ENTRY_SIZE)?;
+    fill_export(&mut reply.writer(), &export)?;
+    reply.send()
+}
+
+/// `export-del`: delete an export.
+pub(crate) fn export_del_doit(req: &mut Request<'_>) -> Result {
+    let state = State::get()?;
+    let name = export_name(req, ea::NAME)?;
+    match state.target.delete(&name, req.has(ea::FORCE)) {
+        Ok(()) => {
+            crate::module_put();
+            pr_info!("export {}: deleted\n", name);
+            Ok(())
+        }
+        Err(e) => {
+            match e {
+                ENOENT => req.bad_attr(ea::NAME, c"no export of this name"),
+                EBUSY => req.bad_attr(
+                    ea::NAME,
+                    c"clients have the export mapped: unmap it there, or force",
+                ),
+                _ => req.error(c"the export could not be deleted"),
+            }
+            Err(e)
+        }
+    }
+}
+
+/// `export-resize`: read an export's capacity again and tell its clients.
+pub(crate) fn export_resize_doit(req: &mut Request<'_>) -> Result {
+    let state = State::get()?;
+    let name = export_name(req, ea::NAME)?;
+    if let Err(e) = state.target.resize(&name) {
+        match e {
+            ENOENT => req.bad_attr(ea::NAME, c"no export of this name"),
+            EBUSY => req.bad_attr(ea::NAME, c"the device shrank while the export is mapped"),
+            _ => req.error(c"the export could not be resized"),
+        }
+        return Err(e);
+    }
+    let export = state.target.find(&name).ok_or(ENOENT)?;
+    let mut reply = req.reply_sized(ENTRY_SIZE)?;
+    fill_export(&mut reply.writer(), &export)?;
+    reply.send()
+}
+
+/// `export-get` dump: every export.
+pub(crate) fn export_get_dumpit(dump: &mut Dump<'_>) -> Result {
+    let state = State::get()?;
+    for (i, e) in state.target.exports()?.iter().enumerate() {
+        let i = i as u64;
+        if i < *dump.position() {
+            continue;
+        }
+        dump.entry(|w| fill_export(w, e))?;
+        *dump.position() = i + 1;
+    }
+    Ok(())
+}
+
+/// Writes a mapping's attributes.
+fn fill_map(w: &mut Writer<'_>, m: &Mapping) -> Result {
+    w.put_u32(ma::INDEX, m.index)?;
+    let (addr, port) = m.peer_addr();
+    w.put_bytes(ma::ADDR, addr)?;
+    w.put_u16(ma::PORT, port)?;
+    let mut name = [0u8; crate::wire::NAME_MAX + 1];
+    name[..m.export.as_bytes().len()].copy_from_slice(m.export.as_bytes());
+    w.put_str(
+        ma::EXPORT,
+        CStr::from_bytes_until_nul(&name).map_err(|_| EINVAL)?,
+    )?;
+    if m.read_only() {
+        w.put_flag(ma::READ_ONLY)?;
+    }
+    w.put_str(ma::DISK, m.disk_name())?;
+    w.put_u32(ma::SESSION, m.session_id())?;
+    w.put_u64(ma::SECTORS, m.sectors(), ma::PAD)?;
+    w.put_u32(
+        ma::STATE,
+        if m.is_dead() {
+            ma::STATE_DEAD
+        } else {
+            ma::STATE_UP
+        },
+    )?;
+    put_stats(w, ma::STATS, m.stats())
+}
+
+/// `map-add`: map another host's export.
+pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
+    let state = State::get()?;
+    req.require(ma::ADDR)?;
+    req.require(ma::PORT)?;
+    let port = req.u16(ma::PORT).unwrap_or(0);
+    let peer = match req.bytes(ma::ADDR) {
+        Some(&[a, b, c, d]) => Peer::V4([a, b, c, d], port),
+        Some(a) if a.len() == 16 => {
+            let mut v6 = [0u8; 16];
+            v6.copy_from_slice(a);
+            Peer::V6(v6, port)
+        }
+        _ => {
+            req.bad_attr(ma::ADDR, c"address must be 4 (IPv4) or 16 (IPv6) bytes");
+            return Err(EINVAL);
+        }
+    };
+    let export = export_name(req, ma::EXPORT)?;
+    let channels = req.u32(ma::CHANNELS).unwrap_or(0);
+    let Ok(channels) =
+        u16::try_from(channels)
+            .map_err(|_| ())
+            .and_then(|c| if c <= 64 { Ok(c) } else { Err(()) })
+    else {
+        req.bad_attr(ma::CHANNELS, c"channels must be 0 (one per CPU) to 64");
+        return Err(EINVAL);
+    };
+    let depth = req.u32(ma::DEPTH).unwrap_or(0);
+    if depth != 0 && !(2..=1024).contains(&depth) {
+        req.bad_attr(ma::DEPTH, c"depth must be 0 (ferry's default) or 2 to 1024");
+        return Err(EINVAL);
+    }
+    let key = match req.str(ma::KEY) {
+        Some(k) => Some(CString::try_from(k)?),
+        None => None,
+    };
+    let p = MapParams {
+        peer,
+        export,
+        read_only: req.has(ma::READ_ONLY),
+        channels,
+        depth,
+        key,
+    };
+    let mapping = match state.map(&p) {
+        Ok(m) => m,
+        Err(e) => {
+            match e {
+                ECONNREFUSED => req.error(c"the target refused the session (no ferry_blk there?)"),
+                ENODEV => req.bad_attr(ma::EXPORT, c"the target has no export of this name"),
+                EROFS => req.bad_attr(ma::READ_ONLY, c"the export is read-only: map it read-only"),
+                EBUSY => req.bad_attr(
+                    ma::EXPORT,
+                    c"another client has the export mapped read-write (it is not shared)",
+                ),
+                EACCES => req.bad_attr(ma::KEY, c"authentication failed"),
+                ETIMEDOUT | EHOSTUNREACH | ENETUNREACH => {
+                    req.bad_attr(ma::ADDR, c"the target did not answer")
+                }
+                _ => req.error(c"the export could not be mapped"),
+            }
+            return Err(e);
+        }
+    };
+    let mut reply = req.reply_sized(ENTRY_SIZE)?;
+    state.with_map(mapping, |m| fill_map(&mut reply.writer(), m))?;
+    reply.send()
+}
+
+/// `map-del`: remove a mapping.
+pub(crate) fn map_del_doit(req: &mut Request<'_>) -> Result {
+    let state = State::get()?;
+    req.require(ma::INDEX)?;
+    let index = req.u32(ma::INDEX).unwrap_or(u32::MAX);
+    match state.unmap(index, req.has(ma::FORCE)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            match e {
+                ENOENT => req.bad_attr(ma::INDEX, c"no mapping of this index"),
+                EBUSY => req.bad_attr(ma::INDEX, c"the disk is open: close it, or force"),
+                _ => req.error(c"the mapping could not be removed"),
+            }
+            Err(e)
+        }
+    }
+}
+
+/// `map-get` dump: every mapping.
+pub(crate) fn map_get_dumpit(dump: &mut Dump<'_>) -> Result {
+    let state = State::get()?;
+    let maps = state.maps.lock();
+    for (i, m) in maps.iter().enumerate() {
+        let i = i as u64;
+        if i < *dump.position() {
+            continue;
+        }
+        dump.entry(|w| fill_map(w, m))?;
+        *dump.position() = i + 1;
+    }
+    Ok(())
+}

@@ -1,0 +1,580 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The target: block devices of this host exported under a name, served to
+//! the clients whose sessions open them.
+//!
+//! A client's session names one export in its first request ([`Open`]);
+//! each later request is one block operation ([`Io`]), checked against the
+//! export before it touches the disk. Reads and writes move their data by
+//! RDMA straight between the client's pages and the pages the bios use (a
+//! write's data read from the client first, a read's written to it after
+//! the bio); the bios run on the target's own work queue, which waits for
+//! them. A write is answered only once its bio has completed.
+
+use core::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
+use kernel::{
+    c_str, new_mutex, new_spinlock, new_work,
+    prelude::*,
+    str::CString,
+    sync::{Arc, Mutex, SpinLock},
+    workqueue::{impl_has_work, Work, WorkItem},
+};
+
+use crate::{
+    block::bdev::{Bdev, BioOp},
+    ferry_api::{Data, Handler, Incoming, SessionHandle, SessionRef, Transfer, Transferred, Wait},
+    stats::{IoStats, Op},
+    wire::{self, ExportName, Io, IoOp, Notice, Open, Opened, Refusal},
+    work::OwnedQueue,
+};
+
+/// The most bytes of one read or write a target accepts.
+pub(crate) const MAX_IO_BYTES: u32 = 4 << 20;
+
+/// How an export is shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Access {
+    /// Clients may only read.
+    pub(crate) read_only: bool,
+    /// Several clients may map it read-write at once (they coordinate).
+    pub(crate) shared: bool,
+}
+
+/// One session that opened an export.
+struct User {
+    session: SessionHandle,
+    read_only: bool,
+}
+
+/// A block device exported under a name.
+#[pin_data]
+pub(crate) struct Export {
+    pub(crate) name: ExportName,
+    /// The device's path, as given.
+    pub(crate) path: CString,
+    pub(crate) access: Access,
+    /// What clients name it by once open.
+    pub(crate) handle: u32,
+    bdev: Bdev,
+    /// Its claim on the device: an allocation of its own, whose address is
+    /// the holder (dropped after `bdev`, which closes the device).
+    _claim: KBox<u8>,
+    /// Capacity, in sectors (it changes on a resize).
+    sectors: AtomicU64,
+    logical_block_size: u32,
+    /// No client may open it or do I/O on it any more.
+    deleted: AtomicBool,
+    /// Operations between their check and their answer.
+    inflight: AtomicU32,
+    #[pin]
+    users: Mutex<KVec<User>>,
+    pub(crate) stats: IoStats,
+}
+
+impl Export {
+    /// What a client is told of it, opened read-only or not.
+    fn describe(&self, read_only: bool) -> Opened {
+        let i = self.bdev.info();
+        Opened {
+            handle: self.handle,
+            sectors: self.sectors.load(Relaxed),
+            logical_block_size: i.logical_block_size,
+            physical_block_size: i.physical_block_size,
+            max_discard_sectors: i.max_discard_sectors,
+            discard_granularity: i.discard_granularity,
+            // Always offered: the block layer writes zeroed pages where the
+            // device has no command for it.
+            max_write_zeroes_sectors: MAX_IO_BYTES / 512,
+            read_only: read_only || self.access.read_only || i.read_only,
+            write_cache: i.write_cache,
+            fua: i.fua,
+            rotational: i.rotational,
+        }
+    }
+
+    /// How many sessions have it open, and how many of them read-write.
+    pub(crate) fn users(&self) -> (usize, usize) {
+        let users = self.users.lock();
+        let rw = users.iter().filter(|u| !u.read_only).count();
+        (users.len(), rw)
+    }
+
+    /// Its capacity, in sectors.
+    pub(crate) fn sectors(&self) -> u64 {
+        self.sectors.load(Relaxed)
+    }
+
+    /// Its logical block size.
+    pub(crate) fn logical_block_size(&self) -> u32 {
+        self.logical_block_size
+    }
+
+    /// Operations between their check and their answer.
+    pub(crate) fn inflight(&self) -> u32 {
+        self.inflight.load(Relaxed)
+    }
+
+    /// Tells every user `n`, as far as their sessions take it.
+    fn tell_users(&self, n: Notice) {
+        let msg = n.encode();
+        for u in self.users.lock().iter() {
+            if let Err(e) = u.session.send(&msg, Wait::No) {
+                pr_warn!(
+                    "export {}: could not tell session {}: {:?}\n",
+                    self.name,
+                    u.session.id(),
+                    e
+                );
+            }
+        }
+    }
+}
+
+/// The exports of this host, and the service clients reach them through.
+#[pin_data]
+pub(crate) struct Target {
+    #[pin]
+    exports: Mutex<KVec<Arc<Export>>>,
+    next_handle: AtomicU32,
+    /// Where block operations wait for their bios.
+    queue: OwnedQueue,
+}
+
+impl Target {
+    /// No exports yet.
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            try_pin_init!(Self {
+                exports <- new_mutex!(KVec::new()),
+                next_handle: AtomicU32::new(1),
+                queue: OwnedQueue::new(c_str!("ferry_blk_target"))?,
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// The export called `name`.
+    pub(crate) fn find(&self, name: &ExportName) -> Option<Arc<Export>> {
+        self.exports
+            .lock()
+            .iter()
+            .find(|e| e.name == *name)
+            .cloned()
+    }
+
+    /// A snapshot of the exports.
+    pub(crate) fn exports(&self) -> Result<KVec<Arc<Export>>> {
+        let list = self.exports.lock();
+        let mut v = KVec::with_capacity(list.len(), GFP_KERNEL)?;
+        for e in list.iter() {
+            v.push(e.clone(), GFP_KERNEL)?;
+        }
+        Ok(v)
+    }
+
+    /// Exports the block device at `path` as `name`: `EEXIST` if the name
+    /// is taken, `EBUSY` if the device is in use (mounted, exported, held),
+    /// the device's error if it cannot be opened. Sleeps.
+    pub(crate) fn add(&self, name: ExportName, path: &CStr, access: Access) -> Result<Arc<Export>> {
+        if self.find(&name).is_some() {
+            return Err(EEXIST);
+        }
+        // Each export's claim is its own: a device is exported once.
+        let claim = KBox::new(0u8, GFP_KERNEL)?;
+        let holder = core::ptr::from_ref::<u8>(&claim).cast();
+        let bdev = Bdev::open(path, !access.read_only, holder)?;
+        let info = bdev.info();
+        let export = Arc::pin_init(
+            try_pin_init!(Export {
+                name,
+                path: CString::try_from(path)?,
+                access,
+                handle: self.next_handle.fetch_add(1, Relaxed),
+                bdev,
+                _claim: claim,
+                sectors: AtomicU64::new(info.sectors),
+                logical_block_size: info.logical_block_size,
+                deleted: AtomicBool::new(false),
+                inflight: AtomicU32::new(0),
+                users <- new_mutex!(KVec::new()),
+                stats: IoStats::default(),
+            }),
+            GFP_KERNEL,
+        )?;
+        let mut list = self.exports.lock();
+        // Checked again: two adds of one name may race.
+        if list.iter().any(|e| e.name == name) {
+            return Err(EEXIST);
+        }
+        list.push(export.clone(), GFP_KERNEL)?;
+        Ok(export)
+    }
+
+    /// Re-reads export `name`'s capacity (its device grew) and tells its
+    /// clients. `EBUSY` if it shrank while clients have it open.
+    pub(crate) fn resize(&self, name: &ExportName) -> Result<u64> {
+        let e = self.find(name).ok_or(ENOENT)?;
+        let now = e.bdev.info().sectors;
+        let (users, _) = e.users();
+        if now < e.sectors() && users > 0 {
+            return Err(EBUSY);
+        }
+        e.sectors.store(now, Relaxed);
+        e.tell_users(Notice::Resized {
+            handle: e.handle,
+            sectors: now,
+        });
+        Ok(now)
+    }
+
+    /// Deletes export `name`: `EBUSY` while clients have it open, unless
+    /// `force`, which tells them it is gone and fails their I/O from now
+    /// on. Returns once no operation of it is at work. Sleeps.
+    pub(crate) fn delete(&self, name: &ExportName, force: bool) -> Result {
+        let e = {
+            let mut list = self.exports.lock();
+            let i = list.iter().position(|e| e.name == *name).ok_or(ENOENT)?;
+            let (users, _) = list[i].users();
+            if users > 0 && !force {
+                return Err(EBUSY);
+            }
+            list[i].deleted.store(true, Release);
+            list.remove(i).map_err(|_| ENOENT)?
+        };
+        e.tell_users(Notice::Deleted { handle: e.handle });
+        // Operations that passed their check before the flag end.
+        while e.inflight.load(Acquire) != 0 {
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+        }
+        Ok(())
+    }
+}
+
+/// The service clients open sessions to.
+pub(crate) struct TargetService(pub(crate) Arc<Target>);
+
+impl crate::ferry_api::Service for TargetService {
+    type Session = TargetSession;
+
+    fn accept(&self, _s: &SessionRef) -> Result<Arc<TargetSession>> {
+        Arc::pin_init(
+            pin_init!(TargetSession {
+                target: self.0.clone(),
+                opened <- new_mutex!(None),
+            }),
+            GFP_KERNEL,
+        )
+    }
+}
+
+/// A client's session: the export it opened, if any.
+#[pin_data]
+pub(crate) struct TargetSession {
+    target: Arc<Target>,
+    #[pin]
+    opened: Mutex<Option<(Arc<Export>, bool)>>,
+}
+
+impl TargetSession {
+    /// Opens the export a client named, as it asked.
+    fn open(&self, s: &SessionRef, o: Open) -> Result<Opened, Refusal> {
+        let e = self
+            .target
+            .find(&o.name)
+            .filter(|e| !e.deleted.load(Acquire))
+            .ok_or(Refusal::UnknownExport)?;
+        let read_only = o.read_only || e.access.read_only;
+        if !o.read_only && e.access.read_only {
+            return Err(Refusal::ReadOnly);
+        }
+        let mut opened = self.opened.lock();
+        if opened.is_some() {
+            return Err(Refusal::Malformed);
+        }
+        {
+            let mut users = e.users.lock();
+            if !read_only && !e.access.shared && users.iter().any(|u| !u.read_only) {
+                return Err(Refusal::Busy);
+            }
+            users
+                .push(
+                    User {
+                        session: s.to_owned(),
+                        read_only,
+                    },
+                    GFP_KERNEL,
+                )
+                .map_err(|_| Refusal::Busy)?;
+        }
+        let desc = e.describe(read_only);
+        *opened = Some((e, read_only));
+        Ok(desc)
+    }
+
+    /// Starts block operation `hdr` of request `req`, or refuses it.
+    fn io(&self, req: Incoming, hdr: &[u8; wire::IO_LEN]) {
+        let opened = self.opened.lock().clone();
+        let checked = Io::decode(hdr).and_then(|io| {
+            let (e, ro) = opened.as_ref().ok_or(Refusal::UnknownExport)?;
+            if io.handle != e.handle || e.deleted.load(Acquire) {
+                return Err(Refusal::UnknownExport);
+            }
+            io.check(e.sectors(), e.logical_block_size, *ro, req.data_len())?;
+            if matches!(io.op, IoOp::Read | IoOp::Write) && io.len > MAX_IO_BYTES {
+                return Err(Refusal::BadLength);
+            }
+            Ok((io, e.clone()))
+        });
+        let (io, export) = match checked {
+            Ok(v) => v,
+            Err(r) => {
+                if let Some((e, _)) = opened.as_ref() {
+                    e.stats.refused(r);
+                }
+                crate::ratelimit::pr_warn_limited!("target: refused a request: {}\n", r.describe());
+                let _ = req.respond(Err(r.errno()), &[]);
+                return;
+            }
+        };
+        let busy = Busy::new(export);
+        if io.op == IoOp::Write {
+            // The data first, from the client's pages.
+            let fetched = Fetched {
+                target: self.target.clone(),
+                busy,
+                io,
+            };
+            match Data::new(io.len as usize) {
+                Ok(d) => match Transfer::new(d, fetched, GFP_KERNEL) {
+                    Ok(t) => req.read(t),
+                    // The context went with the failed box.
+                    Err(e) => {
+                        let _ = req.respond(Err(e), &[]);
+                    }
+                },
+                Err(e) => finish(fetched.busy, req, io, Err(e)),
+            }
+            return;
+        }
+        self.target.queue_op(Job {
+            busy,
+            req,
+            io,
+            data: None,
+        });
+    }
+}
+
+impl Handler for TargetSession {
+    fn message(&self, s: &SessionRef, _data: &[u8]) {
+        crate::ratelimit::pr_warn_limited!(
+            "target: session {} sent a message, which this protocol has not\n",
+            s.id()
+        );
+    }
+
+    fn request(&self, s: &SessionRef, req: Incoming) {
+        let hdr = req.header();
+        if hdr.len() == wire::OPEN_LEN {
+            let res = Open::decode(hdr).and_then(|o| self.open(s, o));
+            let _ = match res {
+                Ok(desc) => req.respond(Ok(()), &desc.encode()),
+                Err(r) => {
+                    crate::ratelimit::pr_warn_limited!(
+                        "target: session {}: refused an open: {}\n",
+                        s.id(),
+                        r.describe()
+                    );
+                    req.respond(Err(r.errno()), &[])
+                }
+            };
+            return;
+        }
+        let Ok(hdr) = <[u8; wire::IO_LEN]>::try_from(hdr) else {
+            let _ = req.respond(Err(Refusal::Malformed.errno()), &[]);
+            return;
+        };
+        self.io(req, &hdr);
+    }
+
+    fn gone(&self, s: &SessionRef, _err: Option<Error>) {
+        if let Some((e, _)) = self.opened.lock().take() {
+            e.users.lock().retain(|u| u.session.id() != s.id());
+        }
+    }
+}
+
+/// An operation between its check and its answer: the export counts it
+/// (deleting an export waits for them).
+struct Busy(Arc<Export>);
+
+impl Busy {
+    fn new(export: Arc<Export>) -> Self {
+        export.inflight.fetch_add(1, Relaxed);
+        Self(export)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(1, Release);
+    }
+}
+
+/// A block operation, checked.
+struct Job {
+    busy: Busy,
+    req: Incoming,
+    io: Io,
+    /// A read's pages, or a write's data.
+    data: Option<Data>,
+}
+
+/// A write's data, fetched from the client.
+struct Fetched {
+    target: Arc<Target>,
+    busy: Busy,
+    io: Io,
+}
+
+impl Transferred for Fetched {
+    fn transferred(t: KBox<Transfer<Self, Data>>, req: Incoming, status: Result) {
+        let Transfer { data, ctx } = KBox::into_inner(t);
+        let Fetched { target, busy, io } = ctx;
+        if let Err(e) = status {
+            return finish(busy, req, io, Err(e));
+        }
+        target.queue_op(Job {
+            busy,
+            req,
+            io,
+            data: Some(data),
+        });
+    }
+}
+
+/// A read's data, delivered to the client.
+struct Delivered {
+    busy: Busy,
+    io: Io,
+}
+
+impl Transferred for Delivered {
+    fn transferred(t: KBox<Transfer<Self, Data>>, req: Incoming, status: Result) {
+        let Delivered { busy, io } = KBox::into_inner(t).ctx;
+        finish(busy, req, io, status);
+    }
+}
+
+/// Answers block operation `io` with `res`, and counts it.
+fn finish(busy: Busy, req: Incoming, io: Io, res: Result) {
+    let op = match io.op {
+        IoOp::Read => Op::Read,
+        IoOp::Write => Op::Write,
+        IoOp::Flush => Op::Flush,
+        IoOp::Discard => Op::Discard,
+        IoOp::WriteZeroes => Op::WriteZeroes,
+    };
+    busy.0
+        .stats
+        .done(op, io.flags & wire::IO_FUA != 0, io.len, res.is_ok());
+    let _ = req.respond(res, &[]);
+    // `busy` goes last: the export may go once the answer is out.
+    drop(busy);
+}
+
+/// A block operation on the target's queue, which waits for its bios.
+#[pin_data]
+struct OpWork {
+    #[pin]
+    work: Work<OpWork>,
+    /// Taken when it runs.
+    #[pin]
+    job: SpinLock<Option<Job>>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for OpWork { self.work }
+}
+
+impl Target {
+    /// Runs `job` on the queue. If it cannot (no memory), the request is
+    /// answered `EIO` and the operation ends.
+    fn queue_op(&self, job: Job) {
+        let w = KBox::pin_init(
+            pin_init!(OpWork {
+                work <- new_work!("ferry_blk::OpWork::work"),
+                job <- new_spinlock!(Some(job)),
+            }),
+            GFP_KERNEL,
+        );
+        // Without memory the job went with the initializer: its request
+        // answered `EIO` as it dropped, its operation ended.
+        // A new box is never queued already: it always goes.
+        if let Ok(w) = w {
+            self.queue.queue().enqueue(w);
+        }
+    }
+}
+
+impl WorkItem for OpWork {
+    type Pointer = Pin<KBox<OpWork>>;
+
+    fn run(this: Pin<KBox<OpWork>>) {
+        let Some(job) = this.job.lock().take() else {
+            return;
+        };
+        let Job {
+            busy,
+            req,
+            io,
+            mut data,
+        } = job;
+        if io.op == IoOp::Read {
+            match Data::new(io.len as usize) {
+                Ok(d) => data = Some(d),
+                Err(e) => return finish(busy, req, io, Err(e)),
+            }
+        }
+        let sectors = u64::from(io.len / 512);
+        let op = match io.op {
+            IoOp::Read => BioOp::Read,
+            IoOp::Write => BioOp::Write {
+                fua: io.flags & wire::IO_FUA != 0,
+            },
+            IoOp::Flush => BioOp::Flush,
+            IoOp::Discard => BioOp::Discard { sectors },
+            IoOp::WriteZeroes => BioOp::WriteZeroes {
+                sectors,
+                nounmap: io.flags & wire::IO_NOUNMAP != 0,
+            },
+        };
+        if let Err(e) = busy.0.bdev.io(op, io.sector, data.as_mut()) {
+            busy.0.stats.backing_error();
+            crate::ratelimit::pr_warn_limited!(
+                "export {}: {:?} of {} bytes at sector {} failed: {:?}\n",
+                busy.0.name,
+                io.op,
+                io.len,
+                io.sector,
+                e
+            );
+            return finish(busy, req, io, Err(e));
+        }
+        match (io.op, data) {
+            // The data goes to the client's pages now.
+            (IoOp::Read, Some(d)) => {
+                // (Made before the box: a failed box drops the context,
+                // and the request answers `EIO` as it goes.)
+                match Transfer::new(d, Delivered { busy, io }, GFP_KERNEL) {
+                    Ok(t) => req.write(t),
+                    Err(_) => drop(req),
+                }
+            }
+            _ => finish(busy, req, io, Ok(())),
+        }
+    }
+}

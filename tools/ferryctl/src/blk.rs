@@ -1,0 +1,525 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The `blk` object: ferry_blk's exports (this host's block devices, served
+//! to clients) and mappings (other hosts' exports as local disks), over the
+//! `ferry-blk` netlink family.
+
+use std::net::IpAddr;
+
+use serde_json::{json, Map, Value};
+
+use crate::{
+    args::{self, KwArgs},
+    attr::{self, Attrs},
+    matches,
+    nl::{self, Error},
+    uapi::*,
+    usage, CliError, Ctx, Output,
+};
+
+/// The port a mapping connects to when none is given: the samples' and the
+/// demo's listener.
+pub const DEFAULT_PORT: u16 = 4791;
+
+/// Names of the export and map attributes, for error messages.
+fn export_attr_name(ty: u16) -> Option<&'static str> {
+    match u32::from(ty) {
+        FERRY_BLK_A_EXPORT_NAME => Some("name"),
+        FERRY_BLK_A_EXPORT_PATH => Some("path"),
+        FERRY_BLK_A_EXPORT_READ_ONLY => Some("ro"),
+        FERRY_BLK_A_EXPORT_SHARED => Some("shared"),
+        FERRY_BLK_A_EXPORT_FORCE => Some("force"),
+        _ => None,
+    }
+}
+
+fn map_attr_name(ty: u16) -> Option<&'static str> {
+    match u32::from(ty) {
+        FERRY_BLK_A_MAP_INDEX => Some("dev"),
+        FERRY_BLK_A_MAP_ADDR => Some("addr"),
+        FERRY_BLK_A_MAP_PORT => Some("port"),
+        FERRY_BLK_A_MAP_EXPORT => Some("export"),
+        FERRY_BLK_A_MAP_READ_ONLY => Some("ro"),
+        FERRY_BLK_A_MAP_CHANNELS => Some("channels"),
+        FERRY_BLK_A_MAP_DEPTH => Some("depth"),
+        FERRY_BLK_A_MAP_KEY => Some("key"),
+        FERRY_BLK_A_MAP_FORCE => Some("force"),
+        _ => None,
+    }
+}
+
+/// A parsed `blk` command.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cmd {
+    /// `blk export add NAME path PATH [ro] [shared]`
+    ExportAdd {
+        name: String,
+        path: String,
+        ro: bool,
+        shared: bool,
+    },
+    /// `blk export del NAME [force]`
+    ExportDel { name: String, force: bool },
+    /// `blk export resize NAME`
+    ExportResize { name: String },
+    /// `blk map ADDR [port P] export NAME [ro] [channels N] [depth N] [key K]`
+    Map {
+        addr: IpAddr,
+        port: u16,
+        export: String,
+        ro: bool,
+        channels: Option<u32>,
+        depth: Option<u32>,
+        key: Option<String>,
+    },
+    /// `blk unmap DEV [force]`
+    Unmap { index: u32, force: bool },
+    /// `blk show`
+    Show,
+}
+
+/// Splits the bare flags (`ro`, `shared`, `force`) off `args`.
+fn flags(args: &[String], allowed: &[&str]) -> (Vec<String>, Vec<&'static str>) {
+    let mut rest = Vec::new();
+    let mut set = Vec::new();
+    for a in args {
+        match ["ro", "read-only", "shared", "force"]
+            .iter()
+            .find(|f| **f == a.as_str() && allowed.contains(f))
+        {
+            Some(&"read-only") => set.push("ro"),
+            Some(f) => set.push(*f),
+            None => rest.push(a.clone()),
+        }
+    }
+    (rest, set)
+}
+
+/// An export name: 1 to 31 of `[a-z0-9._-]`.
+fn export_name(s: &str) -> Result<String, CliError> {
+    let ok = !s.is_empty()
+        && s.len() <= FERRY_BLK_EXPORT_NAME_LEN as usize
+        && s.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(&c));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(usage(format!(
+            "invalid export name \"{s}\" (1 to 31 of a-z, 0-9, '.', '_', '-')"
+        )))
+    }
+}
+
+/// A disk: `/dev/ferryblkN`, `ferryblkN` or `N`.
+fn disk_index(s: &str) -> Result<u32, CliError> {
+    let n = s.trim_start_matches("/dev/").trim_start_matches("ferryblk");
+    n.parse()
+        .map_err(|_| usage(format!("invalid disk \"{s}\" (ferryblkN)")))
+}
+
+impl Cmd {
+    /// Parses `blk COMMAND ARGS`; `None` is `help`.
+    pub fn parse(command: &str, args: &[String]) -> Result<Option<Self>, CliError> {
+        if matches(command, "show") || matches(command, "list") {
+            if let Some(a) = args.first() {
+                return Err(usage(format!("unknown argument \"{a}\"")));
+            }
+            Ok(Some(Cmd::Show))
+        } else if matches(command, "export") {
+            let Some(sub) = args.first() else {
+                return Err(usage("missing export command (add, del, resize)".into()));
+            };
+            let rest = &args[1..];
+            if matches(sub, "add") {
+                let (rest, set) = flags(rest, &["ro", "read-only", "shared"]);
+                let kw = KwArgs::parse(&rest, &["name", "path"], Some("name"))?;
+                Ok(Some(Cmd::ExportAdd {
+                    name: export_name(kw.required("name")?)?,
+                    path: kw.required("path")?.to_string(),
+                    ro: set.contains(&"ro"),
+                    shared: set.contains(&"shared"),
+                }))
+            } else if matches(sub, "delete") {
+                let (rest, set) = flags(rest, &["force"]);
+                let kw = KwArgs::parse(&rest, &["name"], Some("name"))?;
+                Ok(Some(Cmd::ExportDel {
+                    name: export_name(kw.required("name")?)?,
+                    force: set.contains(&"force"),
+                }))
+            } else if matches(sub, "resize") {
+                let kw = KwArgs::parse(rest, &["name"], Some("name"))?;
+                Ok(Some(Cmd::ExportResize {
+                    name: export_name(kw.required("name")?)?,
+                }))
+            } else {
+                Err(usage(format!("unknown export command \"{sub}\"")))
+            }
+        } else if matches(command, "map") {
+            let (rest, set) = flags(args, &["ro", "read-only"]);
+            let kw = KwArgs::parse(
+                &rest,
+                &["addr", "port", "export", "channels", "depth", "key"],
+                Some("addr"),
+            )?;
+            Ok(Some(Cmd::Map {
+                addr: args::parse_addr(kw.required("addr")?)?,
+                port: kw.num("port")?.unwrap_or(DEFAULT_PORT),
+                export: export_name(kw.required("export")?)?,
+                ro: set.contains(&"ro"),
+                channels: kw.num("channels")?,
+                depth: kw.num("depth")?,
+                key: kw.get("key").map(crate::key::name).transpose()?,
+            }))
+        } else if matches(command, "unmap") {
+            let (rest, set) = flags(args, &["force"]);
+            let kw = KwArgs::parse(&rest, &["dev"], Some("dev"))?;
+            Ok(Some(Cmd::Unmap {
+                index: disk_index(kw.required("dev")?)?,
+                force: set.contains(&"force"),
+            }))
+        } else if matches(command, "help") {
+            Ok(None)
+        } else {
+            Err(usage(format!("unknown blk command \"{command}\"")))
+        }
+    }
+}
+
+/// Decodes the counters of a `stats` nest.
+fn stats(p: &[u8]) -> Value {
+    let mut o = Map::new();
+    for (ty, v) in Attrs::new(p) {
+        let name = match u32::from(ty) {
+            FERRY_BLK_A_STATS_READS => "reads",
+            FERRY_BLK_A_STATS_WRITES => "writes",
+            FERRY_BLK_A_STATS_FLUSHES => "flushes",
+            FERRY_BLK_A_STATS_FUA => "fua",
+            FERRY_BLK_A_STATS_DISCARDS => "discards",
+            FERRY_BLK_A_STATS_WRITE_ZEROES => "write_zeroes",
+            FERRY_BLK_A_STATS_BYTES_READ => "bytes_read",
+            FERRY_BLK_A_STATS_BYTES_WRITTEN => "bytes_written",
+            FERRY_BLK_A_STATS_REFUSED => "refused",
+            FERRY_BLK_A_STATS_BACKING_ERRORS => "backing_errors",
+            FERRY_BLK_A_STATS_FAILED => "failed",
+            _ => continue,
+        };
+        if let Some(v) = attr::u64(v) {
+            o.insert(name.into(), json!(v));
+        }
+    }
+    Value::Object(o)
+}
+
+fn bad(what: &str) -> Error {
+    Error::Protocol(format!("malformed {what} attribute"))
+}
+
+/// An export as JSON: `name`, `path`, `read_only`, `shared`, `handle`,
+/// `sectors`, `logical_block_size`, `users`, `rw_users`, `inflight`,
+/// `stats`.
+fn decode_export(p: &[u8]) -> Result<Value, Error> {
+    let mut o = Map::new();
+    o.insert("kind".into(), json!("export"));
+    o.insert("read_only".into(), json!(false));
+    o.insert("shared".into(), json!(false));
+    for (ty, v) in Attrs::new(p) {
+        let (k, val) = match u32::from(ty) {
+            FERRY_BLK_A_EXPORT_NAME => ("name", json!(attr::string(v).ok_or_else(|| bad("name"))?)),
+            FERRY_BLK_A_EXPORT_PATH => ("path", json!(attr::string(v).ok_or_else(|| bad("path"))?)),
+            FERRY_BLK_A_EXPORT_READ_ONLY => ("read_only", json!(true)),
+            FERRY_BLK_A_EXPORT_SHARED => ("shared", json!(true)),
+            FERRY_BLK_A_EXPORT_HANDLE => {
+                ("handle", json!(attr::u32(v).ok_or_else(|| bad("handle"))?))
+            }
+            FERRY_BLK_A_EXPORT_SECTORS => (
+                "sectors",
+                json!(attr::u64(v).ok_or_else(|| bad("sectors"))?),
+            ),
+            FERRY_BLK_A_EXPORT_LOGICAL_BLOCK_SIZE => (
+                "logical_block_size",
+                json!(attr::u32(v).ok_or_else(|| bad("block size"))?),
+            ),
+            FERRY_BLK_A_EXPORT_USERS => ("users", json!(attr::u32(v).ok_or_else(|| bad("users"))?)),
+            FERRY_BLK_A_EXPORT_RW_USERS => {
+                ("rw_users", json!(attr::u32(v).ok_or_else(|| bad("users"))?))
+            }
+            FERRY_BLK_A_EXPORT_INFLIGHT => (
+                "inflight",
+                json!(attr::u32(v).ok_or_else(|| bad("inflight"))?),
+            ),
+            FERRY_BLK_A_EXPORT_STATS => ("stats", stats(v)),
+            _ => continue,
+        };
+        o.insert(k.into(), val);
+    }
+    Ok(Value::Object(o))
+}
+
+/// A mapping as JSON: `index`, `addr`, `port`, `export`, `read_only`,
+/// `disk`, `session`, `sectors`, `state`, `stats`.
+fn decode_map(p: &[u8]) -> Result<Value, Error> {
+    let mut o = Map::new();
+    o.insert("kind".into(), json!("map"));
+    o.insert("read_only".into(), json!(false));
+    for (ty, v) in Attrs::new(p) {
+        let (k, val) = match u32::from(ty) {
+            FERRY_BLK_A_MAP_INDEX => ("index", json!(attr::u32(v).ok_or_else(|| bad("index"))?)),
+            FERRY_BLK_A_MAP_ADDR => (
+                "addr",
+                json!(args::decode_addr(v).ok_or_else(|| bad("addr"))?.to_string()),
+            ),
+            FERRY_BLK_A_MAP_PORT => ("port", json!(attr::u16(v).ok_or_else(|| bad("port"))?)),
+            FERRY_BLK_A_MAP_EXPORT => (
+                "export",
+                json!(attr::string(v).ok_or_else(|| bad("export"))?),
+            ),
+            FERRY_BLK_A_MAP_READ_ONLY => ("read_only", json!(true)),
+            FERRY_BLK_A_MAP_DISK => ("disk", json!(attr::string(v).ok_or_else(|| bad("disk"))?)),
+            FERRY_BLK_A_MAP_SESSION => (
+                "session",
+                json!(attr::u32(v).ok_or_else(|| bad("session"))?),
+            ),
+            FERRY_BLK_A_MAP_SECTORS => (
+                "sectors",
+                json!(attr::u64(v).ok_or_else(|| bad("sectors"))?),
+            ),
+            FERRY_BLK_A_MAP_STATE => {
+                let s = attr::u32(v).ok_or_else(|| bad("state"))?;
+                let name = enum_names::FERRY_BLK_MAP_STATE
+                    .iter()
+                    .find(|(n, _)| *n == s)
+                    .map_or("unknown", |(_, name)| name);
+                ("state", json!(name))
+            }
+            FERRY_BLK_A_MAP_STATS => ("stats", stats(v)),
+            _ => continue,
+        };
+        o.insert(k.into(), val);
+    }
+    Ok(Value::Object(o))
+}
+
+/// One line of text for an export or a mapping.
+fn to_text(v: &Value, with_stats: bool) -> String {
+    let get = |k: &str| {
+        v.get(k)
+            .map(|x| x.to_string().trim_matches('"').to_string())
+    };
+    let mut s = if v["kind"] == "export" {
+        format!(
+            "export {} path {} sectors {} users {}",
+            get("name").unwrap_or_default(),
+            get("path").unwrap_or_default(),
+            get("sectors").unwrap_or_default(),
+            get("users").unwrap_or_default()
+        )
+    } else {
+        format!(
+            "{} addr {} port {} export {} sectors {} state {} session {}",
+            get("disk").unwrap_or_default(),
+            get("addr").unwrap_or_default(),
+            get("port").unwrap_or_default(),
+            get("export").unwrap_or_default(),
+            get("sectors").unwrap_or_default(),
+            get("state").unwrap_or_default(),
+            get("session").unwrap_or_default()
+        )
+    };
+    if v["read_only"] == true {
+        s += " ro";
+    }
+    if v.get("shared") == Some(&json!(true)) {
+        s += " shared";
+    }
+    if with_stats {
+        if let Some(Value::Object(st)) = v.get("stats") {
+            s += "\n   ";
+            for (k, x) in st {
+                s += &format!(" {} {}", k.replace('_', "-"), x);
+            }
+        }
+    }
+    s.push('\n');
+    s
+}
+
+/// Runs a parsed command: `show`, `export add`, `export resize` and `map`
+/// print what they show or made; the rest nothing.
+pub fn exec(ctx: &mut Ctx, cmd: &Cmd) -> Result<Option<Output>, CliError> {
+    let b = nl::Builder::new();
+    let mut values = Vec::new();
+    match cmd {
+        Cmd::ExportAdd {
+            name,
+            path,
+            ro,
+            shared,
+        } => {
+            let mut b = b
+                .str(FERRY_BLK_A_EXPORT_NAME, name)
+                .str(FERRY_BLK_A_EXPORT_PATH, path);
+            if *ro {
+                b = b.flag(FERRY_BLK_A_EXPORT_READ_ONLY);
+            }
+            if *shared {
+                b = b.flag(FERRY_BLK_A_EXPORT_SHARED);
+            }
+            for r in ctx.request_blk(FERRY_BLK_CMD_EXPORT_ADD, 0, &b, export_attr_name)? {
+                values.push(decode_export(&r).map_err(|e| CliError::Kernel(e, export_attr_name))?);
+            }
+        }
+        Cmd::ExportDel { name, force } => {
+            let mut b = b.str(FERRY_BLK_A_EXPORT_NAME, name);
+            if *force {
+                b = b.flag(FERRY_BLK_A_EXPORT_FORCE);
+            }
+            ctx.request_blk(FERRY_BLK_CMD_EXPORT_DEL, 0, &b, export_attr_name)?;
+            return Ok(None);
+        }
+        Cmd::ExportResize { name } => {
+            let b = b.str(FERRY_BLK_A_EXPORT_NAME, name);
+            for r in ctx.request_blk(FERRY_BLK_CMD_EXPORT_RESIZE, 0, &b, export_attr_name)? {
+                values.push(decode_export(&r).map_err(|e| CliError::Kernel(e, export_attr_name))?);
+            }
+        }
+        Cmd::Map {
+            addr,
+            port,
+            export,
+            ro,
+            channels,
+            depth,
+            key,
+        } => {
+            let mut b = b
+                .binary(FERRY_BLK_A_MAP_ADDR, &args::addr_bytes(addr))
+                .u16(FERRY_BLK_A_MAP_PORT, *port)
+                .str(FERRY_BLK_A_MAP_EXPORT, export);
+            if *ro {
+                b = b.flag(FERRY_BLK_A_MAP_READ_ONLY);
+            }
+            if let Some(c) = channels {
+                b = b.u32(FERRY_BLK_A_MAP_CHANNELS, *c);
+            }
+            if let Some(d) = depth {
+                b = b.u32(FERRY_BLK_A_MAP_DEPTH, *d);
+            }
+            if let Some(k) = key {
+                b = b.str(FERRY_BLK_A_MAP_KEY, k);
+            }
+            for r in ctx.request_blk(FERRY_BLK_CMD_MAP_ADD, 0, &b, map_attr_name)? {
+                values.push(decode_map(&r).map_err(|e| CliError::Kernel(e, map_attr_name))?);
+            }
+        }
+        Cmd::Unmap { index, force } => {
+            let mut b = b.u32(FERRY_BLK_A_MAP_INDEX, *index);
+            if *force {
+                b = b.flag(FERRY_BLK_A_MAP_FORCE);
+            }
+            ctx.request_blk(FERRY_BLK_CMD_MAP_DEL, 0, &b, map_attr_name)?;
+            return Ok(None);
+        }
+        Cmd::Show => {
+            for r in ctx.request_blk(
+                FERRY_BLK_CMD_EXPORT_GET,
+                nl::NLM_F_DUMP,
+                &b,
+                export_attr_name,
+            )? {
+                values.push(decode_export(&r).map_err(|e| CliError::Kernel(e, export_attr_name))?);
+            }
+            for r in ctx.request_blk(FERRY_BLK_CMD_MAP_GET, nl::NLM_F_DUMP, &b, map_attr_name)? {
+                values.push(decode_map(&r).map_err(|e| CliError::Kernel(e, map_attr_name))?);
+            }
+        }
+    }
+    let with_stats = ctx.stats;
+    Ok(Some(Output {
+        text: values.iter().map(|v| to_text(v, with_stats)).collect(),
+        json: values,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Option<Cmd>, CliError> {
+        let a: Vec<String> = s.split_whitespace().map(String::from).collect();
+        Cmd::parse(&a[0], &a[1..])
+    }
+
+    fn usage_msg(s: &str) -> String {
+        match parse(s) {
+            Err(CliError::Usage(m)) => m,
+            _ => panic!("{s} was no usage error"),
+        }
+    }
+
+    #[test]
+    fn parses_commands() {
+        assert_eq!(
+            parse("export add ram0 path /dev/ram0 ro").unwrap().unwrap(),
+            Cmd::ExportAdd {
+                name: "ram0".into(),
+                path: "/dev/ram0".into(),
+                ro: true,
+                shared: false,
+            }
+        );
+        assert_eq!(
+            parse("export del ram0 force").unwrap().unwrap(),
+            Cmd::ExportDel {
+                name: "ram0".into(),
+                force: true,
+            }
+        );
+        assert_eq!(
+            parse("map 192.0.2.1 export ram0 channels 2 depth 64")
+                .unwrap()
+                .unwrap(),
+            Cmd::Map {
+                addr: "192.0.2.1".parse().unwrap(),
+                port: DEFAULT_PORT,
+                export: "ram0".into(),
+                ro: false,
+                channels: Some(2),
+                depth: Some(64),
+                key: None,
+            }
+        );
+        assert_eq!(
+            parse("unmap /dev/ferryblk3 force").unwrap().unwrap(),
+            Cmd::Unmap {
+                index: 3,
+                force: true,
+            }
+        );
+        assert_eq!(
+            parse("unmap ferryblk0").unwrap().unwrap(),
+            Cmd::Unmap {
+                index: 0,
+                force: false
+            }
+        );
+        assert_eq!(parse("show").unwrap(), Some(Cmd::Show));
+        assert_eq!(parse("help").unwrap(), None);
+    }
+
+    #[test]
+    fn usage_errors() {
+        assert_eq!(usage_msg("export add ram0"), "missing \"path\"");
+        assert!(usage_msg("export add Ram0 path /dev/x").starts_with("invalid export name"));
+        assert_eq!(usage_msg("map 192.0.2.1"), "missing \"export\"");
+        assert!(usage_msg("unmap sda").starts_with("invalid disk"));
+        assert_eq!(
+            usage_msg("map 192.0.2.1 export a port x"),
+            "invalid port \"x\""
+        );
+        assert_eq!(usage_msg("frob"), "unknown blk command \"frob\"");
+        // `force` is no flag of `map`.
+        assert_eq!(
+            usage_msg("map 192.0.2.1 export a force"),
+            "unknown argument \"force\""
+        );
+    }
+}
