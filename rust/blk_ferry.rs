@@ -11,19 +11,13 @@ use kernel::bindings as kbindings;
 use crate::{
     block::{
         bdev::SgPages,
-        mq::{Operations, Owned, SgTable},
+        mq::{HasSgTable, Operations, Owned},
     },
     ferry_api::{Data, Pages},
 };
 
 /// The most segments a client's request has: its scatterlist's size.
 pub const SEGMENTS: usize = 128;
-
-/// A request's PDU that holds the scatterlist its data is mapped into.
-pub trait HasSgTable {
-    /// The table.
-    fn sg_table(&self) -> &SgTable<SEGMENTS>;
-}
 
 /// A started block request whose data is mapped into its PDU's
 /// scatterlist, lent to ferry as a request's pages: the request ends only
@@ -35,7 +29,7 @@ pub trait HasSgTable {
 /// least one) of `rq`'s pages, which stay the request's until it ends.
 pub struct RqData<T: Operations>
 where
-    T::Pdu: HasSgTable,
+    T::Pdu: HasSgTable<SEGMENTS>,
 {
     rq: Owned<T>,
     nents: u32,
@@ -44,13 +38,13 @@ where
 
 impl<T: Operations> RqData<T>
 where
-    T::Pdu: HasSgTable,
+    T::Pdu: HasSgTable<SEGMENTS>,
 {
     /// Maps `rq`'s data into its PDU's table; the request back if it has
     /// none (a flush, a discard), or more segments than the table holds.
-    pub fn map(rq: Owned<T>) -> core::result::Result<Self, Owned<T>> {
+    pub fn map(mut rq: Owned<T>) -> core::result::Result<Self, Owned<T>> {
         let len = rq.bytes() as usize;
-        match rq.map_sg(rq.pdu().sg_table()) {
+        match rq.map_sg::<SEGMENTS>() {
             // INVARIANT: mapped, `n` entries of `len` bytes.
             Ok(n) if n > 0 && len > 0 => Ok(Self { rq, nents: n, len }),
             _ => Err(rq),
@@ -71,10 +65,12 @@ where
 // SAFETY: The table lives in the request's PDU, not inside this object, and
 // is `Opaque`; it and the pages it maps stay put and the request's until
 // the request ends, which needs the `Owned` this object holds (type
-// invariant): nobody but ferry touches them while it is lent.
+// invariant); only `Owned::map_sg` writes it, which needs `&mut` of that
+// `Owned`, which this object does not give out: nobody but ferry touches
+// them while it is lent.
 unsafe impl<T: Operations> Pages for RqData<T>
 where
-    T::Pdu: HasSgTable,
+    T::Pdu: HasSgTable<SEGMENTS>,
 {
     fn sgl(&self) -> (*mut kbindings::scatterlist, c_uint) {
         (

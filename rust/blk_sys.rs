@@ -14,10 +14,11 @@ pub fn capable_sys_admin() -> bool {
 }
 
 /// Takes a reference to this module: it cannot be unloaded until
-/// [`module_put`] gives it back.
-pub fn module_get() {
+/// [`module_put`] gives it back. `false` if it is being unloaded already.
+#[must_use]
+pub fn module_get() -> bool {
     // SAFETY: The module is live: this code runs in it.
-    unsafe { bindings::ferry_blk_module_get() };
+    unsafe { bindings::ferry_blk_module_get() }
 }
 
 /// Gives back a reference [`module_get`] took.

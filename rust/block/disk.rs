@@ -6,7 +6,10 @@
 //!
 //! C header: [`include/linux/blkdev.h`](srctree/include/linux/blkdev.h).
 
-use core::ptr::NonNull;
+use core::{
+    ptr::NonNull,
+    sync::atomic::{AtomicBool, Ordering::Relaxed},
+};
 use kernel::{error::from_err_ptr, prelude::*, str::CStr, sync::Arc, types::ForeignOwnable};
 
 use super::mq::{Operations, TagSet};
@@ -77,7 +80,7 @@ impl Limits {
 }
 
 /// A disk of driver `T`, added to the system (`/dev/NAME`, partitions
-/// allowed); deleted when dropped.
+/// allowed); deleted ([`Disk::delete`]) when dropped, if it was not before.
 ///
 /// # Invariants
 ///
@@ -87,6 +90,8 @@ impl Limits {
 pub struct Disk<T: Operations> {
     disk: NonNull<bindings::gendisk>,
     queuedata: *mut core::ffi::c_void,
+    /// [`Disk::delete`] ran.
+    deleted: AtomicBool,
     _tag_set: Arc<TagSet<T>>,
 }
 
@@ -143,6 +148,7 @@ impl<T: Operations> Disk<T> {
             // SAFETY: `from_err_ptr` passed a valid pointer.
             disk: unsafe { NonNull::new_unchecked(disk) },
             queuedata,
+            deleted: AtomicBool::new(false),
             _tag_set: tag_set,
         })
     }
@@ -221,6 +227,18 @@ impl<T: Operations> Disk<T> {
         unsafe { bindings::blk_mq_run_hw_queues(self.queue(), in_work) };
     }
 
+    /// Removes the disk from the system (`del_gendisk`), draining its
+    /// requests: the driver's queues must keep working until it returns (a
+    /// request still waiting for room must be able to go, or fail). Once;
+    /// the memory goes with the last reference. Sleeps.
+    pub fn delete(&self) {
+        if !self.deleted.swap(true, Relaxed) {
+            // SAFETY: The disk was added (type invariant), and is deleted
+            // once (the flag).
+            unsafe { bindings::del_gendisk(self.raw()) };
+        }
+    }
+
     /// Fails every request from now on, without waiting for the holders to
     /// close it (a forced removal).
     pub fn mark_dead(&self) {
@@ -231,11 +249,11 @@ impl<T: Operations> Disk<T> {
 
 impl<T: Operations> Drop for Disk<T> {
     fn drop(&mut self) {
-        // SAFETY: The disk was added (type invariant). `del_gendisk` drains
-        // its queue: no operation of `T` runs for it afterwards, so the
-        // queue data may go once the disk is put.
+        self.delete();
+        // SAFETY: The disk was added and is deleted (type invariant, above).
+        // `del_gendisk` drained its queue: no operation of `T` runs for it
+        // afterwards, so the queue data may go once the disk is put.
         unsafe {
-            bindings::del_gendisk(self.raw());
             bindings::put_disk(self.raw());
             drop(T::QueueData::from_foreign(self.queuedata));
         }

@@ -89,7 +89,8 @@ pub enum Queued<T: Operations> {
     /// (`BLK_STS_RESOURCE`).
     Busy(Owned<T>),
     /// No room now, and the driver runs the queue again once there is
-    /// (`BLK_STS_DEV_RESOURCE`; see [`crate::block::disk::Disk::run_queues`]).
+    /// (`BLK_STS_DEV_RESOURCE`; see [`crate::block::disk::Disk::run_queues`]):
+    /// only for a driver that can promise the rerun after this returns.
     DevBusy(Owned<T>),
     /// Failed at once with this error; blk-mq ends it.
     Failed(Owned<T>, Error),
@@ -236,27 +237,29 @@ impl<T: Operations> Owned<T> {
         unsafe { &mut *bindings::ferry_blk_rq_to_pdu(self.raw()).cast::<T::Pdu>() }
     }
 
-    /// Maps the request's data into `table`: the number of entries used
-    /// (0 for a request without data). `EINVAL` if `table` is too short.
-    pub fn map_sg<const N: usize>(&self, table: &SgTable<N>) -> Result<u32> {
+    /// Maps the request's data into the scatterlist of its PDU: the number
+    /// of entries used (0 for a request without data). `EINVAL` if the
+    /// table is shorter than the request's segments.
+    pub fn map_sg<const N: usize>(&mut self) -> Result<u32>
+    where
+        T::Pdu: HasSgTable<N>,
+    {
         if self.segments() as usize > N {
             return Err(EINVAL);
         }
+        let table = self.pdu().sg_table();
         table.init();
-        // SAFETY: The request is live (type invariant); `table` holds `N`
+        // SAFETY: The request is live (type invariant); the table holds `N`
         // initialized entries, at least the request's segments, which is
-        // the most `blk_rq_map_sg` writes; the entries are `Opaque`.
+        // the most `blk_rq_map_sg` writes; `&mut self` keeps anyone else
+        // off the PDU, and the entries are `Opaque`.
         let n = unsafe { bindings::ferry_blk_rq_map_sg(self.raw(), table.as_raw()) };
         u32::try_from(n).map_err(|_| EINVAL)
     }
 
     /// Ends the request: `Ok` or the error it failed with.
     pub fn end(self, res: Result) {
-        let status = match res {
-            Ok(()) => bindings::FERRY_BLK_STS_OK,
-            // SAFETY: Any errno has a status.
-            Err(e) => unsafe { bindings::errno_to_blk_status(e.to_errno()) },
-        };
+        let status = status_of(res);
         let rq = self.into_raw();
         // SAFETY: The driver owned the started request (type invariant) and
         // gives it up here.
@@ -285,10 +288,31 @@ impl<T: Operations> Drop for Owned<T> {
     }
 }
 
+/// The status a request ends with for `res`: errors that mean "try again"
+/// to blk-mq (`ENOMEM`, `EBUSY`, `EAGAIN`, `EREMCHG`) would requeue a
+/// request instead of ending it, so they end it as an I/O error.
+fn status_of(res: Result) -> bindings::blk_status_t {
+    match res {
+        Ok(()) => bindings::FERRY_BLK_STS_OK,
+        Err(e) if [ENOMEM, EBUSY, EAGAIN, EREMCHG].contains(&e) => bindings::FERRY_BLK_STS_IOERR,
+        // SAFETY: Any errno has a status.
+        Err(e) => unsafe { bindings::errno_to_blk_status(e.to_errno()) },
+    }
+}
+
+/// Per-request data that holds the scatterlist of `N` entries its
+/// request's data is mapped into ([`Owned::map_sg`]).
+pub trait HasSgTable<const N: usize> {
+    /// The table.
+    fn sg_table(&self) -> &SgTable<N>;
+}
+
 /// A scatterlist of `N` entries that a request's data is mapped into
 /// ([`Owned::map_sg`]), typically inside the request's PDU. The entries
 /// are written through shared references (the kernel and a device map
 /// them), so they are `Opaque`.
+///
+/// Not `Sync`: only the request's owner maps into it.
 pub struct SgTable<const N: usize> {
     sg: [Opaque<bindings::scatterlist>; N],
 }
@@ -296,8 +320,6 @@ pub struct SgTable<const N: usize> {
 // SAFETY: The entries only describe pages; who may touch them is the
 // request's owner's business, and the kernel's.
 unsafe impl<const N: usize> Send for SgTable<N> {}
-// SAFETY: As for `Send`.
-unsafe impl<const N: usize> Sync for SgTable<N> {}
 
 impl<const N: usize> Default for SgTable<N> {
     fn default() -> Self {
@@ -310,7 +332,7 @@ impl<const N: usize> Default for SgTable<N> {
 
 impl<const N: usize> SgTable<N> {
     /// The first entry, for C.
-    pub fn as_raw(&self) -> *mut bindings::scatterlist {
+    pub(crate) fn as_raw(&self) -> *mut bindings::scatterlist {
         // `Opaque` is transparent: the array is one of entries, which C may
         // write through this pointer (they are `Opaque`).
         self.sg.as_ptr().cast::<bindings::scatterlist>().cast_mut()
@@ -472,22 +494,22 @@ impl<T: Operations> OperationsVTable<T> {
         // SAFETY: `queuedata` came from `into_foreign` and is given back only
         // after the disk's queue is gone (the contract, and `Disk`).
         let queue = unsafe { T::QueueData::borrow(data) };
-        match T::queue_rq(queue, index, owned, last) {
-            Queued::Taken => bindings::FERRY_BLK_STS_OK,
-            Queued::Busy(rq) => {
-                rq.into_raw();
-                bindings::FERRY_BLK_STS_RESOURCE
-            }
-            Queued::DevBusy(rq) => {
-                rq.into_raw();
-                bindings::FERRY_BLK_STS_DEV_RESOURCE
-            }
-            Queued::Failed(rq, e) => {
-                rq.into_raw();
-                // SAFETY: Any errno has a status.
-                unsafe { bindings::errno_to_blk_status(e.to_errno()) }
-            }
+        let (back, status) = match T::queue_rq(queue, index, owned, last) {
+            Queued::Taken => return bindings::FERRY_BLK_STS_OK,
+            Queued::Busy(rq) => (rq, bindings::FERRY_BLK_STS_RESOURCE),
+            Queued::DevBusy(rq) => (rq, bindings::FERRY_BLK_STS_DEV_RESOURCE),
+            Queued::Failed(rq, e) => (rq, status_of(Err(e))),
+        };
+        if back.raw() != rq {
+            // Another request than the one given (which the driver kept or
+            // ended): blk-mq must not touch the one given again, and the
+            // other goes back to it.
+            pr_warn!("block: queue_rq gave back another request than its own\n");
+            back.requeue(true);
+            return bindings::FERRY_BLK_STS_OK;
         }
+        back.into_raw();
+        status
     }
 
     /// # Safety
@@ -559,8 +581,10 @@ impl<T: Operations> OperationsVTable<T> {
         _hctx_idx: u32,
         _numa_node: c_int,
     ) -> c_int {
-        // SAFETY: The PDU is `cmd_size` bytes, suitably aligned (blk-mq
-        // aligns it for any type), and unused until now.
+        // The PDU follows the request, whose size keeps 8-byte alignment.
+        const { assert!(core::mem::align_of::<T::Pdu>() <= 8) };
+        // SAFETY: The PDU is `cmd_size` bytes, aligned for `T::Pdu` (above),
+        // and unused until now.
         unsafe {
             bindings::ferry_blk_rq_to_pdu(rq)
                 .cast::<T::Pdu>()

@@ -219,9 +219,9 @@ bool ferry_blk_capable_sys_admin(void)
 }
 
 /* THIS_MODULE: the module this file is linked into. */
-void ferry_blk_module_get(void)
+bool ferry_blk_module_get(void)
 {
-	__module_get(THIS_MODULE);
+	return try_module_get(THIS_MODULE);
 }
 
 void ferry_blk_module_put(void)

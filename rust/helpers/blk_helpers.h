@@ -55,7 +55,7 @@ struct page *ferry_blk_sg_page(struct scatterlist *sg);
 struct scatterlist *ferry_blk_sg_next(struct scatterlist *sg);
 
 bool ferry_blk_capable_sys_admin(void);
-void ferry_blk_module_get(void);
+bool ferry_blk_module_get(void);
 void ferry_blk_module_put(void);
 
 #endif

@@ -19,17 +19,21 @@ use core::sync::atomic::{
     Ordering::{Acquire, Relaxed, Release},
 };
 use kernel::{
-    new_mutex,
+    new_condvar, new_mutex,
     prelude::*,
     str::CString,
-    sync::{Arc, ArcBorrow, Completion, Mutex, SetOnce},
+    sync::{Arc, ArcBorrow, CondVar, CondVarTimeoutResult, Mutex, SetOnce},
+    time::msecs_to_jiffies,
 };
 
 use crate::{
-    blk_ferry::{HasSgTable, RqData, SEGMENTS},
+    blk_ferry::{RqData, SEGMENTS},
     block::{
         disk::{Disk, Limits},
-        mq::{Operations, Owned, Queued, SgTable, TagSet, TagSetConfig, TimedOut, TimeoutAction},
+        mq::{
+            HasSgTable, Operations, Owned, Queued, SgTable, TagSet, TagSetConfig, TimedOut,
+            TimeoutAction,
+        },
     },
     ferry_api::{
         Dir, Done, Handler, Params, Peer, Request, Session, SessionHandle, SessionRef, Wait,
@@ -41,6 +45,9 @@ use crate::{
 /// How long blk-mq lets a request run before [`Blk::timeout`] resets its
 /// channel.
 const TIMEOUT_MS: u32 = 30_000;
+
+/// How long a map waits for the target's answer to its open.
+const OPEN_TIMEOUT_MS: u32 = 30_000;
 
 /// The block driver of every mapping.
 pub(crate) struct Blk;
@@ -54,7 +61,7 @@ pub(crate) struct Pdu {
     req: Option<KBox<Request<Sent, RqData<Blk>>>>,
 }
 
-impl HasSgTable for Pdu {
+impl HasSgTable<SEGMENTS> for Pdu {
     fn sg_table(&self) -> &SgTable<SEGMENTS> {
         &self.sg
     }
@@ -62,15 +69,29 @@ impl HasSgTable for Pdu {
 
 /// What a mapping's queues, its session's callbacks and its requests
 /// share.
+///
+/// After a reconnect the target's session is a new one: the export is opened
+/// again before any request goes. From `down` the queues are quiesced; on
+/// `up` the open is sent again, and its answer (the same export: handle and
+/// block size) lets the queues go, or fails the mapping.
 #[pin_data]
 pub(crate) struct Shared {
     /// The session, once open.
     session: SetOnce<SessionHandle>,
-    /// The export's handle at the target, once opened.
+    /// What opens the export (again).
+    open: Open,
+    /// The export's handle at the target and its block size, once opened.
     handle: AtomicU32,
+    logical_block_size: AtomicU32,
+    /// Requests may go: the export is open on the current connection.
+    ready: AtomicBool,
+    /// The queues are quiesced (from `down` to the open's answer).
+    quiesced: AtomicBool,
+    /// An open waits for room on the session (`writable` sends it).
+    reopen_pending: AtomicBool,
     /// No more I/O: unmapped, or the export or the session is gone.
     dead: AtomicBool,
-    /// The disk, once added (taken out again at unmap).
+    /// The disk, once added (taken out again at unmap, once it is deleted).
     #[pin]
     disk: Mutex<Option<Arc<Disk<Blk>>>>,
     pub(crate) stats: IoStats,
@@ -132,6 +153,10 @@ impl Operations for Blk {
         let Some(session) = shared.session.as_ref() else {
             return Queued::Failed(rq, EIO);
         };
+        if !shared.ready.load(Acquire) {
+            // Reconnecting (the queues are being quiesced): soon again.
+            return Queued::Busy(rq);
+        }
         let Some(io) = Io::from_block(
             rq.op(),
             rq.flags(),
@@ -203,8 +228,10 @@ impl Operations for Blk {
                 };
                 rq.pdu_mut().req = Some(req);
                 if e == EAGAIN || e == EBUSY {
-                    // ferry calls `writable` (or `up`) when there is room.
-                    Queued::DevBusy(rq)
+                    // blk-mq tries again shortly (ferry's `writable` also
+                    // reruns the queues, but could come before blk-mq has
+                    // parked the request).
+                    Queued::Busy(rq)
                 } else {
                     Queued::Failed(rq, e)
                 }
@@ -234,6 +261,67 @@ impl Shared {
             d.run_queues(true);
         }
     }
+
+    /// Lets the queues go again if `down` quiesced them.
+    fn resume(&self) {
+        if self.quiesced.swap(false, Relaxed) {
+            if let Some(d) = self.disk.lock().as_ref() {
+                d.unquiesce();
+            }
+        }
+    }
+
+    /// Fails the mapping: every request from now on, and those waiting.
+    fn kill(&self, why: &str) {
+        if !self.dead.swap(true, Release) {
+            if let Some(d) = self.disk.lock().as_ref() {
+                pr_warn!("{}: {}: failing its I/O\n", d.name(), why);
+            }
+        }
+        self.resume();
+        self.run_queues();
+    }
+
+    /// Sends the open again on the new connection of session `s`.
+    fn reopen(self: &Arc<Self>, s: &SessionRef) {
+        self.reopen_pending.store(false, Relaxed);
+        let req = match Request::new(
+            &self.open.encode(),
+            wire::OPENED_LEN,
+            OpenCtx::Reopen(self.clone()),
+            GFP_KERNEL,
+        ) {
+            Ok(r) => r,
+            Err(_) => return self.kill("no memory to open the export again"),
+        };
+        match s.submit(req, Wait::No) {
+            Ok(()) => {}
+            // `writable` tries again.
+            Err((e, _)) if e == EAGAIN => self.reopen_pending.store(true, Relaxed),
+            Err(_) => self.kill("could not open the export again"),
+        }
+    }
+
+    /// The target answered the open sent again after a reconnect.
+    fn reopened(&self, res: Result<Opened>) {
+        match res {
+            Ok(o)
+                if o.handle == self.handle.load(Relaxed)
+                    && o.logical_block_size == self.logical_block_size.load(Relaxed) =>
+            {
+                if let Some(d) = self.disk.lock().as_ref() {
+                    if d.capacity() != o.sectors {
+                        d.set_capacity(o.sectors);
+                    }
+                }
+                self.ready.store(true, Release);
+                self.resume();
+                self.run_queues();
+            }
+            Ok(_) => self.kill("the target's export changed while the session was down"),
+            Err(_) => self.kill("the target refused to open the export again"),
+        }
+    }
 }
 
 /// A mapping's session callbacks.
@@ -242,11 +330,28 @@ struct ClientHandler {
 }
 
 impl Handler for ClientHandler {
-    fn up(&self, _s: &SessionRef) {
-        self.shared.run_queues();
+    fn down(&self, _s: &SessionRef, _err: Error) {
+        // The requests in flight come back (and are requeued); the others
+        // wait until the export is open on the new connection.
+        if self.shared.ready.swap(false, Relaxed) && !self.shared.quiesced.swap(true, Relaxed) {
+            if let Some(d) = self.shared.disk.lock().as_ref() {
+                d.quiesce();
+            }
+        }
     }
 
-    fn writable(&self, _s: &SessionRef, _qid: u16) {
+    fn up(&self, s: &SessionRef) {
+        // The first `up` is the map's own: it opens the export itself.
+        let opened = self.shared.handle.load(Relaxed) != 0;
+        if opened && !self.shared.ready.load(Acquire) && !self.shared.dead.load(Acquire) {
+            self.shared.reopen(s);
+        }
+    }
+
+    fn writable(&self, s: &SessionRef, _qid: u16) {
+        if self.shared.reopen_pending.load(Relaxed) {
+            self.shared.reopen(s);
+        }
         self.shared.run_queues();
     }
 
@@ -260,14 +365,14 @@ impl Handler for ClientHandler {
                 }
             }
             Ok(Notice::Deleted { handle: h }) if h == handle => {
-                self.shared.dead.store(true, Release);
                 if let Some(d) = self.shared.disk.lock().as_ref() {
-                    pr_warn!("{}: the target deleted its export\n", d.name());
                     d.mark_dead();
                 }
-                self.shared.run_queues();
+                self.shared.kill("the target deleted its export");
             }
-            _ => {
+            // Of another export (of an earlier connection): not ours.
+            Ok(_) => {}
+            Err(_) => {
                 crate::ratelimit::pr_warn_limited!(
                     "client: session {}: ignored a malformed notice from the target\n",
                     s.id()
@@ -278,9 +383,7 @@ impl Handler for ClientHandler {
 
     fn gone(&self, _s: &SessionRef, err: Option<Error>) {
         if err.is_some() {
-            // The target is gone for good: fail what waits.
-            self.shared.dead.store(true, Release);
-            self.shared.run_queues();
+            self.shared.kill("the session to the target is gone");
         }
     }
 }
@@ -289,21 +392,30 @@ impl Handler for ClientHandler {
 #[pin_data]
 struct OpenWait {
     #[pin]
-    done: Completion,
-    #[pin]
     answer: Mutex<Option<Result<Opened>>>,
+    #[pin]
+    done: CondVar,
 }
 
-/// The context of an [`Open`] request.
-struct OpenCtx(Arc<OpenWait>);
+/// The context of an [`Open`] request: a map's first, awaited, or one sent
+/// again after a reconnect.
+enum OpenCtx {
+    Wait(Arc<OpenWait>),
+    Reopen(Arc<Shared>),
+}
 
 impl Done for OpenCtx {
     fn done(req: KBox<Request<Self>>) {
         let answer = req
             .status()
             .and_then(|()| Opened::decode(req.response()).map_err(|r| r.errno()));
-        *req.ctx.0.answer.lock() = Some(answer);
-        req.ctx.0.done.complete_all();
+        match &req.ctx {
+            OpenCtx::Wait(w) => {
+                *w.answer.lock() = Some(answer);
+                w.done.notify_all();
+            }
+            OpenCtx::Reopen(shared) => shared.reopened(answer),
+        }
     }
 }
 
@@ -335,10 +447,21 @@ impl Mapping {
     /// Opens a session to the target, opens the export and adds the disk
     /// `ferryblk{index}`. Sleeps.
     pub(crate) fn new(index: u32, p: &MapParams) -> Result<Self> {
+        let open = Open {
+            name: p.export,
+            read_only: p.read_only,
+            mapping: u64::from(crate::work::random_u32()) << 32
+                | u64::from(crate::work::random_u32()),
+        };
         let shared = Arc::pin_init(
             pin_init!(Shared {
                 session: SetOnce::new(),
+                open,
                 handle: AtomicU32::new(0),
+                logical_block_size: AtomicU32::new(0),
+                ready: AtomicBool::new(false),
+                quiesced: AtomicBool::new(false),
+                reopen_pending: AtomicBool::new(false),
                 dead: AtomicBool::new(false),
                 disk <- new_mutex!(None),
                 stats: IoStats::default(),
@@ -358,7 +481,13 @@ impl Mapping {
         )?;
         let session = Session::open(&params, handler)?;
         shared.session.populate(session.to_owned());
-        let opened = open_export(&session, p)?;
+        let opened = open_export(&session, &open)?;
+        if opened.handle == 0 {
+            return Err(EPROTO);
+        }
+        shared
+            .logical_block_size
+            .store(opened.logical_block_size, Relaxed);
         shared.handle.store(opened.handle, Relaxed);
         let limits = session.limits()?;
         let tag_set = Arc::pin_init(
@@ -391,6 +520,8 @@ impl Mapping {
             rotational: opened.rotational,
         };
         let name = CString::try_from_fmt(fmt!("ferryblk{}", index))?;
+        // Open: requests may go (adding the disk reads its partition table).
+        shared.ready.store(true, Release);
         let disk = Arc::new(
             Disk::add(
                 &name,
@@ -457,50 +588,80 @@ impl Mapping {
         self.shared.dead.load(Acquire)
     }
 
-    /// Removes the disk and closes the session. `force`: fails the I/O in
-    /// flight first (the target may be gone); otherwise the disk's requests
-    /// drain. Sleeps.
+    /// Whether the target can be reached: requests would go (a mapping whose
+    /// session reconnects can only be removed by force).
+    pub(crate) fn reachable(&self) -> bool {
+        self.shared.ready.load(Acquire) || self.shared.dead.load(Acquire)
+    }
+
+    /// Removes the disk and closes the session. `force`: fails the I/O
+    /// waiting or in flight first (the target may be gone); otherwise the
+    /// disk's requests drain. Sleeps.
     pub(crate) fn remove(self, force: bool) {
         if force {
-            self.shared.dead.store(true, Release);
-            self.disk.mark_dead();
-            if let Ok(l) = self.session.limits() {
-                for q in 0..l.channels {
-                    let _ = self.session.reset_channel(q);
-                }
+            self.fail_all();
+        }
+        // The callbacks still reach the disk while it is deleted: a request
+        // that waits for room, or for the session, can go or fail.
+        self.disk.delete();
+        self.shared.disk.lock().take();
+        // Then the fields go: the disk's memory, then the session.
+    }
+
+    /// Fails the I/O waiting or in flight, and every request from now on.
+    fn fail_all(&self) {
+        self.disk.mark_dead();
+        if let Ok(l) = self.session.limits() {
+            for q in 0..l.channels {
+                let _ = self.session.reset_channel(q);
             }
         }
-        // The last other reference (the callbacks') goes now.
-        self.shared.disk.lock().take();
-        let Self { disk, session, .. } = self;
-        // Deleting the disk drains its queues while the session still
-        // carries them; then the session closes.
-        drop(disk);
-        drop(session);
+        self.shared.kill("unmapped by force");
     }
 }
 
-/// Sends the [`Open`] request of `p` and waits for the target's answer.
-fn open_export(session: &SessionRef, p: &MapParams) -> Result<Opened> {
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // Not removed (a failed map's end): by force.
+        if self.shared.disk.lock().is_some() {
+            self.fail_all();
+            self.disk.delete();
+            self.shared.disk.lock().take();
+        }
+    }
+}
+
+/// Sends `open` and waits for the target's answer (at most
+/// [`OPEN_TIMEOUT_MS`], or until a signal).
+fn open_export(session: &SessionRef, open: &Open) -> Result<Opened> {
     let wait = Arc::pin_init(
         pin_init!(OpenWait {
-            done <- Completion::new(),
             answer <- new_mutex!(None),
+            done <- new_condvar!(),
         }),
         GFP_KERNEL,
     )?;
-    let open = Open {
-        name: p.export,
-        read_only: p.read_only,
-    };
     let req = Request::new(
         &open.encode(),
         wire::OPENED_LEN,
-        OpenCtx(wait.clone()),
+        OpenCtx::Wait(wait.clone()),
         GFP_KERNEL,
     )?;
     session.submit(req, Wait::Yes).map_err(|(e, _)| e)?;
-    wait.done.wait_for_completion();
-    let answer = wait.answer.lock().take();
-    answer.unwrap_or(Err(EIO))
+    let mut answer = wait.answer.lock();
+    loop {
+        if let Some(a) = answer.take() {
+            return a;
+        }
+        // (The request's context keeps `wait` for its answer, whenever the
+        // session ends it.)
+        match wait
+            .done
+            .wait_interruptible_timeout(&mut answer, msecs_to_jiffies(OPEN_TIMEOUT_MS))
+        {
+            CondVarTimeoutResult::Woken { .. } => {}
+            CondVarTimeoutResult::Timeout => return Err(ETIMEDOUT),
+            CondVarTimeoutResult::Signal { .. } => return Err(EINTR),
+        }
+    }
 }

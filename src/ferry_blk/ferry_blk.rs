@@ -86,8 +86,18 @@ impl State {
     /// Maps an export: the new mapping's index. Sleeps (the session's
     /// connect, the target's answer).
     fn map(&self, p: &MapParams) -> Result<u32> {
+        // Taken first: an unload that began meanwhile refuses the map.
+        if !module_get() {
+            return Err(ENODEV);
+        }
         let index = self.next_index.fetch_add(1, Relaxed);
-        let m = Mapping::new(index, p)?;
+        let m = match Mapping::new(index, p) {
+            Ok(m) => m,
+            Err(e) => {
+                module_put();
+                return Err(e);
+            }
+        };
         pr_info!(
             "{}: export {} mapped, {} sectors{}\n",
             m.disk_name(),
@@ -96,13 +106,12 @@ impl State {
             if m.read_only() { ", read-only" } else { "" }
         );
         let mut maps = self.maps.lock();
-        if let Err(e) = maps.push(m, GFP_KERNEL) {
+        if maps.push(m, GFP_KERNEL).is_err() {
             drop(maps);
-            // The vector holds what it could not push.
-            let _ = e;
+            // The mapping went with the error, by force (its `Drop`).
+            module_put();
             return Err(ENOMEM);
         }
-        module_get();
         Ok(index)
     }
 
@@ -119,7 +128,9 @@ impl State {
         let m = {
             let mut maps = self.maps.lock();
             let i = maps.iter().position(|m| m.index == index).ok_or(ENOENT)?;
-            if maps[i].in_use() && !force {
+            // Without force, the disk must be closed and its target
+            // reachable: its requests must be able to drain.
+            if (maps[i].in_use() || !maps[i].reachable()) && !force {
                 return Err(EBUSY);
             }
             maps.remove(i).map_err(|_| ENOENT)?

@@ -99,9 +99,15 @@ pub(crate) fn export_add_doit(req: &mut Request<'_>) -> Result {
         read_only: req.has(ea::READ_ONLY),
         shared: req.has(ea::SHARED),
     };
+    // Taken first: an unload that began meanwhile refuses the export.
+    if !crate::module_get() {
+        req.error(c"ferry_blk is being unloaded");
+        return Err(ENODEV);
+    }
     let export = match state.target.add(name, path, access) {
         Ok(e) => e,
         Err(e) => {
+            crate::module_put();
             match e {
                 EEXIST => req.bad_attr(ea::NAME, c"an export of this name exists"),
                 EBUSY => req.bad_attr(
@@ -114,7 +120,6 @@ pub(crate) fn export_add_doit(req: &mut Request<'_>) -> Result {
             return Err(e);
         }
     };
-    crate::module_get();
     pr_info!(
         "export {}: {:?} ({} sectors)\n",
         export.name,
@@ -214,6 +219,10 @@ fn fill_map(w: &mut Writer<'_>, m: &Mapping) -> Result {
 /// `map-add`: map another host's export.
 pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
     let state = State::get()?;
+    if !crate::capable_sys_admin() {
+        req.error(c"mapping a disk needs CAP_SYS_ADMIN");
+        return Err(EPERM);
+    }
     req.require(ma::ADDR)?;
     req.require(ma::PORT)?;
     let port = req.u16(ma::PORT).unwrap_or(0);
@@ -271,6 +280,7 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
                 ETIMEDOUT | EHOSTUNREACH | ENETUNREACH => {
                     req.bad_attr(ma::ADDR, c"the target did not answer")
                 }
+                ENODEV if crate::State::get().is_err() => req.error(c"ferry_blk is being unloaded"),
                 _ => req.error(c"the export could not be mapped"),
             }
             return Err(e);
@@ -284,6 +294,10 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
 /// `map-del`: remove a mapping.
 pub(crate) fn map_del_doit(req: &mut Request<'_>) -> Result {
     let state = State::get()?;
+    if !crate::capable_sys_admin() {
+        req.error(c"unmapping a disk needs CAP_SYS_ADMIN");
+        return Err(EPERM);
+    }
     req.require(ma::INDEX)?;
     let index = req.u32(ma::INDEX).unwrap_or(u32::MAX);
     match state.unmap(index, req.has(ma::FORCE)) {
@@ -291,7 +305,10 @@ pub(crate) fn map_del_doit(req: &mut Request<'_>) -> Result {
         Err(e) => {
             match e {
                 ENOENT => req.bad_attr(ma::INDEX, c"no mapping of this index"),
-                EBUSY => req.bad_attr(ma::INDEX, c"the disk is open: close it, or force"),
+                EBUSY => req.bad_attr(
+                    ma::INDEX,
+                    c"the disk is open, or its target unreachable: close it, or force",
+                ),
                 _ => req.error(c"the mapping could not be removed"),
             }
             Err(e)

@@ -13,7 +13,7 @@
 
 use core::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64,
-    Ordering::{Acquire, Relaxed, Release},
+    Ordering::{Relaxed, SeqCst},
 };
 use kernel::{
     c_str, new_mutex, new_spinlock, new_work,
@@ -24,7 +24,7 @@ use kernel::{
 };
 
 use crate::{
-    block::bdev::{Bdev, BioOp},
+    block::bdev::{Bdev, BdevInfo, BioOp},
     ferry_api::{Data, Handler, Incoming, SessionHandle, SessionRef, Transfer, Transferred, Wait},
     stats::{IoStats, Op},
     wire::{self, ExportName, Io, IoOp, Notice, Open, Opened, Refusal},
@@ -47,6 +47,11 @@ pub(crate) struct Access {
 struct User {
     session: SessionHandle,
     read_only: bool,
+    /// The client's id of its mapping: its next session after a reconnect
+    /// takes this one's place.
+    mapping: u64,
+    /// That session's operations at work.
+    inflight: Arc<AtomicU32>,
 }
 
 /// A block device exported under a name.
@@ -58,10 +63,14 @@ pub(crate) struct Export {
     pub(crate) access: Access,
     /// What clients name it by once open.
     pub(crate) handle: u32,
-    bdev: Bdev,
+    /// The device, until the export is deleted (the operations at work hold
+    /// it meanwhile).
+    #[pin]
+    bdev: Mutex<Option<Arc<Bdev>>>,
     /// Its claim on the device: an allocation of its own, whose address is
     /// the holder (dropped after `bdev`, which closes the device).
     _claim: KBox<u8>,
+    info: BdevInfo,
     /// Capacity, in sectors (it changes on a resize).
     sectors: AtomicU64,
     logical_block_size: u32,
@@ -77,7 +86,7 @@ pub(crate) struct Export {
 impl Export {
     /// What a client is told of it, opened read-only or not.
     fn describe(&self, read_only: bool) -> Opened {
-        let i = self.bdev.info();
+        let i = self.info;
         Opened {
             handle: self.handle,
             sectors: self.sectors.load(Relaxed),
@@ -185,7 +194,7 @@ impl Target {
         // Each export's claim is its own: a device is exported once.
         let claim = KBox::new(0u8, GFP_KERNEL)?;
         let holder = core::ptr::from_ref::<u8>(&claim).cast();
-        let bdev = Bdev::open(path, !access.read_only, holder)?;
+        let bdev = Arc::new(Bdev::open(path, !access.read_only, holder)?, GFP_KERNEL)?;
         let info = bdev.info();
         let export = Arc::pin_init(
             try_pin_init!(Export {
@@ -193,8 +202,9 @@ impl Target {
                 path: CString::try_from(path)?,
                 access,
                 handle: self.next_handle.fetch_add(1, Relaxed),
-                bdev,
+                bdev <- new_mutex!(Some(bdev)),
                 _claim: claim,
+                info,
                 sectors: AtomicU64::new(info.sectors),
                 logical_block_size: info.logical_block_size,
                 deleted: AtomicBool::new(false),
@@ -217,7 +227,7 @@ impl Target {
     /// clients. `EBUSY` if it shrank while clients have it open.
     pub(crate) fn resize(&self, name: &ExportName) -> Result<u64> {
         let e = self.find(name).ok_or(ENOENT)?;
-        let now = e.bdev.info().sectors;
+        let now = e.bdev.lock().as_ref().ok_or(ENOENT)?.info().sectors;
         let (users, _) = e.users();
         if now < e.sectors() && users > 0 {
             return Err(EBUSY);
@@ -237,18 +247,24 @@ impl Target {
         let e = {
             let mut list = self.exports.lock();
             let i = list.iter().position(|e| e.name == *name).ok_or(ENOENT)?;
-            let (users, _) = list[i].users();
-            if users > 0 && !force {
-                return Err(EBUSY);
+            {
+                // Under the users' lock: no open slips in between.
+                let users = list[i].users.lock();
+                if !users.is_empty() && !force {
+                    return Err(EBUSY);
+                }
+                list[i].deleted.store(true, SeqCst);
             }
-            list[i].deleted.store(true, Release);
             list.remove(i).map_err(|_| ENOENT)?
         };
         e.tell_users(Notice::Deleted { handle: e.handle });
-        // Operations that passed their check before the flag end.
-        while e.inflight.load(Acquire) != 0 {
+        // Operations counted before the flag end; those counted after it
+        // see it and end at once.
+        while e.inflight.load(SeqCst) != 0 {
             kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
         }
+        // The device is free again now, whoever still holds the export.
+        drop(e.bdev.lock().take());
         Ok(())
     }
 }
@@ -260,10 +276,12 @@ impl crate::ferry_api::Service for TargetService {
     type Session = TargetSession;
 
     fn accept(&self, _s: &SessionRef) -> Result<Arc<TargetSession>> {
+        let inflight = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
         Arc::pin_init(
             pin_init!(TargetSession {
                 target: self.0.clone(),
                 opened <- new_mutex!(None),
+                inflight,
             }),
             GFP_KERNEL,
         )
@@ -276,16 +294,17 @@ pub(crate) struct TargetSession {
     target: Arc<Target>,
     #[pin]
     opened: Mutex<Option<(Arc<Export>, bool)>>,
+    /// Its operations at work (a reconnected mapping's next session waits
+    /// for them: an old write must not land after a newer one).
+    inflight: Arc<AtomicU32>,
 }
 
 impl TargetSession {
-    /// Opens the export a client named, as it asked.
+    /// Opens the export a client named, as it asked. The session of the
+    /// same mapping before a reconnect gives its place up, once its
+    /// operations are over.
     fn open(&self, s: &SessionRef, o: Open) -> Result<Opened, Refusal> {
-        let e = self
-            .target
-            .find(&o.name)
-            .filter(|e| !e.deleted.load(Acquire))
-            .ok_or(Refusal::UnknownExport)?;
+        let e = self.target.find(&o.name).ok_or(Refusal::UnknownExport)?;
         let read_only = o.read_only || e.access.read_only;
         if !o.read_only && e.access.read_only {
             return Err(Refusal::ReadOnly);
@@ -294,20 +313,36 @@ impl TargetSession {
         if opened.is_some() {
             return Err(Refusal::Malformed);
         }
-        {
+        let replaced = {
             let mut users = e.users.lock();
-            if !read_only && !e.access.shared && users.iter().any(|u| !u.read_only) {
+            if e.deleted.load(SeqCst) {
+                return Err(Refusal::UnknownExport);
+            }
+            let mine = users.iter().position(|u| u.mapping == o.mapping);
+            let others_rw = users.iter().any(|u| !u.read_only && u.mapping != o.mapping);
+            if !read_only && !e.access.shared && others_rw {
                 return Err(Refusal::Busy);
             }
-            users
-                .push(
-                    User {
-                        session: s.to_owned(),
-                        read_only,
-                    },
-                    GFP_KERNEL,
-                )
-                .map_err(|_| Refusal::Busy)?;
+            let user = User {
+                session: s.to_owned(),
+                read_only,
+                mapping: o.mapping,
+                inflight: self.inflight.clone(),
+            };
+            match mine {
+                Some(i) => Some(core::mem::replace(&mut users[i], user).inflight),
+                None => {
+                    users.push(user, GFP_KERNEL).map_err(|_| Refusal::Busy)?;
+                    None
+                }
+            }
+        };
+        // A write of the old connection still at work must land before the
+        // client can send a newer one (bios take milliseconds).
+        if let Some(old) = replaced {
+            while old.load(SeqCst) != 0 {
+                kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+            }
         }
         let desc = e.describe(read_only);
         *opened = Some((e, read_only));
@@ -319,16 +354,30 @@ impl TargetSession {
         let opened = self.opened.lock().clone();
         let checked = Io::decode(hdr).and_then(|io| {
             let (e, ro) = opened.as_ref().ok_or(Refusal::UnknownExport)?;
-            if io.handle != e.handle || e.deleted.load(Acquire) {
+            if io.handle != e.handle {
                 return Err(Refusal::UnknownExport);
             }
             io.check(e.sectors(), e.logical_block_size, *ro, req.data_len())?;
-            if matches!(io.op, IoOp::Read | IoOp::Write) && io.len > MAX_IO_BYTES {
+            let most = match io.op {
+                IoOp::Read | IoOp::Write | IoOp::WriteZeroes => MAX_IO_BYTES,
+                IoOp::Discard => e.info.max_discard_sectors.saturating_mul(512),
+                IoOp::Flush => 0,
+            };
+            if io.op == IoOp::Discard && most == 0 {
+                return Err(Refusal::UnknownOp);
+            }
+            if io.len > most {
                 return Err(Refusal::BadLength);
             }
-            Ok((io, e.clone()))
+            // Counted before the deletion flag is read: a deletion waits for
+            // it, or this sees the flag.
+            let busy = Busy::new(e.clone(), self.inflight.clone());
+            if e.deleted.load(SeqCst) {
+                return Err(Refusal::UnknownExport);
+            }
+            Ok((io, busy))
         });
-        let (io, export) = match checked {
+        let (io, busy) = match checked {
             Ok(v) => v,
             Err(r) => {
                 if let Some((e, _)) = opened.as_ref() {
@@ -339,7 +388,6 @@ impl TargetSession {
                 return;
             }
         };
-        let busy = Busy::new(export);
         if io.op == IoOp::Write {
             // The data first, from the client's pages.
             let fetched = Fetched {
@@ -407,20 +455,23 @@ impl Handler for TargetSession {
     }
 }
 
-/// An operation between its check and its answer: the export counts it
-/// (deleting an export waits for them).
-struct Busy(Arc<Export>);
+/// An operation between its check and its answer: its export and its
+/// session count it (deleting an export, and the session of the same
+/// mapping after a reconnect, wait for them).
+struct Busy(Arc<Export>, Arc<AtomicU32>);
 
 impl Busy {
-    fn new(export: Arc<Export>) -> Self {
-        export.inflight.fetch_add(1, Relaxed);
-        Self(export)
+    fn new(export: Arc<Export>, session: Arc<AtomicU32>) -> Self {
+        export.inflight.fetch_add(1, SeqCst);
+        session.fetch_add(1, SeqCst);
+        Self(export, session)
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.inflight.fetch_sub(1, Release);
+        self.1.fetch_sub(1, SeqCst);
+        self.0.inflight.fetch_sub(1, SeqCst);
     }
 }
 
@@ -552,7 +603,11 @@ impl WorkItem for OpWork {
                 nounmap: io.flags & wire::IO_NOUNMAP != 0,
             },
         };
-        if let Err(e) = busy.0.bdev.io(op, io.sector, data.as_mut()) {
+        let bdev = busy.0.bdev.lock().clone();
+        let res = bdev
+            .ok_or(ENODEV)
+            .and_then(|b| b.io(op, io.sector, data.as_mut()));
+        if let Err(e) = res {
             busy.0.stats.backing_error();
             crate::ratelimit::pr_warn_limited!(
                 "export {}: {:?} of {} bytes at sector {} failed: {:?}\n",

@@ -116,17 +116,21 @@ impl kernel::fmt::Display for ExportName {
     }
 }
 
-/// A client's request to use an export (the first request of a session).
+/// A client's request to use an export (the first request of a session,
+/// and again after each reconnect).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Open {
     pub(crate) name: ExportName,
     /// The client maps it read-only.
     pub(crate) read_only: bool,
+    /// The mapping's own random id: a reconnected mapping's new session
+    /// takes the place of its old one (never another client's).
+    pub(crate) mapping: u64,
 }
 
-/// [`Open`]'s encoded size: magic, version, flags, 2 reserved, the name
-/// padded with zeroes.
-pub(crate) const OPEN_LEN: usize = 8 + NAME_MAX + 1;
+/// [`Open`]'s encoded size: magic, version, flags, 2 reserved, the
+/// mapping's id, the name padded with zeroes.
+pub(crate) const OPEN_LEN: usize = 16 + NAME_MAX + 1;
 
 impl Open {
     /// The header.
@@ -135,7 +139,8 @@ impl Open {
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         b[4] = VERSION;
         b[5] = u8::from(self.read_only);
-        b[8..8 + self.name.as_bytes().len()].copy_from_slice(self.name.as_bytes());
+        b[8..16].copy_from_slice(&self.mapping.to_le_bytes());
+        b[16..16 + self.name.as_bytes().len()].copy_from_slice(self.name.as_bytes());
         b
     }
 
@@ -147,15 +152,18 @@ impl Open {
         if b[4] != VERSION || b[5] > 1 || b[6] != 0 || b[7] != 0 {
             return Err(Refusal::Malformed);
         }
-        let name = &b[8..];
+        let name = &b[16..];
         let len = name.iter().position(|&c| c == 0).unwrap_or(name.len());
         // The padding is zeroes, all of it.
         if name[len..].iter().any(|&c| c != 0) {
             return Err(Refusal::Malformed);
         }
+        let mut mapping = [0; 8];
+        mapping.copy_from_slice(&b[8..16]);
         Ok(Self {
             name: ExportName::new(&name[..len]).ok_or(Refusal::UnknownExport)?,
             read_only: b[5] == 1,
+            mapping: u64::from_le_bytes(mapping),
         })
     }
 }
@@ -326,12 +334,19 @@ impl Io {
             ),
             Op::Other(_) => return None,
         };
+        // A flush covers nothing: blk-mq's flush request has no sector (it
+        // reads as all ones).
+        let (sector, len) = if op == IoOp::Flush {
+            (0, 0)
+        } else {
+            (sector, len)
+        };
         Some(Self {
             op,
             flags,
             handle,
             sector,
-            len: if op == IoOp::Flush { 0 } else { len },
+            len,
         })
     }
 
@@ -492,6 +507,7 @@ mod tests {
         let o = Open {
             name: name(b"ram0"),
             read_only: true,
+            mapping: 0x0123_4567_89ab_cdef,
         };
         let b = o.encode();
         assert!(Open::decode(&b) == Ok(o));
@@ -507,7 +523,7 @@ mod tests {
         bad[OPEN_LEN - 1] = b'x';
         assert!(Open::decode(&bad) == Err(Refusal::Malformed));
         let mut bad = b;
-        bad[8] = b'/';
+        bad[16] = b'/';
         assert!(Open::decode(&bad) == Err(Refusal::UnknownExport));
     }
 
@@ -573,10 +589,13 @@ mod tests {
             Some((IoOp::WriteZeroes, 0))
         );
         assert_eq!(io(Op::Other(35), f(false, false, false)), None);
-        // A flush covers nothing.
+        // A flush covers nothing, whatever blk-mq's flush request says (its
+        // sector is all ones), and passes the target's check.
+        let flush = Io::from_block(Op::Flush, Flags::default(), 3, u64::MAX, 4096).unwrap();
+        assert_eq!((flush.sector, flush.len), (0, 0));
         assert_eq!(
-            Io::from_block(Op::Flush, Flags::default(), 3, 0, 4096).map(|i| i.len),
-            Some(0)
+            Io::decode(&flush.encode()).and_then(|f| f.check(8, 512, true, 0)),
+            Ok(())
         );
     }
 
