@@ -154,7 +154,9 @@ static int client_submit(struct ferry_session *s, struct ferry_request *rq,
 /*
  * Waits up to @ms for @cond: asleep on @wq until a callback wakes it, or with
  * poll=1 spinning on ferry_poll(@s), which runs the session's callbacks in
- * this thread. True if @cond came true.
+ * this thread. True if @cond came true. The sleep is TASK_IDLE: a transfer
+ * of many megabytes on a slow (debug) kernel may take longer than the hung
+ * task detector's 30 s without anything being stuck.
  */
 #define client_wait(s, wq, cond, ms)					\
 ({									\
@@ -162,7 +164,7 @@ static int client_submit(struct ferry_session *s, struct ferry_request *rq,
 	bool __ok;							\
 									\
 	if (!poll) {							\
-		__ok = wait_event_timeout(wq, cond, msecs_to_jiffies(ms)); \
+		__ok = wait_event_idle_timeout(wq, cond, msecs_to_jiffies(ms)); \
 	} else {							\
 		while (!(__ok = (cond)) && time_before(jiffies, __end)) { \
 			int __n = ferry_poll(s);			\
@@ -725,7 +727,7 @@ static int run_requests(struct ferry_session *s, u32 n, u32 window, u32 max_data
 		pr_info("client: %u submits refused, the queue full or reconnecting\n", full);
 	/* Every request ferry took completes, error or not. */
 	client_wait(s, rc->wq, atomic_read(&rc->done) == sent, wait_ms);
-	wait_event(rc->wq, atomic_read(&rc->done) >= sent);
+	wait_event_idle(rc->wq, atomic_read(&rc->done) >= sent);
 	pr_info("client: %u requests, %d done, %d wrong, %d failed, %llu bytes\n",
 		sent, atomic_read(&rc->done), atomic_read(&rc->wrong),
 		atomic_read(&rc->failed), bytes);
