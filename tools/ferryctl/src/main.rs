@@ -127,15 +127,8 @@ impl Ctx {
         names: fn(u16) -> Option<&'static str>,
     ) -> Result<Vec<Vec<u8>>, CliError> {
         let family = self.family()?;
-        self.sock
-            .request(
-                family,
-                cmd as u8,
-                uapi::FERRY_FAMILY_VERSION as u8,
-                flags,
-                attrs.bytes(),
-            )
-            .map_err(|e| CliError::Kernel(e, names))
+        let version = uapi::FERRY_FAMILY_VERSION;
+        self.send(family, version, cmd, flags, attrs, names)
     }
 
     /// Sends a `ferry-blk` request (ferry_blk's family) and returns its
@@ -158,14 +151,21 @@ impl Ctx {
                 *self.blk_family.insert(f)
             }
         };
+        let version = uapi::FERRY_BLK_FAMILY_VERSION;
+        self.send(family, version, cmd, flags, attrs, names)
+    }
+
+    fn send(
+        &mut self,
+        family: u16,
+        version: u32,
+        cmd: u32,
+        flags: u16,
+        attrs: &nl::Builder,
+        names: fn(u16) -> Option<&'static str>,
+    ) -> Result<Vec<Vec<u8>>, CliError> {
         self.sock
-            .request(
-                family,
-                cmd as u8,
-                uapi::FERRY_BLK_FAMILY_VERSION as u8,
-                flags,
-                attrs.bytes(),
-            )
+            .request(family, cmd as u8, version as u8, flags, attrs.bytes())
             .map_err(|e| CliError::Kernel(e, names))
     }
 }
