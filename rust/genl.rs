@@ -646,7 +646,8 @@ macro_rules! op_dumpit {
 
 pub(crate) use {op_doit, op_dumpit};
 
-#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+// ferry's module runs these; ferry_blk, which builds this file too, not.
+#[cfg(all(CONFIG_FERRY_KUNIT_TEST, not(CONFIG_FERRY_BLK_MODULE)))]
 #[kunit_tests(ferry_genl)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@
 //! limit per call site, and lock-free: a log line may come from any context.
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[cfg(all(CONFIG_FERRY_KUNIT_TEST, not(CONFIG_FERRY_BLK_MODULE)))]
 use kernel::prelude::*;
 
 /// The window, in milliseconds.
@@ -93,7 +93,8 @@ macro_rules! pr_info_limited {
 
 pub(crate) use {pr_info_limited, pr_limited, pr_warn_limited};
 
-#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+// ferry's module runs these; ferry_blk, which builds this file too, not.
+#[cfg(all(CONFIG_FERRY_KUNIT_TEST, not(CONFIG_FERRY_BLK_MODULE)))]
 #[kunit_tests(ferry_ratelimit)]
 mod tests {
     use super::*;

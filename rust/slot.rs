@@ -230,7 +230,8 @@ impl<T> Drop for RcuCell<T> {
     }
 }
 
-#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+// ferry's module runs these; ferry_blk, which builds this file too, not.
+#[cfg(all(CONFIG_FERRY_KUNIT_TEST, not(CONFIG_FERRY_BLK_MODULE)))]
 #[kunit_tests(ferry_slot)]
 mod tests {
     use super::*;
