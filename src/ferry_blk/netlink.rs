@@ -269,6 +269,7 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
         Ok(m) => m,
         Err(e) => {
             match e {
+                ENODEV if crate::State::get().is_err() => req.error(c"ferry_blk is being unloaded"),
                 ECONNREFUSED => req.error(c"the target refused the session (no ferry_blk there?)"),
                 ENODEV => req.bad_attr(ma::EXPORT, c"the target has no export of this name"),
                 EROFS => req.bad_attr(ma::READ_ONLY, c"the export is read-only: map it read-only"),
@@ -280,7 +281,6 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
                 ETIMEDOUT | EHOSTUNREACH | ENETUNREACH => {
                     req.bad_attr(ma::ADDR, c"the target did not answer")
                 }
-                ENODEV if crate::State::get().is_err() => req.error(c"ferry_blk is being unloaded"),
                 _ => req.error(c"the export could not be mapped"),
             }
             return Err(e);
