@@ -207,3 +207,50 @@ def blk_reconnect(t):
     vm.run(f'{t.ferryctl} blk export del rc0')
     vm.run('rm -f /dev/shm/pattern')
     blk_teardown(t, vm, loop)
+
+
+@case(timeout=300)
+def blk_access_resize(t):
+    """Access rules and resize. A read-only export maps read-only
+    (`blockdev --getro` 1): reads work, writes fail. A read-write export
+    that is not shared takes one read-write mapping: a second gets EBUSY,
+    a read-only one is allowed. The export's device grows (the loop file,
+    then `losetup -c`), `blk export resize` tells the client, whose disk
+    follows (`blockdev --getsz`), and the new range takes data that reads
+    back identical."""
+    vm = t.vm
+    loop = blk_setup(t, vm)
+    vm.run(f'{t.ferryctl} blk export add ro0 path {loop} ro')
+    disk = '/dev/' + t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export ro0 ro')[0]['disk']
+    vm.wait_for(f'test -b {disk}', timeout=30)
+    t.eq(vm.run(f'blockdev --getro {disk}').out.strip(), '1', 'blockdev --getro of a read-only map')
+    vm.run(f'dd if={disk} of=/dev/null bs=1M count=4 iflag=direct status=none')
+    r = vm.run(f'dd if=/dev/zero of={disk} bs=4k count=1 oflag=direct status=none', check=False)
+    t.check(r.rc != 0, f'a write to a read-only disk succeeded: {r}')
+    # Mapping a read-only export read-write is refused.
+    r = vm.run(f'{t.ferryctl} blk map 192.0.2.1 port {PORT} export ro0', check=False)
+    t.check(r.rc == 2 and 'read-only' in r.err, f'read-write map of a read-only export: {r}')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    vm.run(f'{t.ferryctl} blk export del ro0')
+    vm.run(f'{t.ferryctl} blk export add rw0 path {loop}')
+    first = '/dev/' + t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export rw0')[0]['disk']
+    r = vm.run(f'{t.ferryctl} blk map 192.0.2.1 port {PORT} export rw0', check=False)
+    t.check(r.rc == 2 and 'another client' in r.err, f'second read-write map: {r}')
+    second = '/dev/' + t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export rw0 ro')[0]['disk']
+    vm.wait_for(f'test -b {second}', timeout=30)
+    vm.run(f'{t.ferryctl} blk unmap {second}')
+    # Resize: 64 MiB to 96 MiB.
+    vm.run('truncate -s 96M /dev/shm/blk0.img')
+    vm.run(f'losetup -c {loop}')
+    grown = t.ferryctl_json(vm, 'blk export resize rw0')[0]['sectors']
+    t.eq(grown, 96 * MIB // 512, 'the export\'s new capacity')
+    t.until(lambda: vm.run(f'blockdev --getsz {first}').out.strip() == str(grown),
+            30 * t.slow, 'the client disk follows the resize')
+    vm.run(f'head -c {8 * MIB} /dev/urandom > /dev/shm/pattern')
+    vm.run(f'dd if=/dev/shm/pattern of={first} bs=1M seek=80 count=8 oflag=direct status=none')
+    t.eq(vm.run(f'dd if={first} bs=1M skip=80 count=8 iflag=direct status=none | sha256sum').out,
+         vm.run('sha256sum < /dev/shm/pattern').out, 'data in the new range')
+    vm.run(f'{t.ferryctl} blk unmap {first}')
+    vm.run(f'{t.ferryctl} blk export del rw0')
+    vm.run('rm -f /dev/shm/pattern')
+    blk_teardown(t, vm, loop)
