@@ -224,6 +224,16 @@ impl<T: Operations> Owned<T> {
         u32::from(unsafe { bindings::ferry_blk_rq_nr_phys_segments(self.raw()) })
     }
 
+    /// What its disk's queue carries for the driver (`queuedata`): no
+    /// reference is taken, the request's lifetime bounds the borrow.
+    pub fn queue_data(&self) -> <T::QueueData as ForeignOwnable>::Borrowed<'_> {
+        // SAFETY: The request is live (type invariant), so its queue is; the
+        // queue's data came from `T::QueueData::into_foreign` (see `Disk`)
+        // and is taken back only after the queue is drained of requests,
+        // this one included.
+        unsafe { T::QueueData::borrow(bindings::ferry_blk_rq_queuedata(self.raw())) }
+    }
+
     /// Its per-request data.
     pub fn pdu(&self) -> &T::Pdu {
         // SAFETY: The PDU holds an initialized `T::Pdu` (type invariant),

@@ -97,9 +97,9 @@ pub(crate) struct Shared {
     pub(crate) stats: IoStats,
 }
 
-/// What a block request's ferry request carries.
+/// What a block request's ferry request carries (the mapping's state is
+/// the request's queue data: no reference per request).
 pub(crate) struct Sent {
-    shared: Option<Arc<Shared>>,
     /// The block request, when it has no data (else the data holds it).
     rq: Option<Owned<Blk>>,
     op: Op,
@@ -110,7 +110,6 @@ impl Done<RqData<Blk>> for Sent {
     fn done(mut req: KBox<Request<Sent, RqData<Blk>>>) {
         let status = req.status();
         let (op, fua) = (req.ctx.op, req.ctx.fua);
-        let shared = req.ctx.shared.take();
         let rq = match req.take_data() {
             Some(d) => Some(d.into_request()),
             None => req.ctx.rq.take(),
@@ -120,16 +119,14 @@ impl Done<RqData<Blk>> for Sent {
         };
         let len = rq.bytes();
         rq.pdu_mut().req = Some(req);
-        let dead = shared.as_ref().is_none_or(|s| s.dead.load(Acquire));
+        let dead = rq.queue_data().dead.load(Acquire);
         match status {
             // The connection failed before the answer: once the session is
             // back, the request goes again (the target may have done it:
             // block operations may be repeated).
             Err(e) if e == ECONNABORTED && !dead => rq.requeue(true),
             res => {
-                if let Some(s) = shared.as_ref() {
-                    s.stats.done(op, fua, len, res.is_ok());
-                }
+                rq.queue_data().stats.done(op, fua, len, res.is_ok());
                 rq.end(res);
             }
         }
@@ -173,12 +170,7 @@ impl Operations for Blk {
             IoOp::Discard => (Op::Discard, false),
             IoOp::WriteZeroes => (Op::WriteZeroes, false),
         };
-        let ctx = Sent {
-            shared: Some(shared.into()),
-            rq: None,
-            op,
-            fua,
-        };
+        let ctx = Sent { rq: None, op, fua };
         let mut req = match rq.pdu_mut().req.take() {
             Some(mut r) => {
                 r.ctx = ctx;
@@ -222,7 +214,6 @@ impl Operations for Blk {
                     Some(d) => Some(d.into_request()),
                     None => req.ctx.rq.take(),
                 };
-                req.ctx.shared = None;
                 let Some(mut rq) = rq else {
                     return Queued::Taken;
                 };

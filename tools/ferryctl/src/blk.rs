@@ -96,17 +96,7 @@ fn flags(args: &[String], allowed: &[&str]) -> (Vec<String>, Vec<&'static str>) 
 
 /// An export name: 1 to 31 of `[a-z0-9._-]`.
 fn export_name(s: &str) -> Result<String, CliError> {
-    let ok = !s.is_empty()
-        && s.len() <= FERRY_BLK_EXPORT_NAME_LEN as usize
-        && s.bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(&c));
-    if ok {
-        Ok(s.to_string())
-    } else {
-        Err(usage(format!(
-            "invalid export name \"{s}\" (1 to 31 of a-z, 0-9, '.', '_', '-')"
-        )))
-    }
+    args::short_name("export", s, FERRY_BLK_EXPORT_NAME_LEN)
 }
 
 /// A disk: `/dev/ferryblkN`, `ferryblkN` or `N`.

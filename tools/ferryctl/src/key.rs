@@ -20,17 +20,7 @@ const KEY_LEN: std::ops::RangeInclusive<usize> = 16..=128;
 
 /// Checks a key name: 1 to 31 of `a-z`, `0-9`, `.`, `_`, `-`.
 pub fn name(s: &str) -> Result<String, CliError> {
-    let ok = !s.is_empty()
-        && s.len() <= FERRY_SERVICE_NAME_LEN as usize
-        && s.bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(&c));
-    if ok {
-        Ok(s.to_string())
-    } else {
-        Err(usage(format!(
-            "invalid key name \"{s}\" (1 to {FERRY_SERVICE_NAME_LEN} of a-z, 0-9, '.', '_', '-')"
-        )))
-    }
+    crate::args::short_name("key", s, FERRY_SERVICE_NAME_LEN)
 }
 
 /// Names of the `key` attributes, for error messages.
