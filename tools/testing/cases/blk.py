@@ -9,14 +9,19 @@ PORT = 7473
 MIB = 1 << 20
 
 
-def blk_setup(t, vm, size_mib=64):
-    """rxe, ferry and ferry_blk loaded, a listener, and a loop device of
-    `size_mib` MiB on a file in memory: returns the loop device."""
+def blk_modules(t, vm):
+    """rxe, ferry and ferry_blk loaded, and a listener."""
     t.net_up(vm, 0, 1)
     t.rxe_add(vm)
     t.insmod(vm)
     vm.run(f'insmod {t.sample("ferry_blk")}')
     vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+
+
+def blk_setup(t, vm, size_mib=64):
+    """`blk_modules`, and a loop device of `size_mib` MiB on a (sparse)
+    file in memory: returns the loop device."""
+    blk_modules(t, vm)
     vm.run(f'truncate -s {size_mib}M /dev/shm/blk0.img')
     return vm.run('losetup -f --show /dev/shm/blk0.img').out.strip()
 
@@ -89,13 +94,20 @@ def blk_map_verify(t):
 FIO_SIZES = (('512', 512), ('4k', 4096), ('64k', 65536), ('1m', MIB), ('4m', 4 * MIB))
 
 
+def fio_mib(t):
+    """MiB each fio job writes: 32, or 4 on the debug kernel (under TCG with
+    KASAN it is some twenty times slower; it is there for its reports)."""
+    return 4 if t.slow > 1 else 32
+
+
 def fio(t, vm, disk, bs, qd, verify_only=False):
     """fio with crc32c verification of random writes of `bs` at depth `qd`,
-    two jobs on disjoint 32 MiB ranges (64 MiB in all); with `verify_only`,
-    the separate pass that reads back what the writes left. Returns (bytes
+    two jobs on disjoint ranges of `fio_mib` MiB; with `verify_only`, the
+    separate pass that reads back what the writes left. Returns (bytes
     written, bytes verified)."""
+    mib = fio_mib(t)
     cmd = (f'fio --name=v --filename={disk} --direct=1 --ioengine=libaio --rw=randwrite '
-           f'--bs={bs} --iodepth={qd} --numjobs=2 --size=32M --offset_increment=32M '
+           f'--bs={bs} --iodepth={qd} --numjobs=2 --size={mib}M --offset_increment={mib}M '
            f'--verify=crc32c --verify_fatal=1 --do_verify=1 --randseed=7 '
            f'--group_reporting --output-format=json')
     if verify_only:
@@ -113,8 +125,9 @@ def blk_fio_verify(t):
     """fio verifies (crc32c, verify_fatal) random writes of 512 B, 4 KiB,
     64 KiB, 1 MiB and 4 MiB (which the disk splits: it takes 512 KiB) at
     queue depths 1 and 32, two jobs on disjoint 32 MiB ranges (64 MiB per
-    block size), then reads everything back in a separate verifying pass;
-    the target's device and the disk hold the same bytes (sha256)."""
+    block size; 8 MiB on the debug kernel), then reads everything back in a
+    separate verifying pass; the target's device and the disk hold the same
+    bytes (sha256)."""
     vm = t.vm
     loop = blk_setup(t, vm, size_mib=96)
     vm.run(f'{t.ferryctl} blk export add v0 path {loop}')
@@ -127,7 +140,8 @@ def blk_fio_verify(t):
             _, again = fio(t, vm, disk, name, qd, verify_only=True)
             t.log(f'bs {name} qd {qd}: {written} bytes written, {verified} verified, '
                   f'{again} verified again')
-            t.check(written >= 64 * MIB and verified >= 64 * MIB and again >= 64 * MIB,
+            want = 2 * fio_mib(t) * MIB
+            t.check(written >= want and verified >= want and again >= want,
                     f'bs {name} qd {qd}: too few bytes ({written}, {verified}, {again})')
             total += verified + again
     t.log(f'{total} bytes verified in all')
@@ -141,32 +155,213 @@ def blk_fio_verify(t):
     blk_teardown(t, vm, loop)
 
 
-@case(timeout=300)
+FILESYSTEMS = (('ext4', 'mkfs.ext4 -q -F', 'e2fsck -fn'), ('xfs', 'mkfs.xfs -q -f', 'xfs_repair -n'))
+
+
+@case(timeout=400)
 def blk_filesystem(t):
-    """ext4 on a mapped disk: made, mounted, files written and synced,
-    unmounted, checked clean by e2fsck -fn, mounted again with every file's
-    sha256 unchanged. The target's counters (flushes among them) are
-    logged."""
+    """ext4, then XFS, on a mapped disk: made, mounted, files written and
+    synced, unmounted, checked clean (`e2fsck -fn`, `xfs_repair -n`),
+    mounted again with every file's sha256 unchanged. The target counted
+    the filesystems' flushes (the loop device has a write cache)."""
     vm = t.vm
-    loop = blk_setup(t, vm, size_mib=128)
+    # XFS wants 300 MiB at least; the file is sparse.
+    loop = blk_setup(t, vm, size_mib=320)
     vm.run(f'{t.ferryctl} blk export add fs0 path {loop}')
     disk = '/dev/' + t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export fs0')[0]['disk']
     vm.wait_for(f'test -b {disk}', timeout=30)
-    vm.run(f'mkfs.ext4 -q -F {disk}', timeout=120 * t.slow)
-    vm.run(f'mkdir -p /tmp/fb && mount {disk} /tmp/fb')
-    vm.run('for i in $(seq 1 20); do head -c $((i * 100000)) /dev/urandom > /tmp/fb/f$i; done; '
-           'mkdir /tmp/fb/d && cp /tmp/fb/f1* /tmp/fb/d/ && sync', timeout=120 * t.slow)
-    before = vm.run('cd /tmp/fb && sha256sum f* d/*').out
-    vm.run('umount /tmp/fb')
-    r = vm.run(f'e2fsck -fn {disk}', check=False, timeout=120 * t.slow)
-    t.eq(r.rc, 0, f'e2fsck -fn: {r.out[-300:]!r}')
-    vm.run(f'mount {disk} /tmp/fb')
-    t.eq(vm.run('cd /tmp/fb && sha256sum f* d/*').out, before, 'files after a remount')
-    vm.run('umount /tmp/fb')
-    st = [x for x in show(t, vm) if x['kind'] == 'export'][0]['stats']
-    t.log(f'target counted: {st}')
+    vm.run('mkdir -p /tmp/fb')
+    for fs, mkfs, fsck in FILESYSTEMS:
+        vm.run(f'{mkfs} {disk}', timeout=120 * t.slow)
+        vm.run(f'mount -t {fs} {disk} /tmp/fb')
+        vm.run('for i in $(seq 1 20); do head -c $((i * 100000)) /dev/urandom > /tmp/fb/f$i; done; '
+               'mkdir /tmp/fb/d && cp /tmp/fb/f1* /tmp/fb/d/ && sync', timeout=120 * t.slow)
+        before = vm.run('cd /tmp/fb && sha256sum f* d/*').out
+        vm.run('umount /tmp/fb')
+        r = vm.run(f'{fsck} {disk}', check=False, timeout=120 * t.slow)
+        t.eq(r.rc, 0, f'{fsck}: {(r.out + r.err)[-300:]!r}')
+        vm.run(f'mount -t {fs} {disk} /tmp/fb')
+        t.eq(vm.run('cd /tmp/fb && sha256sum f* d/*').out, before, f'{fs}: files after a remount')
+        vm.run('umount /tmp/fb')
+        st = [x for x in show(t, vm) if x['kind'] == 'export'][0]['stats']
+        t.log(f'{fs}: target counted {st}')
+    t.check(st['flushes'] > 0, f'no flush reached the target: {st}')
     vm.run(f'{t.ferryctl} blk unmap {disk}')
     vm.run(f'{t.ferryctl} blk export del fs0')
+    blk_teardown(t, vm, loop)
+
+
+def nullb(vm, name, **attrs):
+    """A memory-backed null_blk device of 64 MiB made through configfs with
+    `attrs` besides: returns its path."""
+    vm.run('mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config')
+    d = f'/sys/kernel/config/nullb/{name}'
+    attrs = {'size': 64, 'memory_backed': 1, 'discard': 1, **attrs}
+    sets = ' && '.join(f'echo {v} > {d}/{k}' for k, v in attrs.items())
+    vm.run(f'mkdir {d} && {sets} && echo 1 > {d}/power')
+    # A device made through configfs takes the name of its directory.
+    return f'/dev/{name}'
+
+
+def nullb_del(vm, name):
+    vm.run(f'echo 0 > /sys/kernel/config/nullb/{name}/power && '
+           f'rmdir /sys/kernel/config/nullb/{name}')
+
+
+def export_stats(t, vm, name):
+    return [x for x in show(t, vm) if x['kind'] == 'export' and x['name'] == name][0]['stats']
+
+
+def grew(before, after, key):
+    return after[key] - before[key]
+
+
+@case(timeout=400)
+def blk_operations(t):
+    """Every operation, counted on the target, over two null_blk exports:
+    one with a write cache and FUA, one with neither. The first maps with
+    `write back` and FUA, the second `write through` without. On the cached
+    one `fio --fsync=1` reaches the target as one flush per write and
+    `fio --sync=1` as FUA writes; on the other, none of either.
+    `blkdiscard -z` becomes WRITE_ZEROES and `blkdiscard` DISCARD, both
+    counted, and the range reads back zeros; `fstrim` on ext4 discards. A
+    bad block of the backing disk fails the I/O that touches it with EIO
+    and nothing else: the blocks around it read, and the session never
+    reconnects."""
+    vm = t.vm
+    blk_modules(t, vm)
+    cached = nullb(vm, 'fbc', cache_size=16, fua=1)
+    plain = nullb(vm, 'fbp')
+    vm.run(f'{t.ferryctl} blk export add c0 path {cached}')
+    vm.run(f'{t.ferryctl} blk export add p0 path {plain}')
+    c = t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export c0 channels 2')[0]['disk']
+    p = t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export p0')[0]['disk']
+    for disk, cache, fua in ((c, 'write back', '1'), (p, 'write through', '0')):
+        vm.wait_for(f'test -b /dev/{disk}', timeout=30)
+        t.eq(vm.run(f'cat /sys/block/{disk}/queue/write_cache').out.strip(), cache,
+             f'{disk}: write cache')
+        t.eq(vm.run(f'cat /sys/block/{disk}/queue/fua').out.strip(), fua, f'{disk}: FUA')
+    n = 256
+    for name, disk in (('c0', c), ('p0', p)):
+        before = export_stats(t, vm, name)
+        for flag in ('--fsync=1', '--sync=1'):
+            vm.run(f'fio --name=s --filename=/dev/{disk} --direct=1 --ioengine=psync '
+                   f'--rw=randwrite --bs=4k --number_ios={n} --size=16M {flag} '
+                   f'--output-format=terse', timeout=120 * t.slow)
+        after = export_stats(t, vm, name)
+        t.log(f'{name}: flushes +{grew(before, after, "flushes")}, '
+              f'FUA writes +{grew(before, after, "fua")}, writes +{grew(before, after, "writes")}')
+        if name == 'c0':
+            t.check(grew(before, after, 'flushes') >= n, f'{name}: too few flushes {after}')
+            t.check(grew(before, after, 'fua') >= n, f'{name}: too few FUA writes {after}')
+        else:
+            t.eq(grew(before, after, 'flushes'), 0, f'{name}: flushes without a write cache')
+            t.eq(grew(before, after, 'fua'), 0, f'{name}: FUA writes without a write cache')
+    # Zeroes and discards, each over 8 MiB of random data.
+    zero = f'cmp -n {8 * MIB} /dev/zero'
+    for cmd, key, at in (('blkdiscard -z', 'write_zeroes', 16), ('blkdiscard', 'discards', 32)):
+        vm.run(f'head -c {8 * MIB} /dev/urandom | dd of=/dev/{c} bs=1M seek={at} oflag=direct '
+               f'status=none')
+        before = export_stats(t, vm, 'c0')
+        vm.run(f'{cmd} -o {at * MIB} -l {8 * MIB} /dev/{c}')
+        after = export_stats(t, vm, 'c0')
+        t.log(f'{cmd}: {key} +{grew(before, after, key)}')
+        t.check(grew(before, after, key) > 0, f'{cmd}: no {key} counted: {after}')
+        r = vm.run(f'dd if=/dev/{c} bs=1M skip={at} count=8 iflag=direct status=none | {zero}',
+                   check=False)
+        t.eq(r.rc, 0, f'{cmd}: the range reads back zeros ({r.out.strip()})')
+    vm.run(f'mkfs.ext4 -q -F -E nodiscard /dev/{c} && mkdir -p /tmp/fb && mount /dev/{c} /tmp/fb')
+    vm.run('head -c 20000000 /dev/urandom > /tmp/fb/big && sync && rm /tmp/fb/big && sync')
+    before = export_stats(t, vm, 'c0')
+    r = vm.run('fstrim -v /tmp/fb')
+    after = export_stats(t, vm, 'c0')
+    t.log(f'{r.out.strip()}: discards +{grew(before, after, "discards")}')
+    t.check(grew(before, after, 'discards') > 0, f'fstrim: no discard counted: {after}')
+    vm.run('umount /tmp/fb')
+    # A bad block: sectors 4096-4103 (the 4 KiB at 2 MiB).
+    vm.run(f'dd if=/dev/urandom of=/dev/{c} bs=1M count=4 oflag=direct status=none')
+    vm.run('echo +4096-4103 > /sys/kernel/config/nullb/fbc/badblocks')
+    before = export_stats(t, vm, 'c0')
+    r = vm.run(f'dd if=/dev/{c} of=/dev/null bs=4k skip=512 count=1 iflag=direct', check=False)
+    t.check(r.rc != 0 and 'Input/output error' in r.err, f'reading a bad block: {r}')
+    vm.run(f'dd if=/dev/{c} of=/dev/null bs=4k count=512 iflag=direct status=none')
+    vm.run(f'dd if=/dev/{c} of=/dev/null bs=4k skip=513 count=511 iflag=direct status=none')
+    after = export_stats(t, vm, 'c0')
+    t.check(grew(before, after, 'backing_errors') >= 1, f'no backing error counted: {after}')
+    vm.run('echo -4096-4103 > /sys/kernel/config/nullb/fbc/badblocks')
+    vm.run(f'dd if=/dev/{c} of=/dev/null bs=4k skip=512 count=1 iflag=direct status=none')
+    sessions = [s for s in t.ferryctl_json(vm, 'session show') if s['role'] == 'client']
+    t.check(all(s.get('reconnects', 0) == 0 and s['state'] == 'connected' for s in sessions),
+            f'a session reconnected: {sessions}')
+    m = [x for x in show(t, vm) if x['kind'] == 'map' and x['disk'] == c][0]
+    t.log(f'client counted: {m["stats"]}')
+    for d in (c, p):
+        vm.run(f'{t.ferryctl} blk unmap /dev/{d}')
+    vm.run(f'{t.ferryctl} blk export del c0 && {t.ferryctl} blk export del p0')
+    vm.run('rmmod ferry_blk')
+    nullb_del(vm, 'fbc')
+    nullb_del(vm, 'fbp')
+    vm.run('rmmod ferry')
+
+
+def fio_background(t, vm, disk, log):
+    """Starts a 60-second fio of mixed 4 KiB to 256 KiB reads and writes at
+    depth 16 on `disk` in the background; its output goes to `log`."""
+    vm.run(f'(fio --name=bg --filename={disk} --direct=1 --ioengine=libaio --rw=randrw '
+           f'--bsrange=4k-256k --iodepth=16 --numjobs=2 --size=32M --time_based --runtime=60 '
+           f'> {log} 2>&1; echo $? > {log}.rc) >/dev/null 2>&1 &')
+    vm.run(f'sleep {3 * t.slow}')
+    t.require(vm.run('pgrep -x fio', check=False).rc == 0, f'fio is not running: '
+              f'{vm.run(f"cat {log}", check=False).out[-400:]!r}')
+
+
+def fio_ended(t, vm, log):
+    """Waits for the background fio to end (it must not hang): its exit code."""
+    t.until(lambda: vm.run(f'test -s {log}.rc', check=False).rc == 0, 60 * t.slow,
+            'fio ended after the forced removal')
+    return int(vm.run(f'cat {log}.rc').out.strip())
+
+
+@case(timeout=300)
+def blk_forced(t):
+    """Forced removal under load. A disk is unmapped by force while fio
+    does reads and writes on it at depth 32: the command returns, fio ends
+    at once with I/O errors, the disk is gone and the target's export has
+    no user. Then an export is deleted by force under fio on its client:
+    the client's I/O fails, fio ends, the mapping shows the export gone and
+    unmaps; nothing hangs and, on the debug kernel, nothing leaks."""
+    vm = t.vm
+    loop = blk_setup(t, vm)
+    vm.run(f'{t.ferryctl} blk export add f0 path {loop}')
+    disk = '/dev/' + t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export f0 channels 2')[0]['disk']
+    vm.wait_for(f'test -b {disk}', timeout=30)
+    fio_background(t, vm, disk, '/tmp/fio1.log')
+    r = vm.run(f'{t.ferryctl} blk unmap {disk}', check=False)
+    t.check(r.rc == 2 and 'open' in r.err, f'unmapping a disk in use without force: {r}')
+    vm.run(f'timeout {30 * t.slow} {t.ferryctl} blk unmap {disk} force')
+    rc = fio_ended(t, vm, '/tmp/fio1.log')
+    t.log(f'fio after the forced unmap: rc {rc}, '
+          f'{vm.run("grep -m1 -i error /tmp/fio1.log", check=False).out.strip()!r}')
+    t.check(rc != 0, 'fio saw no error on a disk unmapped under it')
+    t.until(lambda: vm.run(f'test -b {disk}', check=False).rc != 0, 30 * t.slow, 'the disk gone')
+    t.until(lambda: [x for x in show(t, vm) if x['kind'] == 'export'][0]['users'] == 0,
+            30 * t.slow, 'the export without users')
+    # The export deleted by force under its client's load.
+    disk = '/dev/' + t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export f0 channels 2')[0]['disk']
+    vm.wait_for(f'test -b {disk}', timeout=30)
+    fio_background(t, vm, disk, '/tmp/fio2.log')
+    r = vm.run(f'{t.ferryctl} blk export del f0', check=False)
+    t.check(r.rc == 2 and 'mapped' in r.err, f'deleting a mapped export without force: {r}')
+    vm.run(f'timeout {30 * t.slow} {t.ferryctl} blk export del f0 force')
+    rc = fio_ended(t, vm, '/tmp/fio2.log')
+    t.log(f'fio after the forced export del: rc {rc}')
+    t.check(rc != 0, 'fio saw no error on a disk whose export was deleted under it')
+    maps = [x for x in show(t, vm) if x['kind'] == 'map']
+    t.log(f'the mapping: {maps}')
+    t.check(len(maps) == 1 and maps[0]['state'] != 'up', f'the mapping after the export went: {maps}')
+    vm.run(f'timeout {30 * t.slow} {t.ferryctl} blk unmap {disk}')
+    t.eq(show(t, vm), [], 'nothing left')
+    vm.run('rm -f /tmp/fio1.log* /tmp/fio2.log*')
     blk_teardown(t, vm, loop)
 
 

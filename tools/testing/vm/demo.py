@@ -2,8 +2,11 @@
 # SPDX-License-Identifier: GPL-2.0
 """`make demo`: boots two VMs joined by one Ethernet link, gives each a
 soft-RoCE device, loads ferry and shows what ferryctl reports on both, then
-opens a session from one to the other (and one to a port nobody listens on)."""
+opens a session from one to the other (and one to a port nobody listens on),
+moves messages and zero-copy requests, and maps A's RAM disk on B with
+ferry_blk: a filesystem on it, files written and read back, a 10-second fio."""
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -19,6 +22,41 @@ def show(vm, cmd):
     sys.stdout.write(r.err)
     if r.rc != 0:
         raise VMError(f'{vm.name}: "{cmd}" failed with {r.rc}')
+
+
+def block_device(hosts, ctl, sample):
+    """ferry_blk: A exports a RAM disk (null_blk, memory-backed, 256 MiB), B
+    maps it, makes ext4 on it, writes and reads back files, runs fio for 10
+    seconds, and both show their side; then the disk goes away again."""
+    a, b = hosts
+    for vm in hosts:
+        show(vm, f'insmod {sample("ferry_blk")}')
+    nullb = '/sys/kernel/config/nullb/ramdisk'
+    show(a, f'mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config; '
+            f'mkdir {nullb} && echo 256 > {nullb}/size && echo 1 > {nullb}/memory_backed && '
+            f'echo 1 > {nullb}/discard && echo 1 > {nullb}/power && ls -l /dev/ramdisk')
+    # (A null_blk device made through configfs is named after its directory.)
+    dev = '/dev/ramdisk'
+    show(a, f'{ctl} blk export add ram0 path {dev}')
+    show(b, f'{ctl} blk map 192.0.2.1 port 7471 export ram0 channels 2')
+    disk = '/dev/' + [m for m in json.loads(b.run(f'{ctl} -j blk show').out)
+                      if m['kind'] == 'map'][0]['disk']
+    show(b, f'udevadm settle; lsblk -o NAME,SIZE,RO,LOG-SEC,DISC-MAX,ROTA {disk}; '
+            f'blockdev --getsz --getss {disk}')
+    show(b, f'mkfs.ext4 -q {disk} && mkdir -p /tmp/demo && mount {disk} /tmp/demo && '
+            f'for i in 1 2 3 4; do head -c 8M /dev/urandom > /tmp/demo/file$i; done && '
+            f'sha256sum /tmp/demo/file* | tee /tmp/demo.sum && umount /tmp/demo && '
+            f'echo 3 > /proc/sys/vm/drop_caches && mount {disk} /tmp/demo && '
+            f'sha256sum -c /tmp/demo.sum && umount /tmp/demo')
+    show(b, f'fio --name=demo --filename={disk} --direct=1 --ioengine=libaio --rw=randrw '
+            f'--bs=4k --iodepth=32 --numjobs=2 --offset_increment=64M --size=64M '
+            f'--time_based --runtime=10 --group_reporting | grep -E "IOPS|lat \\(usec\\)|err="')
+    show(b, f'{ctl} -s blk show')
+    show(a, f'{ctl} -s blk show')
+    show(b, f'{ctl} blk unmap {disk}')
+    show(a, f'{ctl} blk export del ram0 && echo 0 > {nullb}/power && rmdir {nullb}')
+    for vm in hosts:
+        show(vm, 'rmmod ferry_blk')
 
 
 def main():
@@ -67,6 +105,7 @@ def main():
                        f'service=cecho count=200 requests=40 hold=1; '
                        f'dmesg | grep "ferry_cecho: client"')
         show(hosts[1], f'{ctl} -s session show')
+        block_device(hosts, ctl, sample)
         for vm in hosts:
             show(vm, 'rmmod ferry_cecho ferry_echo ferry')
         problems = sum((vm.kernel_problems() for vm in hosts), [])
