@@ -28,6 +28,39 @@ pub fn register() -> Result<Published<genl::Registration>> {
     FAMILY.publish(Arc::new(reg, GFP_KERNEL)?)
 }
 
+/// Multicasts notification `cmd` (see [`cmd`]) to the `events` group of
+/// every network namespace (exports and disks belong to the host, and
+/// every namespace may list them), with attributes written by `fill` (at
+/// most `size` bytes). Does nothing when the family is not registered
+/// (module loading or unloading) or nobody listens. Sleeps (allocates).
+pub fn notify(cmd: u32, size: usize, fill: impl FnOnce(&mut genl::Writer<'_>) -> Result) -> Result {
+    let Some(family) = FAMILY.get() else {
+        return Ok(());
+    };
+    let cmd = u8::try_from(cmd).map_err(|_| EINVAL)?;
+    let mut ntf = family.notification(cmd, size)?;
+    fill(&mut ntf.writer())?;
+    ntf.multicast_all(bindings::FERRY_BLK_NLGRP_EVENTS)
+}
+
+/// Notification commands.
+pub mod cmd {
+    use crate::bindings;
+
+    /// A block device was exported.
+    pub const EXPORT_ADD_NTF: u32 = bindings::FERRY_BLK_CMD_EXPORT_ADD_NTF;
+    /// An export was deleted.
+    pub const EXPORT_DEL_NTF: u32 = bindings::FERRY_BLK_CMD_EXPORT_DEL_NTF;
+    /// An export's capacity was read again.
+    pub const EXPORT_RESIZE_NTF: u32 = bindings::FERRY_BLK_CMD_EXPORT_RESIZE_NTF;
+    /// An export was mapped as a disk.
+    pub const MAP_ADD_NTF: u32 = bindings::FERRY_BLK_CMD_MAP_ADD_NTF;
+    /// A mapping was removed.
+    pub const MAP_DEL_NTF: u32 = bindings::FERRY_BLK_CMD_MAP_DEL_NTF;
+    /// A mapping's capacity or state changed.
+    pub const MAP_CHANGE_NTF: u32 = bindings::FERRY_BLK_CMD_MAP_CHANGE_NTF;
+}
+
 /// Attributes of an export (`FERRY_BLK_A_EXPORT_*`).
 pub mod export_attr {
     use crate::bindings;

@@ -76,6 +76,8 @@ impl HasSgTable<SEGMENTS> for Pdu {
 /// block size) lets the queues go, or fails the mapping.
 #[pin_data]
 pub(crate) struct Shared {
+    /// N of the disk `ferryblkN`.
+    index: u32,
     /// The session, once open.
     session: SetOnce<SessionHandle>,
     /// What opens the export (again).
@@ -262,12 +264,26 @@ impl Shared {
         }
     }
 
+    /// Tells listeners (`ferryctl monitor`) the disk's capacity and state.
+    fn changed(&self) {
+        if let Some(d) = self.disk.lock().as_ref() {
+            crate::events::map_changed(
+                self.index,
+                &self.open.name,
+                d.name(),
+                d.capacity(),
+                self.dead.load(Acquire),
+            );
+        }
+    }
+
     /// Fails the mapping: every request from now on, and those waiting.
     fn kill(&self, why: &str) {
         if !self.dead.swap(true, Release) {
             if let Some(d) = self.disk.lock().as_ref() {
                 pr_warn!("{}: {}: failing its I/O\n", d.name(), why);
             }
+            self.changed();
         }
         self.resume();
         self.run_queues();
@@ -300,10 +316,15 @@ impl Shared {
                 if o.handle == self.handle.load(Relaxed)
                     && o.logical_block_size == self.logical_block_size.load(Relaxed) =>
             {
-                if let Some(d) = self.disk.lock().as_ref() {
-                    if d.capacity() != o.sectors {
+                let resized = match self.disk.lock().as_ref() {
+                    Some(d) if d.capacity() != o.sectors => {
                         d.set_capacity(o.sectors);
+                        true
                     }
+                    _ => false,
+                };
+                if resized {
+                    self.changed();
                 }
                 self.ready.store(true, Release);
                 self.resume();
@@ -354,6 +375,7 @@ impl Handler for ClientHandler {
                     pr_info!("{}: resized to {} sectors\n", d.name(), sectors);
                     d.set_capacity(sectors);
                 }
+                self.shared.changed();
             }
             Ok(Notice::Deleted { handle: h }) if h == handle => {
                 if let Some(d) = self.shared.disk.lock().as_ref() {
@@ -446,6 +468,7 @@ impl Mapping {
         };
         let shared = Arc::pin_init(
             pin_init!(Shared {
+                index,
                 session: SetOnce::new(),
                 open,
                 handle: AtomicU32::new(0),
@@ -588,7 +611,7 @@ impl Mapping {
     /// Removes the disk and closes the session. `force`: fails the I/O
     /// waiting or in flight first (the target may be gone); otherwise the
     /// disk's requests drain. Sleeps.
-    pub(crate) fn remove(self, force: bool) {
+    pub(crate) fn remove(&self, force: bool) {
         if force {
             self.fail_all();
         }
@@ -596,7 +619,8 @@ impl Mapping {
         // that waits for room, or for the session, can go or fail.
         self.disk.delete();
         self.shared.disk.lock().take();
-        // Then the fields go: the disk's memory, then the session.
+        // Then, when the mapping is dropped, the fields go: the disk's
+        // memory, then the session.
     }
 
     /// Fails the I/O waiting or in flight, and every request from now on.

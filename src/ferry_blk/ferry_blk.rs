@@ -37,6 +37,7 @@ pub mod slot;
 pub mod work;
 
 mod client;
+mod events;
 mod netlink;
 mod stats;
 mod target;
@@ -140,7 +141,10 @@ impl State {
             m.disk_name(),
             if force { " (forced)" } else { "" }
         );
+        let sectors = m.sectors();
         m.remove(force);
+        netlink::map_event(ferry_blk_nl::cmd::MAP_DEL_NTF, &m, sectors);
+        drop(m);
         module_put();
         Ok(())
     }

@@ -7,8 +7,9 @@ use kernel::{prelude::*, str::CString};
 
 use crate::{
     client::{MapParams, Mapping},
+    events::{put_change, put_name, EVENT_SIZE},
     ferry_api::Peer,
-    ferry_blk_nl::{export_attr as ea, map_attr as ma, stats_attr as sa},
+    ferry_blk_nl::{self as nl, export_attr as ea, map_attr as ma, stats_attr as sa},
     genl::{Dump, Request, Writer},
     stats::{IoStats, Op},
     target::{Access, Export},
@@ -42,14 +43,10 @@ fn put_stats(w: &mut Writer<'_>, ty: u32, s: &IoStats) -> Result {
     })
 }
 
-/// Writes an export's attributes.
-fn fill_export(w: &mut Writer<'_>, e: &Export) -> Result {
-    let mut name = [0u8; crate::wire::NAME_MAX + 1];
-    name[..e.name.as_bytes().len()].copy_from_slice(e.name.as_bytes());
-    w.put_str(
-        ea::NAME,
-        CStr::from_bytes_until_nul(&name).map_err(|_| EINVAL)?,
-    )?;
+/// Writes what identifies an export and its capacity (an event's
+/// attributes).
+fn fill_export_id(w: &mut Writer<'_>, e: &Export) -> Result {
+    put_name(w, ea::NAME, &e.name)?;
     w.put_str(ea::PATH, &e.path)?;
     if e.access.read_only {
         w.put_flag(ea::READ_ONLY)?;
@@ -57,10 +54,15 @@ fn fill_export(w: &mut Writer<'_>, e: &Export) -> Result {
     if e.access.shared {
         w.put_flag(ea::SHARED)?;
     }
-    let (users, rw) = e.users();
     w.put_u32(ea::HANDLE, e.handle)?;
     w.put_u64(ea::SECTORS, e.sectors(), ea::PAD)?;
-    w.put_u32(ea::LOGICAL_BLOCK_SIZE, e.logical_block_size())?;
+    w.put_u32(ea::LOGICAL_BLOCK_SIZE, e.logical_block_size())
+}
+
+/// Writes an export's attributes.
+fn fill_export(w: &mut Writer<'_>, e: &Export) -> Result {
+    fill_export_id(w, e)?;
+    let (users, rw) = e.users();
     w.put_u32(ea::USERS, u32::try_from(users).unwrap_or(u32::MAX))?;
     w.put_u32(ea::RW_USERS, u32::try_from(rw).unwrap_or(u32::MAX))?;
     w.put_u32(ea::INFLIGHT, e.inflight())?;
@@ -126,6 +128,7 @@ pub(crate) fn export_add_doit(req: &mut Request<'_>) -> Result {
         export.path,
         export.sectors()
     );
+    export_event(nl::cmd::EXPORT_ADD_NTF, &export);
     let mut reply = req.reply_sized(ENTRY_SIZE)?;
     fill_export(&mut reply.writer(), &export)?;
     reply.send()
@@ -135,10 +138,14 @@ pub(crate) fn export_add_doit(req: &mut Request<'_>) -> Result {
 pub(crate) fn export_del_doit(req: &mut Request<'_>) -> Result {
     let state = State::get()?;
     let name = export_name(req, ea::NAME)?;
+    let export = state.target.find(&name);
     match state.target.delete(&name, req.has(ea::FORCE)) {
         Ok(()) => {
             crate::module_put();
             pr_info!("export {}: deleted\n", name);
+            if let Some(e) = export {
+                export_event(nl::cmd::EXPORT_DEL_NTF, &e);
+            }
             Ok(())
         }
         Err(e) => {
@@ -168,6 +175,7 @@ pub(crate) fn export_resize_doit(req: &mut Request<'_>) -> Result {
         return Err(e);
     }
     let export = state.target.find(&name).ok_or(ENOENT)?;
+    export_event(nl::cmd::EXPORT_RESIZE_NTF, &export);
     let mut reply = req.reply_sized(ENTRY_SIZE)?;
     fill_export(&mut reply.writer(), &export)?;
     reply.send()
@@ -189,31 +197,38 @@ pub(crate) fn export_get_dumpit(dump: &mut Dump<'_>) -> Result {
 
 /// Writes a mapping's attributes.
 fn fill_map(w: &mut Writer<'_>, m: &Mapping) -> Result {
+    fill_map_id(w, m, m.sectors())?;
+    put_stats(w, ma::STATS, m.stats())
+}
+
+/// Writes what identifies a mapping, its capacity (`sectors`) and state
+/// (an event's attributes).
+fn fill_map_id(w: &mut Writer<'_>, m: &Mapping, sectors: u64) -> Result {
     w.put_u32(ma::INDEX, m.index)?;
     let (addr, port) = m.peer_addr();
     w.put_bytes(ma::ADDR, addr)?;
     w.put_u16(ma::PORT, port)?;
-    let mut name = [0u8; crate::wire::NAME_MAX + 1];
-    name[..m.export.as_bytes().len()].copy_from_slice(m.export.as_bytes());
-    w.put_str(
-        ma::EXPORT,
-        CStr::from_bytes_until_nul(&name).map_err(|_| EINVAL)?,
-    )?;
+    put_name(w, ma::EXPORT, &m.export)?;
     if m.read_only() {
         w.put_flag(ma::READ_ONLY)?;
     }
     w.put_str(ma::DISK, m.disk_name())?;
     w.put_u32(ma::SESSION, m.session_id())?;
-    w.put_u64(ma::SECTORS, m.sectors(), ma::PAD)?;
-    w.put_u32(
-        ma::STATE,
-        if m.is_dead() {
-            ma::STATE_DEAD
-        } else {
-            ma::STATE_UP
-        },
-    )?;
-    put_stats(w, ma::STATS, m.stats())
+    put_change(w, sectors, m.is_dead())
+}
+
+/// Multicasts event `cmd` (`ferry_blk_nl::cmd::EXPORT_*`) of export `e`.
+/// As [`crate::events::map_changed`], an event that cannot be sent is
+/// lost. Sleeps.
+pub(crate) fn export_event(cmd: u32, e: &Export) {
+    let _ = nl::notify(cmd, EVENT_SIZE, |w| fill_export_id(w, e));
+}
+
+/// Multicasts event `cmd` (`ferry_blk_nl::cmd::MAP_ADD_NTF` or
+/// `MAP_DEL_NTF`) of mapping `m`, whose disk has (or had, before it was
+/// deleted) `sectors`; as [`export_event`].
+pub(crate) fn map_event(cmd: u32, m: &Mapping, sectors: u64) {
+    let _ = nl::notify(cmd, EVENT_SIZE, |w| fill_map_id(w, m, sectors));
 }
 
 /// `map-add`: map another host's export.
@@ -287,7 +302,10 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
         }
     };
     let mut reply = req.reply_sized(ENTRY_SIZE)?;
-    state.with_map(mapping, |m| fill_map(&mut reply.writer(), m))?;
+    state.with_map(mapping, |m| {
+        map_event(nl::cmd::MAP_ADD_NTF, m, m.sectors());
+        fill_map(&mut reply.writer(), m)
+    })?;
     reply.send()
 }
 

@@ -96,6 +96,10 @@ static const struct genl_split_ops ferry_blk_nl_ops[] = {
 	},
 };
 
+static const struct genl_multicast_group ferry_blk_nl_mcgrps[] = {
+	[FERRY_BLK_NLGRP_EVENTS] = { "events", },
+};
+
 struct genl_family ferry_blk_nl_family __ro_after_init = {
 	.name		= FERRY_BLK_FAMILY_NAME,
 	.version	= FERRY_BLK_FAMILY_VERSION,
@@ -104,4 +108,6 @@ struct genl_family ferry_blk_nl_family __ro_after_init = {
 	.module		= THIS_MODULE,
 	.split_ops	= ferry_blk_nl_ops,
 	.n_split_ops	= ARRAY_SIZE(ferry_blk_nl_ops),
+	.mcgrps		= ferry_blk_nl_mcgrps,
+	.n_mcgrps	= ARRAY_SIZE(ferry_blk_nl_mcgrps),
 };

@@ -23,6 +23,10 @@ int ferry_blk_nl_map_del_doit(struct sk_buff *skb, struct genl_info *info);
 int ferry_blk_nl_map_get_dumpit(struct sk_buff *skb,
 				struct netlink_callback *cb);
 
+enum {
+	FERRY_BLK_NLGRP_EVENTS,
+};
+
 extern struct genl_family ferry_blk_nl_family;
 
 #endif /* _LINUX_FERRY_BLK_GEN_H */

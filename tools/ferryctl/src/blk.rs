@@ -288,6 +288,60 @@ fn decode_map(p: &[u8]) -> Result<Value, Error> {
     Ok(Value::Object(o))
 }
 
+/// A `ferry-blk` notification (`ferryctl monitor`): its event's name, the
+/// object (as `blk show` has it, without `kind`), and its line of text;
+/// `None` for a command this ferryctl does not know (a newer kernel's).
+pub fn event(cmd: u8, payload: &[u8]) -> Result<Option<(&'static str, Value, String)>, Error> {
+    let (name, export) = match u32::from(cmd) {
+        FERRY_BLK_CMD_EXPORT_ADD_NTF => ("blk-export-add", true),
+        FERRY_BLK_CMD_EXPORT_DEL_NTF => ("blk-export-del", true),
+        FERRY_BLK_CMD_EXPORT_RESIZE_NTF => ("blk-export-resize", true),
+        FERRY_BLK_CMD_MAP_ADD_NTF => ("blk-map-add", false),
+        FERRY_BLK_CMD_MAP_DEL_NTF => ("blk-map-del", false),
+        FERRY_BLK_CMD_MAP_CHANGE_NTF => ("blk-map-change", false),
+        _ => return Ok(None),
+    };
+    let mut v = if export {
+        decode_export(payload)?
+    } else {
+        decode_map(payload)?
+    };
+    let first = if export { "name" } else { "disk" };
+    if v.get(first).is_none() {
+        return Err(Error::Protocol(format!("{name} event without {first}")));
+    }
+    if let Value::Object(o) = &mut v {
+        o.remove("kind");
+        // A change says nothing of access: no default either.
+        if u32::from(cmd) == FERRY_BLK_CMD_MAP_CHANGE_NTF {
+            o.remove("read_only");
+        }
+    }
+    // "blk export add NAME path P ..." or "blk map change DISK export E ...".
+    let mut text = format!("{} {}", name.replace('-', " "), plain(&v[first]));
+    for k in [
+        "path", "addr", "port", "export", "sectors", "state", "session",
+    ] {
+        if let Some(x) = v.get(k) {
+            text += &format!(" {k} {}", plain(x));
+        }
+    }
+    for (k, word) in [("read_only", "ro"), ("shared", "shared")] {
+        if v.get(k) == Some(&json!(true)) {
+            text += &format!(" {word}");
+        }
+    }
+    Ok(Some((name, v, text)))
+}
+
+/// A JSON value as text: strings without their quotes.
+fn plain(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        v => v.to_string(),
+    }
+}
+
 /// One line of text for an export or a mapping.
 fn to_text(v: &Value, with_stats: bool) -> String {
     let get = |k: &str| {

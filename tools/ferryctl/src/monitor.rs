@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //! `ferryctl monitor`: prints ferry's notifications (the `events` multicast
-//! group) as they arrive, one line each, until killed.
+//! group), and ferry_blk's when it is loaded (its family's `events` group),
+//! as they arrive, one line each, until killed.
 
 use std::io::{self, Write};
 
@@ -54,15 +55,31 @@ impl DeviceEvent {
     }
 }
 
+/// The family a notification came from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Source {
+    /// `ferry`: sessions and devices.
+    Ferry,
+    /// `ferry-blk`: exports and mappings.
+    Blk,
+}
+
 /// One notification, rendered: the text line, or the JSON object's line.
 /// `None` for a command this ferryctl does not know (a newer kernel's).
 pub fn render(
+    source: Source,
     cmd: u8,
     payload: &[u8],
     json: bool,
     pretty: bool,
     stats: bool,
 ) -> Result<Option<String>, Error> {
+    if source == Source::Blk {
+        return match crate::blk::event(cmd, payload)? {
+            Some((event, obj, text)) => line(event, obj, text, json, pretty).map(Some),
+            None => Ok(None),
+        };
+    }
     let (event, obj, text) = match u32::from(cmd) {
         FERRY_CMD_SESSION_NTF => {
             let s = Session::decode(payload)?;
@@ -84,8 +101,13 @@ pub fn render(
         }
         _ => return Ok(None),
     };
+    line(event, obj, text, json, pretty).map(Some)
+}
+
+/// An event's line: `text`, or the JSON object of `event` and `obj`'s keys.
+fn line(event: &str, obj: Value, text: String, json: bool, pretty: bool) -> Result<String, Error> {
     if !json {
-        return Ok(Some(text));
+        return Ok(text);
     }
     // "event" first, then the object's own keys.
     let mut o = Map::new();
@@ -99,30 +121,46 @@ pub fn render(
     } else {
         serde_json::to_string(&v)
     };
-    s.map(Some)
-        .map_err(|e| Error::Protocol(format!("cannot encode JSON: {e}")))
+    s.map_err(|e| Error::Protocol(format!("cannot encode JSON: {e}")))
 }
 
-/// Subscribes to `events` and prints every notification until killed (or
-/// until standard output is closed, which ends it quietly).
+/// Subscribes to `events` (and ferry_blk's, when it is loaded: a ferry_blk
+/// loaded later is not followed) and prints every notification until
+/// killed (or until standard output is closed, which ends it quietly).
 pub fn run(ctx: &mut Ctx, json: bool, pretty: bool) -> Result<(), CliError> {
     let family = ctx.family()?;
     let group = ctx.mcast_group(FERRY_MCGRP_EVENTS)?;
-    ctx.sock
-        .subscribe(group)
-        .map_err(|e| CliError::Kernel(e, |_| None))?;
+    let kernel = |e| CliError::Kernel(e, |_| None);
+    ctx.sock.subscribe(group).map_err(kernel)?;
+    let mut families = vec![family];
+    let blk = ctx.sock.family(FERRY_BLK_FAMILY_NAME).ok();
+    if let Some(b) = &blk {
+        let group = b.group(FERRY_BLK_MCGRP_EVENTS).ok_or_else(|| {
+            kernel(Error::NoGroup(
+                FERRY_BLK_FAMILY_NAME.into(),
+                FERRY_BLK_MCGRP_EVENTS.into(),
+            ))
+        })?;
+        ctx.sock.subscribe(group).map_err(kernel)?;
+        families.push(b.id);
+    }
     let stdout = io::stdout();
     loop {
-        let events = match ctx.sock.events(family) {
+        let events = match ctx.sock.events(&families) {
             Ok(ev) => ev,
             Err(Error::Io(e)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                 eprintln!("Warning: notifications were lost (receive buffer overrun)");
                 continue;
             }
-            Err(e) => return Err(CliError::Kernel(e, |_| None)),
+            Err(e) => return Err(kernel(e)),
         };
         for ev in events {
-            match render(ev.cmd, &ev.payload, json, pretty, ctx.stats) {
+            let source = if ev.family == family {
+                Source::Ferry
+            } else {
+                Source::Blk
+            };
+            match render(source, ev.cmd, &ev.payload, json, pretty, ctx.stats) {
                 Ok(Some(line)) => {
                     // A line at a time, flushed: a reader on a pipe sees each
                     // event as it happens.
@@ -152,7 +190,9 @@ mod tests {
     }
 
     fn render_ok(cmd: u32, p: &[u8], json: bool) -> String {
-        render(cmd as u8, p, json, false, false).unwrap().unwrap()
+        render(Source::Ferry, cmd as u8, p, json, false, false)
+            .unwrap()
+            .unwrap()
     }
 
     #[test]
@@ -176,6 +216,7 @@ mod tests {
         );
         let no_name = Builder::new().u32(FERRY_A_DEVICE_EVENT_INDEX, 2);
         assert!(render(
+            Source::Ferry,
             FERRY_CMD_DEVICE_ADD_NTF as u8,
             no_name.bytes(),
             false,
@@ -204,20 +245,90 @@ mod tests {
         assert_eq!(v["state"], "reconnecting");
         assert_eq!(v["channel_list"].as_array().unwrap().len(), 2);
         assert!(v.get("stats").is_none());
-        let with_stats = render(FERRY_CMD_SESSION_NTF as u8, &p, true, false, true)
-            .unwrap()
-            .unwrap();
+        let with_stats = render(
+            Source::Ferry,
+            FERRY_CMD_SESSION_NTF as u8,
+            &p,
+            true,
+            false,
+            true,
+        )
+        .unwrap()
+        .unwrap();
         let v: Value = serde_json::from_str(&with_stats).unwrap();
         assert_eq!(v["stats"]["rx_msgs"], 10);
     }
 
     #[test]
     fn unknown_commands_are_skipped() {
-        assert_eq!(render(200, &[], false, false, false).unwrap(), None);
         assert_eq!(
-            render(FERRY_CMD_SESSION_GET as u8 + 100, &[], true, false, false).unwrap(),
+            render(Source::Ferry, 200, &[], false, false, false).unwrap(),
             None
         );
+        assert_eq!(
+            render(
+                Source::Ferry,
+                FERRY_CMD_SESSION_GET as u8 + 100,
+                &[],
+                true,
+                false,
+                false
+            )
+            .unwrap(),
+            None
+        );
+        assert_eq!(
+            render(Source::Blk, 200, &[], false, false, false).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn blk_events() {
+        let export = Builder::new()
+            .str(FERRY_BLK_A_EXPORT_NAME, "ram0")
+            .str(FERRY_BLK_A_EXPORT_PATH, "/dev/nullb0")
+            .flag(FERRY_BLK_A_EXPORT_READ_ONLY)
+            .u64(FERRY_BLK_A_EXPORT_SECTORS, 2048);
+        let ntf = |cmd: u32, p: &Builder, json| {
+            render(Source::Blk, cmd as u8, p.bytes(), json, false, false)
+                .unwrap()
+                .unwrap()
+        };
+        assert_eq!(
+            ntf(FERRY_BLK_CMD_EXPORT_ADD_NTF, &export, false),
+            "blk export add ram0 path /dev/nullb0 sectors 2048 ro"
+        );
+        let v: Value =
+            serde_json::from_str(&ntf(FERRY_BLK_CMD_EXPORT_DEL_NTF, &export, true)).unwrap();
+        assert_eq!(v["event"], "blk-export-del");
+        assert_eq!(v["sectors"], 2048);
+        assert!(v.get("kind").is_none());
+        let change = Builder::new()
+            .u32(FERRY_BLK_A_MAP_INDEX, 0)
+            .str(FERRY_BLK_A_MAP_EXPORT, "ram0")
+            .str(FERRY_BLK_A_MAP_DISK, "ferryblk0")
+            .u64(FERRY_BLK_A_MAP_SECTORS, 4096)
+            .u32(FERRY_BLK_A_MAP_STATE, FERRY_BLK_MAP_STATE_DEAD);
+        assert_eq!(
+            ntf(FERRY_BLK_CMD_MAP_CHANGE_NTF, &change, false),
+            "blk map change ferryblk0 export ram0 sectors 4096 state dead"
+        );
+        let v: Value =
+            serde_json::from_str(&ntf(FERRY_BLK_CMD_MAP_CHANGE_NTF, &change, true)).unwrap();
+        assert_eq!(v["state"], "dead");
+        assert!(v.get("read_only").is_none());
+        // Without the disk's name, it is malformed.
+        let bare = Builder::new().u32(FERRY_BLK_A_MAP_INDEX, 0);
+        assert!(render(
+            Source::Blk,
+            FERRY_BLK_CMD_MAP_ADD_NTF as u8,
+            bare.bytes(),
+            false,
+            false,
+            false
+        )
+        .is_err());
     }
 
     #[test]

@@ -217,6 +217,8 @@ impl Family {
 /// genetlink header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
+    /// The family that sent it.
+    pub family: u16,
     pub cmd: u8,
     pub payload: Vec<u8>,
 }
@@ -327,12 +329,12 @@ impl Socket {
         Ok(())
     }
 
-    /// Waits for the next datagram and returns the notifications of `family`
-    /// in it. An overrun (the kernel dropped notifications because the receive
+    /// Waits for the next datagram and returns the notifications of the
+    /// `families` in it. An overrun (the kernel dropped notifications because the receive
     /// buffer was full) is `Error::Io` with `ENOBUFS`; the socket stays usable.
-    pub fn events(&mut self, family: u16) -> Result<Vec<Event>, Error> {
+    pub fn events(&mut self, families: &[u16]) -> Result<Vec<Event>, Error> {
         let n = self.recv()?;
-        parse_events(&self.buf[..n], family)
+        parse_events(&self.buf[..n], families)
     }
 
     /// Receives one datagram into `buf`, retrying on `EINTR`; returns its length.
@@ -466,7 +468,7 @@ fn parse_datagram(
 }
 
 /// The messages of `family` in a datagram of notifications; others are skipped.
-fn parse_events(mut data: &[u8], family: u16) -> Result<Vec<Event>, Error> {
+fn parse_events(mut data: &[u8], families: &[u16]) -> Result<Vec<Event>, Error> {
     let short = || Error::Protocol("truncated netlink message".into());
     let mut events = Vec::new();
     while !data.is_empty() {
@@ -477,12 +479,13 @@ fn parse_events(mut data: &[u8], family: u16) -> Result<Vec<Event>, Error> {
         }
         let msg = &data[..len];
         data = &data[len.next_multiple_of(4).min(data.len())..];
-        if ty != family {
+        if !families.contains(&ty) {
             continue;
         }
         let cmd = *msg.get(NLMSG_HDRLEN).ok_or_else(short)?;
         let payload = msg.get(NLMSG_HDRLEN + GENL_HDRLEN..).ok_or_else(short)?;
         events.push(Event {
+            family: ty,
             cmd,
             payload: payload.to_vec(),
         });
@@ -669,19 +672,27 @@ mod tests {
     }
 
     #[test]
-    fn events_of_the_family_only() {
+    fn events_of_the_families_only() {
         let mut dgram = nlmsg(0x20, 0, 0, &[7, 1, 0, 0, 8, 0, 1, 0, 3, 0, 0, 0]);
         dgram.extend(nlmsg(0x21, 0, 0, &[1, 1, 0, 0]));
+        dgram.extend(nlmsg(0x22, 0, 0, &[2, 1, 0, 0]));
         dgram.extend(nlmsg(0x20, 0, 0, &[8, 1, 0, 0]));
-        let ev = parse_events(&dgram, 0x20).unwrap();
+        let ev = parse_events(&dgram, &[0x20, 0x22]).unwrap();
         assert_eq!(
             ev,
             vec![
                 Event {
+                    family: 0x20,
                     cmd: 7,
                     payload: vec![8, 0, 1, 0, 3, 0, 0, 0]
                 },
                 Event {
+                    family: 0x22,
+                    cmd: 2,
+                    payload: vec![]
+                },
+                Event {
+                    family: 0x20,
                     cmd: 8,
                     payload: vec![]
                 },
@@ -689,7 +700,7 @@ mod tests {
         );
         let mut bad = nlmsg(0x20, 0, 0, &[7, 1, 0, 0]);
         bad.truncate(18);
-        assert!(parse_events(&bad, 0x20).is_err());
+        assert!(parse_events(&bad, &[0x20]).is_err());
     }
 
     #[test]

@@ -41,6 +41,25 @@ def show(t, vm):
     return t.ferryctl_json(vm, '-s blk show')
 
 
+def monitor_start(t, vm):
+    """Starts `ferryctl -j monitor` in the background (ferry_blk loaded)."""
+    vm.run(f'({t.ferryctl} -j monitor > /tmp/mon.log 2>&1 &) ; sleep 1')
+
+
+def monitor_stop(vm):
+    """Stops the monitor: the events it printed (dicts), in order."""
+    vm.run('sleep 1; pkill -f "[f]erryctl -j monitor"; sleep 0.5')
+    out = vm.run('cat /tmp/mon.log; rm -f /tmp/mon.log').out
+    return [json.loads(line) for line in out.splitlines() if line.startswith('{')]
+
+
+def blk_events(events):
+    """The ferry_blk events among `events`: (event, name or disk, sectors,
+    state)."""
+    return [(e['event'], e.get('name', e.get('disk')), e.get('sectors'), e.get('state'))
+            for e in events if e['event'].startswith('blk-')]
+
+
 @case(timeout=300)
 def blk_map_verify(t):
     """A loop device is exported and mapped back over ferry: the disk's
@@ -310,9 +329,13 @@ def fio_background(t, vm, disk, log):
     vm.run(f'(fio --name=bg --filename={disk} --direct=1 --ioengine=libaio --rw=randrw '
            f'--bsrange=4k-256k --iodepth=16 --numjobs=2 --size=32M --time_based --runtime=60 '
            f'> {log} 2>&1; echo $? > {log}.rc) >/dev/null 2>&1 &')
-    vm.run(f'sleep {3 * t.slow}')
-    t.require(vm.run('pgrep -x fio', check=False).rc == 0, f'fio is not running: '
-              f'{vm.run(f"cat {log}", check=False).out[-400:]!r}')
+    name = disk.removeprefix('/dev/')
+
+    # (The disk's partitions were read when it was added: fio writes.)
+    def busy():
+        m = [x for x in show(t, vm) if x['kind'] == 'map' and x['disk'] == name][0]['stats']
+        return m['writes'] > 0
+    t.until(busy, 30 * t.slow, f'fio writing to {disk}')
 
 
 def fio_ended(t, vm, log):
@@ -337,7 +360,8 @@ def blk_forced(t):
     vm.wait_for(f'test -b {disk}', timeout=30)
     fio_background(t, vm, disk, '/tmp/fio1.log')
     r = vm.run(f'{t.ferryctl} blk unmap {disk}', check=False)
-    t.check(r.rc == 2 and 'open' in r.err, f'unmapping a disk in use without force: {r}')
+    t.require(r.rc == 2 and 'open' in r.err, f'unmapping a disk in use without force: {r}; '
+              f'fio: {vm.run("pgrep -a fio; tail -5 /tmp/fio1.log", check=False).out!r}')
     vm.run(f'timeout {30 * t.slow} {t.ferryctl} blk unmap {disk} force')
     rc = fio_ended(t, vm, '/tmp/fio1.log')
     t.log(f'fio after the forced unmap: rc {rc}, '
@@ -350,6 +374,7 @@ def blk_forced(t):
     disk = '/dev/' + t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export f0 channels 2')[0]['disk']
     vm.wait_for(f'test -b {disk}', timeout=30)
     fio_background(t, vm, disk, '/tmp/fio2.log')
+    monitor_start(t, vm)
     r = vm.run(f'{t.ferryctl} blk export del f0', check=False)
     t.check(r.rc == 2 and 'mapped' in r.err, f'deleting a mapped export without force: {r}')
     vm.run(f'timeout {30 * t.slow} {t.ferryctl} blk export del f0 force')
@@ -361,6 +386,12 @@ def blk_forced(t):
     t.check(len(maps) == 1 and maps[0]['state'] != 'up', f'the mapping after the export went: {maps}')
     vm.run(f'timeout {30 * t.slow} {t.ferryctl} blk unmap {disk}')
     t.eq(show(t, vm), [], 'nothing left')
+    # (The client may hear of the deletion before the target's command
+    # returns: the first two in either order.)
+    events = [e[:1] + e[3:] for e in blk_events(monitor_stop(vm))]
+    events[:2] = sorted(events[:2])
+    t.eq(events, [('blk-export-del', None), ('blk-map-change', 'dead'), ('blk-map-del', 'dead')],
+         'events of the forced export del')
     vm.run('rm -f /tmp/fio1.log* /tmp/fio2.log*')
     blk_teardown(t, vm, loop)
 
@@ -415,6 +446,7 @@ def blk_access_resize(t):
     back identical."""
     vm = t.vm
     loop = blk_setup(t, vm)
+    monitor_start(t, vm)
     vm.run(f'{t.ferryctl} blk export add ro0 path {loop} ro')
     disk = '/dev/' + t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export ro0 ro')[0]['disk']
     vm.wait_for(f'test -b {disk}', timeout=30)
@@ -448,4 +480,25 @@ def blk_access_resize(t):
     vm.run(f'{t.ferryctl} blk unmap {first}')
     vm.run(f'{t.ferryctl} blk export del rw0')
     vm.run('rm -f /dev/shm/pattern')
+    # Every step was told to the monitor, in order.
+    small, big = 64 * MIB // 512, 96 * MIB // 512
+    ro_disk, first, second = (d.removeprefix('/dev/') for d in (disk, first, second))
+    events = blk_events(monitor_stop(vm))
+    # The client hears of the resize while the target's command returns:
+    # either event may come first.
+    events[8:10] = sorted(events[8:10])
+    t.eq(events, [
+        ('blk-export-add', 'ro0', small, None),
+        ('blk-map-add', ro_disk, small, 'up'),
+        ('blk-map-del', ro_disk, small, 'up'),
+        ('blk-export-del', 'ro0', small, None),
+        ('blk-export-add', 'rw0', small, None),
+        ('blk-map-add', first, small, 'up'),
+        ('blk-map-add', second, small, 'up'),
+        ('blk-map-del', second, small, 'up'),
+        ('blk-export-resize', 'rw0', big, None),
+        ('blk-map-change', first, big, 'up'),
+        ('blk-map-del', first, big, 'up'),
+        ('blk-export-del', 'rw0', big, None),
+    ], 'ferryctl monitor\'s events')
     blk_teardown(t, vm, loop)
