@@ -50,7 +50,7 @@ use kernel::{
     error::to_result,
     page::PAGE_SIZE,
     prelude::*,
-    sync::{Arc, ArcBorrow},
+    sync::{Arc, ArcBorrow, SetOnce},
 };
 
 use super::{
@@ -193,6 +193,10 @@ pub struct QpConfig {
     /// One allocation per message buffer even where the device could
     /// scatter a buffer over its pages (see [`Area`]).
     pub whole_buffers: bool,
+    /// Only the first buffer of each direction is made now, the others by
+    /// [`Qp::grow`]: a server's connection holds one buffer each way until
+    /// its peer's hello is accepted.
+    pub first_buffers_only: bool,
 }
 
 /// The most scatter entries a message buffer takes: the largest buffer a
@@ -464,6 +468,66 @@ impl Area {
     }
 }
 
+/// The message buffers of one direction: buffer 0 in an [`Area`] of its
+/// own, the others in a second one, made with it or later ([`Qp::grow`]).
+struct Buffers {
+    first: Area,
+    rest: SetOnce<Area>,
+    /// Buffers in all, and the scatter entries the device takes per work
+    /// request (what the second area is made with).
+    count: usize,
+    max_sge: usize,
+}
+
+impl Buffers {
+    /// `count` buffers of `len` bytes (see [`Area::new`]); only the first
+    /// unless `all`.
+    fn new(
+        device: &Registered,
+        count: usize,
+        len: usize,
+        dir: bindings::dma_data_direction,
+        max_sge: usize,
+        all: bool,
+    ) -> Result<Self> {
+        let b = Self {
+            first: Area::new(device, 1, len, dir, max_sge)?,
+            rest: SetOnce::new(),
+            count,
+            max_sge,
+        };
+        if all {
+            b.grow()?;
+        }
+        Ok(b)
+    }
+
+    /// Makes the buffers after the first if they are not there yet;
+    /// returns whether it made them (of two callers at once, one's are
+    /// kept, the other's freed).
+    fn grow(&self) -> Result<bool> {
+        if self.count <= 1 || self.rest.as_ref().is_some() {
+            return Ok(false);
+        }
+        let a = &self.first;
+        let rest = Area::new(&a.device, self.count - 1, a.len, a.dir, self.max_sge)?;
+        Ok(self.rest.populate(rest))
+    }
+
+    /// Buffer `i`'s area and its index there; `None` for one not made yet.
+    fn get(&self, i: usize) -> Option<(&Area, usize)> {
+        match i.checked_sub(1) {
+            None => Some((&self.first, 0)),
+            Some(j) => self.rest.as_ref().map(|a| (a, j)),
+        }
+    }
+
+    /// The scatter entries a whole buffer takes.
+    fn sges(&self) -> usize {
+        self.first.sges()
+    }
+}
+
 /// Splits the `n` bytes from byte `at` of an area at its page boundaries:
 /// `f` gets each piece's page, offset in the page and length.
 fn page_pieces(mut at: usize, n: usize, mut f: impl FnMut(usize, usize, usize)) {
@@ -543,8 +607,8 @@ struct Inner<H: Completion> {
     handler: Arc<H>,
     cqes: KVVec<Cqe<H>>,
     /// The receive slots' buffers, then the send slots'.
-    rx: Area,
-    tx: Area,
+    rx: Buffers,
+    tx: Buffers,
     /// One per receive slot (send slots follow the ring).
     busy: KVec<AtomicBool>,
     recv_slots: u32,
@@ -696,7 +760,8 @@ impl<H: Completion> Qp<H> {
         let cq = Cq::new(device, rq + sq, cfg.comp_vector, ctx, owner)?;
         let total = (cfg.recv_slots + cfg.send_slots) as usize;
         let buf = cfg.buf_size as usize;
-        let rx = Area::new(
+        let all = !cfg.first_buffers_only;
+        let rx = Buffers::new(
             device,
             cfg.recv_slots as usize,
             buf,
@@ -706,8 +771,9 @@ impl<H: Completion> Qp<H> {
             } else {
                 caps.max_recv_sge as usize
             },
+            all,
         )?;
-        let tx = Area::new(
+        let tx = Buffers::new(
             device,
             cfg.send_slots as usize,
             buf,
@@ -717,6 +783,7 @@ impl<H: Completion> Qp<H> {
             } else {
                 send_sge as usize
             },
+            all,
         )?;
         let mut busy = KVec::with_capacity(cfg.recv_slots as usize, GFP_KERNEL)?;
         for _ in 0..cfg.recv_slots {
@@ -854,6 +921,17 @@ impl<H: Completion> Qp<H> {
     /// The number of receive slots.
     pub fn recv_slots(&self) -> u32 {
         self.inner.recv_slots
+    }
+
+    /// Makes the message buffers that a QP built with
+    /// [`QpConfig::first_buffers_only`] went without, both ways; returns
+    /// whether it made them (`false`: they were there). Posting the receive
+    /// slots after the first is the caller's. Until then a receive slot or
+    /// send after the first fails with `EAGAIN`. Sleeps.
+    pub fn grow(&self) -> Result<bool> {
+        let made = self.inner.rx.grow()?;
+        self.inner.tx.grow()?;
+        Ok(made)
     }
 
     /// Applies `attr` under `mask` (`ib_modify_qp`).
@@ -1128,20 +1206,14 @@ impl<H: Completion> Inner<H> {
         }
     }
 
-    /// Slot `slot`'s area and its index there.
-    fn buf(&self, slot: u32) -> (&Area, usize) {
+    /// Slot `slot`'s area and its index there; `EAGAIN` for a buffer not
+    /// made yet (see [`Qp::grow`]).
+    fn buf(&self, slot: u32) -> Result<(&Area, usize)> {
         match slot.checked_sub(self.recv_slots) {
-            None => (&self.rx, slot as usize),
-            Some(i) => (&self.tx, i as usize),
+            None => self.rx.get(slot as usize),
+            Some(i) => self.tx.get(i as usize),
         }
-    }
-
-    /// The scatter list of slot `slot`'s first `len` bytes, in `sges`;
-    /// returns its length.
-    fn sges(&self, slot: u32, len: usize, sges: &mut [bindings::ib_sge; MAX_BUF_SGES]) -> c_int {
-        let (area, i) = self.buf(slot);
-        // CAST: at most `MAX_BUF_SGES`.
-        area.sges_of(i, len, self.pd.local_dma_lkey(), sges) as c_int
+        .ok_or(EAGAIN)
     }
 
     fn cqe(&self, slot: u32) -> *mut bindings::ib_cqe {
@@ -1185,8 +1257,16 @@ impl<H: Completion> Inner<H> {
 
     /// Posts receive slot `slot`, which the caller has claimed.
     fn post_recv_claimed(&self, slot: u32) -> Result {
+        let (area, i) = match self.buf(slot) {
+            Ok(b) => b,
+            Err(e) => {
+                self.release(slot);
+                return Err(e);
+            }
+        };
         let mut sges = [bindings::ib_sge::default(); MAX_BUF_SGES];
-        let num_sge = self.sges(slot, self.rx.len, &mut sges);
+        // CAST: at most `MAX_BUF_SGES`.
+        let num_sge = area.sges_of(i, area.len, self.pd.local_dma_lkey(), &mut sges) as c_int;
         let mut wr = bindings::ib_recv_wr {
             sg_list: sges.as_mut_ptr(),
             num_sge,
@@ -1232,7 +1312,7 @@ impl<H: Completion> Inner<H> {
                 bindings::ferry_helper_ib_post_send(self.qp.as_ptr(), &wr.wr)
             });
         }
-        let (area, i) = self.buf(slot);
+        let (area, i) = self.buf(slot)?;
         // SAFETY: The slot's last send has completed (it is behind `tail`) and
         // the caller holds the QP's one `&mut SendRing`, so neither the device
         // nor another thread reads or writes its buffer; the buffer is
@@ -1244,7 +1324,8 @@ impl<H: Completion> Inner<H> {
         }
         area.sync_for_device(i, len);
         let mut sges = [bindings::ib_sge::default(); MAX_BUF_SGES];
-        let num_sge = self.sges(slot, len, &mut sges);
+        // CAST: at most `MAX_BUF_SGES`.
+        let num_sge = area.sges_of(i, len, self.pd.local_dma_lkey(), &mut sges) as c_int;
         let mut wr = bindings::ib_send_wr {
             sg_list: sges.as_mut_ptr(),
             num_sge,
@@ -1306,7 +1387,11 @@ impl<H: Completion> Inner<H> {
             H::send_done(self.handler.as_arc_borrow(), slot, &w);
             return;
         }
-        let (area, i) = self.buf(slot);
+        // A posted slot's buffer exists: posting needed it.
+        let Ok((area, i)) = self.buf(slot) else {
+            self.release(slot);
+            return;
+        };
         let len = if w.ok() {
             (wc.byte_len as usize).min(area.len)
         } else {

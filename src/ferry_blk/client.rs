@@ -146,11 +146,16 @@ impl Operations for Blk {
         mut rq: Owned<Self>,
         _last: bool,
     ) -> Queued<Self> {
+        // A request that fails here is counted as one that failed.
+        let failed = |rq, e| {
+            shared.stats.failed_unsent();
+            Queued::Failed(rq, e)
+        };
         if shared.dead.load(Acquire) {
-            return Queued::Failed(rq, EIO);
+            return failed(rq, EIO);
         }
         let Some(session) = shared.session.as_ref() else {
-            return Queued::Failed(rq, EIO);
+            return failed(rq, EIO);
         };
         if !shared.ready.load(Acquire) {
             // Reconnecting (the queues are being quiesced): soon again.
@@ -163,7 +168,7 @@ impl Operations for Blk {
             rq.sector(),
             rq.bytes(),
         ) else {
-            return Queued::Failed(rq, EOPNOTSUPP);
+            return failed(rq, EOPNOTSUPP);
         };
         let (op, fua) = match io.op {
             IoOp::Read => (Op::Read, false),
@@ -188,7 +193,7 @@ impl Operations for Blk {
         // Never allocates: the header's room was made with the request.
         if req.set_header(&io.encode(), GFP_ATOMIC).is_err() {
             rq.pdu_mut().req = Some(req);
-            return Queued::Failed(rq, EIO);
+            return failed(rq, EIO);
         }
         let tag = rq.tag();
         match io.op {
@@ -203,7 +208,7 @@ impl Operations for Blk {
                 }
                 Err(mut rq) => {
                     rq.pdu_mut().req = Some(req);
-                    return Queued::Failed(rq, EIO);
+                    return failed(rq, EIO);
                 }
             },
             _ => req.ctx.rq = Some(rq),
@@ -226,7 +231,7 @@ impl Operations for Blk {
                     // parked the request).
                     Queued::Busy(rq)
                 } else {
-                    Queued::Failed(rq, e)
+                    failed(rq, e)
                 }
             }
         }

@@ -57,6 +57,11 @@ impl IoStats {
         }
     }
 
+    /// Counts an operation that failed before it was sent.
+    pub(crate) fn failed_unsent(&self) {
+        self.failed.fetch_add(1, Relaxed);
+    }
+
     /// Counts an operation refused as invalid.
     pub(crate) fn refused(&self, _why: Refusal) {
         self.refused.fetch_add(1, Relaxed);

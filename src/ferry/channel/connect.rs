@@ -108,8 +108,9 @@ impl<O: Owner> Channel<O> {
     }
 
     /// Creates the QP on the device `id` is bound to, moves it to INIT and
-    /// posts every receive buffer; the channel's request state (with its
-    /// registered regions) comes with it.
+    /// posts every receive buffer it has (a server's: the first, for the
+    /// hello); the channel's request state (with its registered regions)
+    /// comes with it.
     pub(super) fn create_qp(
         self: &Arc<Self>,
         id: &Locked<'_>,
@@ -141,6 +142,10 @@ impl<O: Owner> Channel<O> {
             tags: p.queue_depth,
             port: id.port_num(),
             whole_buffers: crate::params::whole_buffers(),
+            // A server's connection holds one message buffer each way until
+            // the client's hello is accepted (see `Channel::receive`): the
+            // hello is the one message a client sends before the reply.
+            first_buffers_only: self.session.role() == Role::Server,
         };
         let caps = device.caps();
         if xfer::pool_regions(p.queue_depth) > caps.max_mr {
@@ -176,7 +181,11 @@ impl<O: Owner> Channel<O> {
         let qp = Arc::new(qp, GFP_KERNEL).map_err(|_| Reason::NoResources)?;
         id.modify_qp(&qp, QpState::Init)
             .map_err(|_| Reason::TransportError)?;
-        for slot in 0..qp.recv_slots() {
+        let posted = match self.session.role() {
+            Role::Client => qp.recv_slots(),
+            Role::Server => 1,
+        };
+        for slot in 0..posted {
             qp.post_recv(slot).map_err(|_| Reason::NoResources)?;
         }
         let mut inner = self.inner.lock();

@@ -28,6 +28,18 @@ impl<O: Owner> Channel<O> {
         }
     }
 
+    /// Server: makes the message buffers the connection went without until
+    /// its hello was accepted, and posts the receive buffers among them.
+    fn grow_buffers(&self) -> Result<(), Reason> {
+        let qp = self.inner.lock().qp.clone().ok_or(Reason::LocalClose)?;
+        if qp.grow().map_err(|_| Reason::NoResources)? {
+            for slot in 1..qp.recv_slots() {
+                qp.post_recv(slot).map_err(|_| Reason::NoResources)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The handshake is over: the channel carries traffic, and its session
     /// hears of it (without the channel's lock).
     fn come_up(&self, mut inner: SpinLockIrqGuard<'_, Inner<O>>) {
@@ -74,11 +86,14 @@ impl<O: Owner> Channel<O> {
             },
             _ => None,
         };
-        // An accepted hello: the responder's entries, made here (process
-        // context, before the lock) and installed before the reply goes, so
-        // they are there before the client can send a request.
+        // An accepted hello: the message buffers the connection went
+        // without and the responder's entries, made here (process context,
+        // before the lock), posted and installed before the reply goes (the
+        // reply grants the client the receive buffers, and requests may
+        // follow).
         let mut responder = match &hello {
             Some((Some(_), Reason::None)) if role == Role::Server => {
+                self.grow_buffers()?;
                 Some(Responder::new(self.session.params()).map_err(|_| Reason::NoResources)?)
             }
             _ => None,

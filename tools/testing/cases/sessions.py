@@ -306,6 +306,8 @@ def session_admission(t):
     after = mem_available_mb(vm)
     t.log(f'MemAvailable {before} MB before the flood, {during} MB with 8 waiting, '
           f'{after} MB after their deadline')
+    t.check(before - during <= 40, f'8 connections waiting for their hello took '
+                                   f'{before - during} MB')
     vm.run(f'sleep {hold}')
     vm.run(UNLOAD_ECHO)
 
