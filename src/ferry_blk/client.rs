@@ -59,7 +59,14 @@ pub(crate) struct Pdu {
     /// The ferry request it goes out as: made on the tag's first use, then
     /// kept (ferry hands it back when the request is over).
     req: Option<KBox<Request<Sent, RqData<Blk>>>>,
+    /// Times the request was requeued because its connection failed
+    /// (at most [`MAX_RETRIES`]; back to 0 when it ends).
+    retries: u8,
 }
+
+/// Times a block request goes again after its connection failed under it
+/// (as nvme's default `max_retries`); then it fails with the error.
+const MAX_RETRIES: u8 = 5;
 
 impl HasSgTable<SEGMENTS> for Pdu {
     fn sg_table(&self) -> &SgTable<SEGMENTS> {
@@ -125,9 +132,13 @@ impl Done<RqData<Blk>> for Sent {
         match status {
             // The connection failed before the answer: once the session is
             // back, the request goes again (the target may have done it:
-            // block operations may be repeated).
-            Err(e) if e == ECONNABORTED && !dead => rq.requeue(true),
+            // block operations may be repeated), a few times.
+            Err(e) if e == ECONNABORTED && !dead && rq.pdu().retries < MAX_RETRIES => {
+                rq.pdu_mut().retries += 1;
+                rq.requeue(true)
+            }
             res => {
+                rq.pdu_mut().retries = 0;
                 rq.queue_data().stats.done(op, fua, len, res.is_ok());
                 rq.end(res);
             }
@@ -147,7 +158,8 @@ impl Operations for Blk {
         _last: bool,
     ) -> Queued<Self> {
         // A request that fails here is counted as one that failed.
-        let failed = |rq, e| {
+        let failed = |mut rq: Owned<Self>, e| {
+            rq.pdu_mut().retries = 0;
             shared.stats.failed_unsent();
             Queued::Failed(rq, e)
         };
