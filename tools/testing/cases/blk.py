@@ -398,6 +398,55 @@ def blk_forced(t):
 
 
 @case(timeout=300)
+def blk_hostile_client(t):
+    """A hostile client (`ferry_blk_hostile.ko`, test builds only) opens an
+    export beside a well-behaved mapping that writes and reads it, and
+    sends malformed operations: an unknown handle, a sector beyond the
+    capacity, a range that wraps, a length not in whole blocks, a length
+    that does not match the data, data on a flush, an unknown op, FUA on a
+    read, a write to a read-only open, an unknown version, a short header.
+    The target refuses each with the protocol's errno and logs why (rate
+    limited), counts them, serves the hostile session's good read after
+    them, and the good mapping's data reads back identical, its session
+    never reset."""
+    vm = t.vm
+    loop = blk_setup(t, vm)
+    vm.run(f'{t.ferryctl} blk export add h0 path {loop}')
+    disk = '/dev/' + t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export h0 channels 2')[0]['disk']
+    vm.wait_for(f'test -b {disk}', timeout=30)
+    n = 16 * MIB
+    vm.run(f'head -c {n} /dev/urandom > /dev/shm/pattern')
+    vm.run(f'(dd if=/dev/shm/pattern of={disk} bs=64k oflag=direct status=none; '
+           f'echo $? > /tmp/dd.rc) >/dev/null 2>&1 &')
+    r = vm.run(f'insmod {t.sample("ferry_blk_hostile")} peer=192.0.2.1 port={PORT} export=h0',
+               check=False)
+    log = vm.run('dmesg | grep "ferry_blk_hostile:"', check=False).out
+    for line in log.splitlines():
+        t.log(line.split('] ', 1)[-1])
+    t.eq(r.rc, 0, f'the hostile client\'s checks: {r.err.strip()}')
+    t.eq(log.count('refused with'), 11, 'malformed operations refused')
+    t.check('a good read after them: served' in log, 'the hostile session served after them')
+    vm.run('rmmod ferry_blk_hostile')
+    t.check('ferry_blk' in vm.run('dmesg | grep -i "refused" | grep -v hostile', check=False).out,
+            'the target logged the refusals')
+    t.until(lambda: vm.run('test -s /tmp/dd.rc', check=False).rc == 0, 60 * t.slow, 'the good writes')
+    t.eq(vm.run('cat /tmp/dd.rc').out.strip(), '0', 'the good mapping\'s writes')
+    vm.run('echo 3 > /proc/sys/vm/drop_caches')
+    t.eq(sha(vm, disk, n), sha(vm, '/dev/shm/pattern', n), 'the good mapping\'s data')
+    st = [x for x in show(t, vm) if x['kind'] == 'export'][0]['stats']
+    t.log(f'target counted: {st}')
+    # (An unknown handle names no export to count it on.)
+    t.check(st['refused'] >= 10, f'refusals counted: {st}')
+    client = [s for s in t.ferryctl_json(vm, 'session show') if s['role'] == 'client']
+    t.check(len(client) == 1 and client[0].get('reconnects', 0) == 0,
+            f'the good mapping\'s session: {client}')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    vm.run(f'{t.ferryctl} blk export del h0')
+    vm.run('rm -f /dev/shm/pattern /tmp/dd.rc')
+    blk_teardown(t, vm, loop)
+
+
+@case(timeout=300)
 def blk_reconnect(t):
     """The target's end of a mapping's session is closed while data is on
     the disk: the client reconnects, opens the export again under the same
