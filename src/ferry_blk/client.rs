@@ -436,9 +436,15 @@ enum OpenCtx {
 
 impl Done for OpenCtx {
     fn done(req: KBox<Request<Self>>) {
-        let answer = req
-            .status()
-            .and_then(|()| Opened::decode(req.response()).map_err(|r| r.errno()));
+        let answer = req.status().and_then(|()| {
+            Opened::decode(req.response()).map_err(|_| {
+                crate::ratelimit::pr_warn_limited!(
+                    "client: the target's answer to an open is malformed ({} bytes)\n",
+                    req.response().len()
+                );
+                EPROTO
+            })
+        });
         match &req.ctx {
             OpenCtx::Wait(w) => {
                 *w.answer.lock() = Some(answer);

@@ -293,6 +293,7 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
                     c"another client has the export mapped read-write (it is not shared)",
                 ),
                 EACCES => req.bad_attr(ma::KEY, c"authentication failed"),
+                EPROTO => req.error(c"the target's answer is malformed (see the kernel log)"),
                 ETIMEDOUT | EHOSTUNREACH | ENETUNREACH => {
                     req.bad_attr(ma::ADDR, c"the target did not answer")
                 }

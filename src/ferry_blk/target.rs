@@ -429,6 +429,10 @@ impl Handler for TargetSession {
         if hdr.len() == wire::OPEN_LEN {
             let res = Open::decode(hdr).and_then(|o| self.open(s, o));
             let _ = match res {
+                #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+                Ok(desc) if hostile::Mode::of(&desc, &self.opened) != hostile::Mode::None => {
+                    hostile::answer(s, req, &desc, &self.opened)
+                }
                 Ok(desc) => req.respond(Ok(()), &desc.encode()),
                 Err(r) => {
                     crate::ratelimit::pr_warn_limited!(
@@ -631,5 +635,72 @@ impl WorkItem for OpWork {
             }
             _ => finish(busy, req, io, Ok(())),
         }
+    }
+}
+
+/// A hostile target, in test builds only (the `blk_hostile_target` case):
+/// an export whose name says how answers its clients wrongly.
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+mod hostile {
+    use super::*;
+
+    /// How the target misbehaves towards the clients of an export.
+    #[derive(Clone, Copy, PartialEq)]
+    pub(super) enum Mode {
+        /// As it should.
+        None,
+        /// `hostile-short`: the open's answer a byte short.
+        Short,
+        /// `hostile-bsize`: a logical block size of 1000 bytes.
+        BlockSize,
+        /// `hostile-notices`: a right answer, then notices of a wrong
+        /// length, of an unknown kind, and of an impossible capacity.
+        Notices,
+    }
+
+    impl Mode {
+        /// The mode of the export just opened by the session of `opened`.
+        pub(super) fn of(_desc: &Opened, opened: &Mutex<Option<(Arc<Export>, bool)>>) -> Self {
+            match opened.lock().as_ref().map(|(e, _)| e.name) {
+                Some(n) if n.as_bytes() == b"hostile-short" => Self::Short,
+                Some(n) if n.as_bytes() == b"hostile-bsize" => Self::BlockSize,
+                Some(n) if n.as_bytes() == b"hostile-notices" => Self::Notices,
+                _ => Self::None,
+            }
+        }
+    }
+
+    /// Answers the open `req` wrongly, as the export's mode says.
+    pub(super) fn answer(
+        s: &SessionRef,
+        req: Incoming,
+        desc: &Opened,
+        opened: &Mutex<Option<(Arc<Export>, bool)>>,
+    ) -> Result {
+        let mode = Mode::of(desc, opened);
+        pr_info!(
+            "target: hostile export: answering session {} wrongly\n",
+            s.id()
+        );
+        let mut b = desc.encode();
+        match mode {
+            Mode::Short => return req.respond(Ok(()), &b[..b.len() - 1]),
+            Mode::BlockSize => b[16..20].copy_from_slice(&1000u32.to_le_bytes()),
+            Mode::Notices | Mode::None => {}
+        }
+        req.respond(Ok(()), &b)?;
+        if mode == Mode::Notices {
+            let good = Notice::Resized {
+                handle: desc.handle,
+                sectors: u64::MAX,
+            }
+            .encode();
+            let mut unknown = good;
+            unknown[1] = 3;
+            for msg in [&good[..15], &unknown[..], &good[..]] {
+                let _ = s.send(msg, Wait::No);
+            }
+        }
+        Ok(())
     }
 }

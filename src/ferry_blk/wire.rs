@@ -250,6 +250,7 @@ impl Opened {
             && (512..=4096).contains(&lbs)
             && o.physical_block_size.is_power_of_two()
             && o.physical_block_size >= lbs
+            && o.sectors <= MAX_SECTORS
             && o.sectors % u64::from(lbs / 512) == 0;
         if good {
             Ok(o)
@@ -441,6 +442,10 @@ pub(crate) enum Notice {
     Deleted { handle: u32 },
 }
 
+/// The largest capacity, in sectors, a disk may have: its size in bytes
+/// must fit a `loff_t`.
+pub(crate) const MAX_SECTORS: u64 = (i64::MAX as u64) >> 9;
+
 /// [`Notice`]'s encoded size.
 pub(crate) const NOTICE_LEN: usize = 16;
 
@@ -472,7 +477,7 @@ impl Notice {
         let mut sectors = [0; 8];
         sectors.copy_from_slice(&b[8..16]);
         match b[1] {
-            1 => Ok(Self::Resized {
+            1 if u64::from_le_bytes(sectors) <= MAX_SECTORS => Ok(Self::Resized {
                 handle,
                 sectors: u64::from_le_bytes(sectors),
             }),
@@ -553,6 +558,13 @@ mod tests {
         }
         // A capacity that is not whole logical blocks.
         let bad = Opened { sectors: 9, ..o };
+        assert_eq!(Opened::decode(&bad.encode()), Err(Refusal::Malformed));
+        // A capacity too large for the block layer.
+        let bad = Opened {
+            sectors: MAX_SECTORS + 1,
+            logical_block_size: 512,
+            ..o
+        };
         assert_eq!(Opened::decode(&bad.encode()), Err(Refusal::Malformed));
         let mut b = o.encode();
         b[39] = 0x80;
@@ -704,5 +716,16 @@ mod tests {
         assert_eq!(Notice::decode(&b), Err(Refusal::Malformed));
         b[1] = 3;
         assert_eq!(Notice::decode(&b), Err(Refusal::Malformed));
+        // A capacity whose bytes overflow a `loff_t` is no capacity.
+        let huge = Notice::Resized {
+            handle: 2,
+            sectors: MAX_SECTORS + 1,
+        };
+        assert_eq!(Notice::decode(&huge.encode()), Err(Refusal::Malformed));
+        let most = Notice::Resized {
+            handle: 2,
+            sectors: MAX_SECTORS,
+        };
+        assert_eq!(Notice::decode(&most.encode()), Ok(most));
     }
 }

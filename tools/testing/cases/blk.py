@@ -447,6 +447,48 @@ def blk_hostile_client(t):
 
 
 @case(timeout=300)
+def blk_hostile_target(t):
+    """A hostile target (test builds: an export named `hostile-*` is
+    answered wrongly) answers an open a byte short, and with a logical
+    block size of 1000: the client refuses each mapping with a clear error,
+    logs why, and makes no disk. Another answers right, then sends notices
+    of a wrong length, of an unknown kind, and of a capacity too large for
+    the block layer: the client ignores each (logged), and its disk keeps
+    its capacity and serves I/O."""
+    vm = t.vm
+    blk_modules(t, vm)
+    devs = {name: nullb(vm, f'hs{i}') for i, name in
+            enumerate(('hostile-short', 'hostile-bsize', 'hostile-notices'))}
+    for name, dev in devs.items():
+        vm.run(f'{t.ferryctl} blk export add {name} path {dev}')
+    for name in ('hostile-short', 'hostile-bsize'):
+        r = vm.run(f'{t.ferryctl} blk map 192.0.2.1 port {PORT} export {name}', check=False)
+        t.check(r.rc == 2 and 'malformed' in r.err, f'mapping {name}: {r}')
+    t.eq([x for x in show(t, vm) if x['kind'] == 'map'], [], 'no disk of a malformed answer')
+    dmesg = vm.run('dmesg').out
+    t.eq(dmesg.count("the target's answer to an open is malformed"), 2, 'the client logged why')
+    m = t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export hostile-notices')[0]
+    disk = '/dev/' + m['disk']
+    vm.wait_for(f'test -b {disk}', timeout=30)
+    t.until(lambda: vm.run('dmesg').out.count('ignored a malformed notice') >= 3, 30 * t.slow,
+            'the client ignoring three malformed notices')
+    t.eq(vm.run(f'blockdev --getsz {disk}').out.strip(), str(64 * MIB // 512),
+         'the disk\'s capacity after the notices')
+    vm.run(f'head -c {4 * MIB} /dev/urandom > /dev/shm/pattern')
+    vm.run(f'dd if=/dev/shm/pattern of={disk} bs=1M oflag=direct status=none')
+    t.eq(vm.run(f'dd if={disk} bs=1M count=4 iflag=direct status=none | sha256sum').out,
+         vm.run('sha256sum < /dev/shm/pattern').out, 'data on the disk after the notices')
+    t.eq([x['state'] for x in show(t, vm) if x['kind'] == 'map'], ['up'], 'the mapping')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    for name in devs:
+        vm.run(f'{t.ferryctl} blk export del {name}')
+    vm.run('rmmod ferry_blk; rm -f /dev/shm/pattern')
+    for i in range(len(devs)):
+        nullb_del(vm, f'hs{i}')
+    vm.run('rmmod ferry')
+
+
+@case(timeout=300)
 def blk_reconnect(t):
     """The target's end of a mapping's session is closed while data is on
     the disk: the client reconnects, opens the export again under the same
