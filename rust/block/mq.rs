@@ -218,6 +218,17 @@ impl<T: Operations> Owned<T> {
         Flags::from_raw(unsafe { bindings::ferry_blk_rq_flags(self.raw()) })
     }
 
+    /// Whether this is the request's first dispatch, not a requeued one's
+    /// (it marks the request `RQF_DONTPREP`, as nvme does: blk-mq then puts
+    /// it back past the I/O scheduler when it is requeued). Per-request
+    /// state in the PDU, which blk-mq keeps between requests of a tag, is
+    /// reset then.
+    pub fn first_dispatch(&mut self) -> bool {
+        // SAFETY: The request is live and started, and owned here (type
+        // invariant): nothing else touches its flags meanwhile.
+        unsafe { bindings::ferry_blk_rq_first_dispatch(self.raw()) }
+    }
+
     /// The physical segments of its data (what [`Owned::map_sg`] fills).
     pub fn segments(&self) -> u32 {
         // SAFETY: The request is live (type invariant).

@@ -44,6 +44,15 @@ blk_opf_t ferry_blk_rq_flags(const struct request *rq)
 	return rq->cmd_flags & ~REQ_OP_MASK;
 }
 
+bool ferry_blk_rq_first_dispatch(struct request *rq)
+{
+	/* As nvme_setup_cmd(): the flag lives until the request is freed. */
+	if (rq->rq_flags & RQF_DONTPREP)
+		return false;
+	rq->rq_flags |= RQF_DONTPREP;
+	return true;
+}
+
 unsigned short ferry_blk_rq_nr_phys_segments(struct request *rq)
 {
 	return blk_rq_nr_phys_segments(rq);

@@ -17,6 +17,8 @@ sector_t ferry_blk_rq_pos(const struct request *rq);
 unsigned int ferry_blk_rq_bytes(const struct request *rq);
 enum req_op ferry_blk_req_op(const struct request *rq);
 blk_opf_t ferry_blk_rq_flags(const struct request *rq);
+/* Whether this is the request's first dispatch (marks it RQF_DONTPREP). */
+bool ferry_blk_rq_first_dispatch(struct request *rq);
 unsigned short ferry_blk_rq_nr_phys_segments(struct request *rq);
 int ferry_blk_rq_map_sg(struct request *rq, struct scatterlist *sglist);
 unsigned int ferry_blk_hctx_index(const struct blk_mq_hw_ctx *hctx);

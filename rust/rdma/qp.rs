@@ -497,21 +497,27 @@ impl Buffers {
             max_sge,
         };
         if all {
-            b.grow()?;
+            b.publish(b.make_rest()?);
         }
         Ok(b)
     }
 
-    /// Makes the buffers after the first if they are not there yet;
-    /// returns whether it made them (of two callers at once, one's are
-    /// kept, the other's freed).
-    fn grow(&self) -> Result<bool> {
+    /// The buffers after the first, if they are missing: the area to
+    /// [`Buffers::publish`].
+    fn make_rest(&self) -> Result<Option<Area>> {
         if self.count <= 1 || self.rest.as_ref().is_some() {
-            return Ok(false);
+            return Ok(None);
         }
         let a = &self.first;
-        let rest = Area::new(&a.device, self.count - 1, a.len, a.dir, self.max_sge)?;
-        Ok(self.rest.populate(rest))
+        Area::new(&a.device, self.count - 1, a.len, a.dir, self.max_sge).map(Some)
+    }
+
+    /// Makes `rest` (from [`Buffers::make_rest`]) the buffers after the
+    /// first.
+    fn publish(&self, rest: Option<Area>) {
+        if let Some(r) = rest {
+            self.rest.populate(r);
+        }
     }
 
     /// Buffer `i`'s area and its index there; `None` for one not made yet.
@@ -927,10 +933,16 @@ impl<H: Completion> Qp<H> {
     /// [`QpConfig::first_buffers_only`] went without, both ways; returns
     /// whether it made them (`false`: they were there). Posting the receive
     /// slots after the first is the caller's. Until then a receive slot or
-    /// send after the first fails with `EAGAIN`. Sleeps.
+    /// send after the first fails with `ENOBUFS`. One caller at a time (a
+    /// channel grows from its own completion handler). Sleeps.
     pub fn grow(&self) -> Result<bool> {
-        let made = self.inner.rx.grow()?;
-        self.inner.tx.grow()?;
+        let inner = &*self.inner;
+        // Both made before either is published: a failure leaves neither.
+        let rx = inner.rx.make_rest()?;
+        let tx = inner.tx.make_rest()?;
+        let made = rx.is_some();
+        inner.rx.publish(rx);
+        inner.tx.publish(tx);
         Ok(made)
     }
 
@@ -1206,14 +1218,14 @@ impl<H: Completion> Inner<H> {
         }
     }
 
-    /// Slot `slot`'s area and its index there; `EAGAIN` for a buffer not
+    /// Slot `slot`'s area and its index there; `ENOBUFS` for a buffer not
     /// made yet (see [`Qp::grow`]).
     fn buf(&self, slot: u32) -> Result<(&Area, usize)> {
         match slot.checked_sub(self.recv_slots) {
             None => self.rx.get(slot as usize),
             Some(i) => self.tx.get(i as usize),
         }
-        .ok_or(EAGAIN)
+        .ok_or(ENOBUFS)
     }
 
     fn cqe(&self, slot: u32) -> *mut bindings::ib_cqe {
@@ -1389,6 +1401,7 @@ impl<H: Completion> Inner<H> {
         }
         // A posted slot's buffer exists: posting needed it.
         let Ok((area, i)) = self.buf(slot) else {
+            kernel::pr_warn_once!("a completion of receive slot {} without its buffer\n", slot);
             self.release(slot);
             return;
         };

@@ -6,7 +6,9 @@
 //! without one, so the peer never sees a send it has no buffer for and
 //! receiver-not-ready retries cannot happen (ferry's QPs have none).
 //!
-//! Each side posts `depth` receive buffers before it connects. The protocol
+//! Each side has `depth` receive buffers posted by the time its first
+//! message goes (a server's connection posts one for the hello, the rest
+//! once the hello is accepted, before the reply). The protocol
 //! grants the first credit implicitly, so either side may send exactly one
 //! message (the client's hello, the server's reply) before it has heard from
 //! the peer; that message grants the other `depth - 1`. From then on every

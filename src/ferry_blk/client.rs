@@ -59,13 +59,14 @@ pub(crate) struct Pdu {
     /// The ferry request it goes out as: made on the tag's first use, then
     /// kept (ferry hands it back when the request is over).
     req: Option<KBox<Request<Sent, RqData<Blk>>>>,
-    /// Times the request was requeued because its connection failed
-    /// (at most [`MAX_RETRIES`]; back to 0 when it ends).
+    /// Times the request was requeued because its connection failed (at
+    /// most [`MAX_RETRIES`]; reset at its first dispatch).
     retries: u8,
 }
 
 /// Times a block request goes again after its connection failed under it
-/// (as nvme's default `max_retries`); then it fails with the error.
+/// (as nvme's default `max_retries`); then it fails (`ENOLINK`, a transport
+/// error).
 const MAX_RETRIES: u8 = 5;
 
 impl HasSgTable<SEGMENTS> for Pdu {
@@ -100,6 +101,8 @@ pub(crate) struct Shared {
     reopen_pending: AtomicBool,
     /// No more I/O: unmapped, or the export or the session is gone.
     dead: AtomicBool,
+    /// `map-add-ntf` went out: changes are told from then on.
+    announced: AtomicBool,
     /// The disk, once added (taken out again at unmap, once it is deleted).
     #[pin]
     disk: Mutex<Option<Arc<Disk<Blk>>>>,
@@ -138,8 +141,13 @@ impl Done<RqData<Blk>> for Sent {
                 rq.requeue(true)
             }
             res => {
-                rq.pdu_mut().retries = 0;
                 rq.queue_data().stats.done(op, fua, len, res.is_ok());
+                // Out of retries: a transport error (BLK_STS_TRANSPORT),
+                // which multipath may fail over.
+                let res = match res {
+                    Err(e) if e == ECONNABORTED && !dead => Err(ENOLINK),
+                    res => res,
+                };
                 rq.end(res);
             }
         }
@@ -157,9 +165,11 @@ impl Operations for Blk {
         mut rq: Owned<Self>,
         _last: bool,
     ) -> Queued<Self> {
-        // A request that fails here is counted as one that failed.
-        let failed = |mut rq: Owned<Self>, e| {
+        if rq.first_dispatch() {
             rq.pdu_mut().retries = 0;
+        }
+        // A request that fails here is counted as one that failed.
+        let failed = |rq, e| {
             shared.stats.failed_unsent();
             Queued::Failed(rq, e)
         };
@@ -283,6 +293,9 @@ impl Shared {
 
     /// Tells listeners (`ferryctl monitor`) the disk's capacity and state.
     fn changed(&self) {
+        if !self.announced.load(Acquire) {
+            return;
+        }
         if let Some(d) = self.disk.lock().as_ref() {
             crate::events::map_changed(
                 self.index,
@@ -387,6 +400,19 @@ impl Handler for ClientHandler {
     fn message(&self, s: &SessionRef, data: &[u8]) {
         let handle = self.shared.handle.load(Relaxed);
         match Notice::decode(data) {
+            // A capacity in whole logical blocks only.
+            Ok(Notice::Resized { handle: h, sectors })
+                if h == handle
+                    && sectors
+                        % u64::from(self.shared.logical_block_size.load(Relaxed) / 512).max(1)
+                        != 0 =>
+            {
+                crate::ratelimit::pr_warn_limited!(
+                    "client: session {}: ignored a resize to {} sectors, not in whole blocks\n",
+                    s.id(),
+                    sectors
+                );
+            }
             Ok(Notice::Resized { handle: h, sectors }) if h == handle => {
                 if let Some(d) = self.shared.disk.lock().as_ref() {
                     pr_info!("{}: resized to {} sectors\n", d.name(), sectors);
@@ -500,6 +526,7 @@ impl Mapping {
                 quiesced: AtomicBool::new(false),
                 reopen_pending: AtomicBool::new(false),
                 dead: AtomicBool::new(false),
+                announced: AtomicBool::new(false),
                 disk <- new_mutex!(None),
                 stats: IoStats::default(),
             }),
@@ -613,6 +640,11 @@ impl Mapping {
     /// Whether the disk is open.
     pub(crate) fn in_use(&self) -> bool {
         self.disk.openers() > 0
+    }
+
+    /// Its `map-add-ntf` went out: later changes are told too.
+    pub(crate) fn announced(&self) {
+        self.shared.announced.store(true, Release);
     }
 
     /// The counters.

@@ -305,6 +305,7 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
     let mut reply = req.reply_sized(ENTRY_SIZE)?;
     state.with_map(mapping, |m| {
         map_event(nl::cmd::MAP_ADD_NTF, m, m.sectors());
+        m.announced();
         fill_map(&mut reply.writer(), m)
     })?;
     reply.send()

@@ -29,9 +29,36 @@ impl<O: Owner> Channel<O> {
     }
 
     /// Server: makes the message buffers the connection went without until
-    /// its hello was accepted, and posts the receive buffers among them.
+    /// its hello was accepted, if the host can still afford them, and posts
+    /// the receive buffers among them. Only during the handshake: a channel
+    /// refusing, failed or up (a second hello) gets none, and the hello is
+    /// refused below. The QP is lent (the teardown waits for it).
     fn grow_buffers(&self) -> Result<(), Reason> {
-        let qp = self.inner.lock().qp.clone().ok_or(Reason::LocalClose)?;
+        let qp = {
+            let mut inner = self.inner.lock();
+            if !matches!(inner.state, ChanState::Connecting | ChanState::Handshake) {
+                return Ok(());
+            }
+            inner.lend_qp().ok_or(Reason::LocalClose)?
+        };
+        let res = self.grow_qp(&qp);
+        self.end_loan(qp);
+        res
+    }
+
+    fn grow_qp(&self, qp: &Qp<Self>) -> Result<(), Reason> {
+        let need = self.session.params().channel_bytes();
+        if let Err((_, available)) = crate::params::affordable(need) {
+            crate::ratelimit::pr_warn_limited!(
+                "{}: session {} channel {}: refused the client's hello: its buffers and queues need about {} MiB, and the host has {} MiB available\n",
+                self.device_name().as_cstr(),
+                self.session.id(),
+                self.index,
+                need >> 20,
+                available >> 20
+            );
+            return Err(Reason::NoResources);
+        }
         if qp.grow().map_err(|_| Reason::NoResources)? {
             for slot in 1..qp.recv_slots() {
                 qp.post_recv(slot).map_err(|_| Reason::NoResources)?;
@@ -90,10 +117,15 @@ impl<O: Owner> Channel<O> {
         // without and the responder's entries, made here (process context,
         // before the lock), posted and installed before the reply goes (the
         // reply grants the client the receive buffers, and requests may
-        // follow).
+        // follow). Buffers the host cannot afford refuse the hello.
+        let hello = match hello {
+            Some((Some(h), Reason::None)) if role == Role::Server => {
+                Some((Some(h), self.grow_buffers().err().unwrap_or(Reason::None)))
+            }
+            other => other,
+        };
         let mut responder = match &hello {
             Some((Some(_), Reason::None)) if role == Role::Server => {
-                self.grow_buffers()?;
                 Some(Responder::new(self.session.params()).map_err(|_| Reason::NoResources)?)
             }
             _ => None,

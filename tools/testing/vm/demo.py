@@ -15,9 +15,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ferryvm import VM, Link, VMError  # noqa: E402
 
 
-def show(vm, cmd):
+def show(vm, cmd, timeout=120):
     print(f'\n[{vm.name}]# {cmd}')
-    r = vm.run(cmd, check=False)
+    r = vm.run(cmd, check=False, timeout=timeout)
     sys.stdout.write(r.out)
     sys.stdout.write(r.err)
     if r.rc != 0:
@@ -47,10 +47,11 @@ def block_device(hosts, ctl, sample):
             f'for i in 1 2 3 4; do head -c 8M /dev/urandom > /tmp/demo/file$i; done && '
             f'sha256sum /tmp/demo/file* | tee /tmp/demo.sum && umount /tmp/demo && '
             f'echo 3 > /proc/sys/vm/drop_caches && mount {disk} /tmp/demo && '
-            f'sha256sum -c /tmp/demo.sum && umount /tmp/demo')
+            f'sha256sum -c /tmp/demo.sum && umount /tmp/demo', timeout=600)
     show(b, f'fio --name=demo --filename={disk} --direct=1 --ioengine=libaio --rw=randrw '
             f'--bs=4k --iodepth=32 --numjobs=2 --offset_increment=64M --size=64M '
-            f'--time_based --runtime=10 --group_reporting | grep -E "IOPS|lat \\(usec\\)|err="')
+            f'--time_based --runtime=10 --group_reporting | grep -E "IOPS|lat \\(usec\\)|err="',
+         timeout=300)
     show(b, f'{ctl} -s blk show')
     show(a, f'{ctl} -s blk show')
     show(b, f'{ctl} blk unmap {disk}')
