@@ -37,9 +37,7 @@ pub fn notify(cmd: u32, size: usize, fill: impl FnOnce(&mut genl::Writer<'_>) ->
     let Some(family) = FAMILY.get() else {
         return Ok(());
     };
-    let cmd = u8::try_from(cmd).map_err(|_| EINVAL)?;
-    let mut ntf = family.notification(cmd, size)?;
-    fill(&mut ntf.writer())?;
+    let ntf = family.notify_with(cmd, size, fill)?;
     ntf.multicast_all(bindings::FERRY_BLK_NLGRP_EVENTS)
 }
 

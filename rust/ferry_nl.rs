@@ -49,9 +49,7 @@ pub fn notify(
     let Some(family) = FAMILY.get() else {
         return Ok(());
     };
-    let cmd = u8::try_from(cmd).map_err(|_| EINVAL)?;
-    let mut ntf = family.notification(cmd, size)?;
-    fill(&mut ntf.writer())?;
+    let ntf = family.notify_with(cmd, size, fill)?;
     ntf.multicast(net, bindings::FERRY_NLGRP_EVENTS)
 }
 
@@ -64,9 +62,7 @@ pub fn notify_all(
     let Some(family) = FAMILY.get() else {
         return Ok(());
     };
-    let cmd = u8::try_from(cmd).map_err(|_| EINVAL)?;
-    let mut ntf = family.notification(cmd, size)?;
-    fill(&mut ntf.writer())?;
+    let ntf = family.notify_with(cmd, size, fill)?;
     ntf.multicast_all(bindings::FERRY_NLGRP_EVENTS)
 }
 

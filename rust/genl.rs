@@ -69,6 +69,20 @@ impl Registration {
 }
 
 impl Registration {
+    /// Notification `cmd` of this family with the attributes `fill` writes
+    /// (at most `size` bytes), ready to multicast.
+    pub fn notify_with(
+        &self,
+        cmd: u32,
+        size: usize,
+        fill: impl FnOnce(&mut Writer<'_>) -> Result,
+    ) -> Result<Notification<'_>> {
+        let cmd = u8::try_from(cmd).map_err(|_| EINVAL)?;
+        let mut ntf = self.notification(cmd, size)?;
+        fill(&mut ntf.writer())?;
+        Ok(ntf)
+    }
+
     /// Starts a notification `cmd` of this family with room for `payload`
     /// bytes of attributes, for [`Notification::multicast`].
     pub fn notification(&self, cmd: u8, payload: usize) -> Result<Notification<'_>> {

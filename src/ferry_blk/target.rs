@@ -430,8 +430,8 @@ impl Handler for TargetSession {
             let res = Open::decode(hdr).and_then(|o| self.open(s, o));
             let _ = match res {
                 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
-                Ok(desc) if hostile::Mode::of(&desc, &self.opened) != hostile::Mode::None => {
-                    hostile::answer(s, req, &desc, &self.opened)
+                Ok(desc) if hostile::Mode::of(&self.opened) != hostile::Mode::None => {
+                    hostile::answer(s, req, &desc, hostile::Mode::of(&self.opened))
                 }
                 Ok(desc) => req.respond(Ok(()), &desc.encode()),
                 Err(r) => {
@@ -660,7 +660,7 @@ mod hostile {
 
     impl Mode {
         /// The mode of the export just opened by the session of `opened`.
-        pub(super) fn of(_desc: &Opened, opened: &Mutex<Option<(Arc<Export>, bool)>>) -> Self {
+        pub(super) fn of(opened: &Mutex<Option<(Arc<Export>, bool)>>) -> Self {
             match opened.lock().as_ref().map(|(e, _)| e.name) {
                 Some(n) if n.as_bytes() == b"hostile-short" => Self::Short,
                 Some(n) if n.as_bytes() == b"hostile-bsize" => Self::BlockSize,
@@ -671,13 +671,7 @@ mod hostile {
     }
 
     /// Answers the open `req` wrongly, as the export's mode says.
-    pub(super) fn answer(
-        s: &SessionRef,
-        req: Incoming,
-        desc: &Opened,
-        opened: &Mutex<Option<(Arc<Export>, bool)>>,
-    ) -> Result {
-        let mode = Mode::of(desc, opened);
+    pub(super) fn answer(s: &SessionRef, req: Incoming, desc: &Opened, mode: Mode) -> Result {
         pr_info!(
             "target: hostile export: answering session {} wrongly\n",
             s.id()

@@ -107,6 +107,26 @@ impl<O: Owner> Channel<O> {
         }
     }
 
+    /// Whether the host can afford the channel's buffers and queues
+    /// (`Params::channel_bytes`); if not, logs why `what` (rate limited)
+    /// and fails with [`Reason::NoResources`].
+    pub(super) fn afford(&self, device: DeviceName, what: &CStr) -> Result<(), Reason> {
+        let need = self.session.params().channel_bytes();
+        if let Err((_, available)) = crate::params::affordable(need) {
+            crate::ratelimit::pr_warn_limited!(
+                "{}: session {} channel {}: {}: its buffers and queues need about {} MiB, and the host has {} MiB available\n",
+                device.as_cstr(),
+                self.session.id(),
+                self.index,
+                what,
+                need >> 20,
+                available >> 20
+            );
+            return Err(Reason::NoResources);
+        }
+        Ok(())
+    }
+
     /// Creates the QP on the device `id` is bound to, moves it to INIT and
     /// posts every receive buffer it has (a server's: the first, for the
     /// hello); the channel's request state (with its registered regions)
@@ -121,17 +141,7 @@ impl<O: Owner> Channel<O> {
             .pd_of(device.index())
             .ok_or(Reason::DeviceRemoved)?;
         let p = &self.session.params();
-        if let Err((_, available)) = crate::params::affordable(p.channel_bytes()) {
-            crate::ratelimit::pr_warn_limited!(
-                "{}: session {} channel {}: not built: its buffers and queues need about {} MiB, and the host has {} MiB available\n",
-                device.name().as_cstr(),
-                self.session.id(),
-                self.index,
-                p.channel_bytes() >> 20,
-                available >> 20
-            );
-            return Err(Reason::NoResources);
-        }
+        self.afford(device.name(), c"not built")?;
         let vectors = device.num_comp_vectors().max(1);
         let cfg = QpConfig {
             recv_slots: p.queue_depth,

@@ -47,18 +47,7 @@ impl<O: Owner> Channel<O> {
     }
 
     fn grow_qp(&self, qp: &Qp<Self>) -> Result<(), Reason> {
-        let need = self.session.params().channel_bytes();
-        if let Err((_, available)) = crate::params::affordable(need) {
-            crate::ratelimit::pr_warn_limited!(
-                "{}: session {} channel {}: refused the client's hello: its buffers and queues need about {} MiB, and the host has {} MiB available\n",
-                self.device_name().as_cstr(),
-                self.session.id(),
-                self.index,
-                need >> 20,
-                available >> 20
-            );
-            return Err(Reason::NoResources);
-        }
+        self.afford(self.device_name(), c"refused the client's hello")?;
         if qp.grow().map_err(|_| Reason::NoResources)? {
             for slot in 1..qp.recv_slots() {
                 qp.post_recv(slot).map_err(|_| Reason::NoResources)?;
