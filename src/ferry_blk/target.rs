@@ -19,7 +19,7 @@ use kernel::{
     c_str, new_mutex, new_spinlock, new_work,
     prelude::*,
     str::CString,
-    sync::{Arc, Mutex, SpinLock},
+    sync::{Arc, Mutex, SetOnce, SpinLock},
     workqueue::{impl_has_work, Work, WorkItem},
 };
 
@@ -150,6 +150,8 @@ pub(crate) struct Target {
     next_handle: AtomicU32,
     /// Where block operations wait for their bios.
     queue: OwnedQueue,
+    /// Where opens wait for the operations of the sessions they replace.
+    opens: OwnedQueue,
 }
 
 impl Target {
@@ -160,6 +162,7 @@ impl Target {
                 exports <- new_mutex!(KVec::new()),
                 next_handle: AtomicU32::new(1),
                 queue: OwnedQueue::new(c_str!("ferry_blk_target"))?,
+                opens: OwnedQueue::new(c_str!("ferry_blk_open"))?,
             }),
             GFP_KERNEL,
         )
@@ -277,43 +280,76 @@ impl crate::ferry_api::Service for TargetService {
 
     fn accept(&self, _s: &SessionRef) -> Result<Arc<TargetSession>> {
         let inflight = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
-        Arc::pin_init(
-            pin_init!(TargetSession {
-                target: self.0.clone(),
-                opened <- new_mutex!(None),
+        let state = Arc::pin_init(
+            pin_init!(SessionState {
+                phase <- new_mutex!(Phase {
+                    ended: false,
+                    opening: None,
+                }),
+                opened: SetOnce::new(),
                 inflight,
             }),
             GFP_KERNEL,
-        )
+        )?;
+        Ok(Arc::new(
+            TargetSession {
+                target: self.0.clone(),
+                state,
+            },
+            GFP_KERNEL,
+        )?)
     }
 }
 
-/// A client's session: the export it opened, if any.
-#[pin_data]
+/// A client's session.
 pub(crate) struct TargetSession {
     target: Arc<Target>,
+    /// What its open, on the target's queue, shares with it.
+    state: Arc<SessionState>,
+}
+
+/// A session's export, once open.
+#[pin_data]
+struct SessionState {
+    /// Where its open and its end stand (held briefly, never across a wait).
     #[pin]
-    opened: Mutex<Option<(Arc<Export>, bool)>>,
+    phase: Mutex<Phase>,
+    /// The export it opened, and whether read-only: set once, then read
+    /// by every operation without a lock.
+    opened: SetOnce<(Arc<Export>, bool)>,
     /// Its operations at work (a reconnected mapping's next session waits
     /// for them: an old write must not land after a newer one).
     inflight: Arc<AtomicU32>,
 }
 
-impl TargetSession {
-    /// Opens the export a client named, as it asked. The session of the
-    /// same mapping before a reconnect gives its place up, once its
-    /// operations are over.
-    fn open(&self, s: &SessionRef, o: Open) -> Result<Opened, Refusal> {
-        let e = self.target.find(&o.name).ok_or(Refusal::UnknownExport)?;
+/// Where a session's open and its end stand.
+struct Phase {
+    /// The session ended (`gone`): no open may add a user any more.
+    ended: bool,
+    /// The export an open added the session to as a user, while the open
+    /// waits for the operations of the session it replaced.
+    opening: Option<Arc<Export>>,
+}
+
+impl SessionState {
+    /// Opens export `e` (the one `o` names) for session `s`, as it asked.
+    /// The session of the same mapping before a reconnect gives its place
+    /// up at once, and this waits until its operations are over (on the
+    /// target's open queue, never on a completion), without a lock the
+    /// session's end takes. Sleeps.
+    fn open(&self, e: Arc<Export>, s: &SessionRef, o: Open) -> Result<Opened, Refusal> {
         let read_only = o.read_only || e.access.read_only;
         if !o.read_only && e.access.read_only {
             return Err(Refusal::ReadOnly);
         }
-        let mut opened = self.opened.lock();
-        if opened.is_some() {
-            return Err(Refusal::Malformed);
-        }
         let replaced = {
+            let mut phase = self.phase.lock();
+            if phase.ended {
+                return Err(Refusal::UnknownExport);
+            }
+            if self.opened.as_ref().is_some() || phase.opening.is_some() {
+                return Err(Refusal::Malformed);
+            }
             let mut users = e.users.lock();
             if e.deleted.load(SeqCst) {
                 return Err(Refusal::UnknownExport);
@@ -329,13 +365,16 @@ impl TargetSession {
                 mapping: o.mapping,
                 inflight: self.inflight.clone(),
             };
-            match mine {
+            let replaced = match mine {
                 Some(i) => Some(core::mem::replace(&mut users[i], user).inflight),
                 None => {
                     users.push(user, GFP_KERNEL).map_err(|_| Refusal::Busy)?;
                     None
                 }
-            }
+            };
+            // Its end removes the user from here on.
+            phase.opening = Some(e.clone());
+            replaced
         };
         // A write of the old connection still at work must land before the
         // client can send a newer one (bios take milliseconds).
@@ -344,16 +383,63 @@ impl TargetSession {
                 kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
             }
         }
+        let mut phase = self.phase.lock();
+        phase.opening = None;
+        if phase.ended {
+            // It ended meanwhile, and removed the user.
+            return Err(Refusal::UnknownExport);
+        }
         let desc = e.describe(read_only);
-        *opened = Some((e, read_only));
+        // Empty until now: only this open sets it, under `phase`.
+        let _ = self.opened.populate((e, read_only));
         Ok(desc)
     }
 
-    /// Starts block operation `hdr` of request `req`, or refuses it.
+    /// Ends session `s`: its export, open or being opened, is no longer its.
+    fn end(&self, s: &SessionRef) {
+        let mut phase = self.phase.lock();
+        phase.ended = true;
+        let e = match self.opened.as_ref() {
+            Some((e, _)) => Some(e.clone()),
+            None => phase.opening.clone(),
+        };
+        drop(phase);
+        if let Some(e) = e {
+            e.users.lock().retain(|u| u.session.id() != s.id());
+        }
+    }
+
+    /// Answers open `req` of session `s` (`o`, naming export `e`).
+    fn answer_open(&self, e: Arc<Export>, s: &SessionRef, req: Incoming, o: Open) {
+        let res = self.open(e, s, o);
+        let _ = match res {
+            #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+            Ok(desc) if hostile::Mode::of(&self.opened) != hostile::Mode::None => {
+                hostile::answer(s, req, &desc, hostile::Mode::of(&self.opened))
+            }
+            Ok(desc) => req.respond(Ok(()), &desc.encode()),
+            Err(r) => refuse_open(s, req, r),
+        };
+    }
+}
+
+/// Refuses open `req` of session `s` for `r`, with a log line.
+fn refuse_open(s: &SessionRef, req: Incoming, r: Refusal) -> Result {
+    crate::ratelimit::pr_warn_limited!(
+        "target: session {}: refused an open: {}\n",
+        s.id(),
+        r.describe()
+    );
+    req.respond(Err(r.errno()), &[])
+}
+
+impl TargetSession {
+    /// Starts block operation `hdr` of request `req`, or refuses it. Takes
+    /// no lock: the export was opened before the client's first operation.
     fn io(&self, req: Incoming, hdr: &[u8; wire::IO_LEN]) {
-        let opened = self.opened.lock().clone();
+        let opened = self.state.opened.as_ref();
         let checked = Io::decode(hdr).and_then(|io| {
-            let (e, ro) = opened.as_ref().ok_or(Refusal::UnknownExport)?;
+            let (e, ro) = opened.ok_or(Refusal::UnknownExport)?;
             if io.handle != e.handle {
                 return Err(Refusal::UnknownExport);
             }
@@ -371,7 +457,7 @@ impl TargetSession {
             }
             // Counted before the deletion flag is read: a deletion waits for
             // it, or this sees the flag.
-            let busy = Busy::new(e.clone(), self.inflight.clone());
+            let busy = Busy::new(e.clone(), self.state.inflight.clone());
             if e.deleted.load(SeqCst) {
                 return Err(Refusal::UnknownExport);
             }
@@ -380,7 +466,7 @@ impl TargetSession {
         let (io, busy) = match checked {
             Ok(v) => v,
             Err(r) => {
-                if let Some((e, _)) = opened.as_ref() {
+                if let Some((e, _)) = opened {
                     e.stats.refused(r);
                 }
                 crate::ratelimit::pr_warn_limited!("target: refused a request: {}\n", r.describe());
@@ -407,12 +493,12 @@ impl TargetSession {
             }
             return;
         }
-        self.target.queue_op(Job {
+        self.target.queue(Task::Op(Job {
             busy,
             req,
             io,
             data: None,
-        });
+        }));
     }
 }
 
@@ -427,22 +513,24 @@ impl Handler for TargetSession {
     fn request(&self, s: &SessionRef, req: Incoming) {
         let hdr = req.header();
         if hdr.len() == wire::OPEN_LEN {
-            let res = Open::decode(hdr).and_then(|o| self.open(s, o));
-            let _ = match res {
-                #[cfg(CONFIG_FERRY_KUNIT_TEST)]
-                Ok(desc) if hostile::Mode::of(&self.opened) != hostile::Mode::None => {
-                    hostile::answer(s, req, &desc, hostile::Mode::of(&self.opened))
-                }
-                Ok(desc) => req.respond(Ok(()), &desc.encode()),
+            let open = Open::decode(hdr).and_then(|o| {
+                let e = self.target.find(&o.name).ok_or(Refusal::UnknownExport)?;
+                Ok((o, e))
+            });
+            match open {
+                // On the target's open queue: an open may wait for the
+                // operations of the mapping's session before a reconnect.
+                Ok((open, export)) => self.target.queue(Task::Open(OpenJob {
+                    export,
+                    state: self.state.clone(),
+                    session: s.to_owned(),
+                    req,
+                    open,
+                })),
                 Err(r) => {
-                    crate::ratelimit::pr_warn_limited!(
-                        "target: session {}: refused an open: {}\n",
-                        s.id(),
-                        r.describe()
-                    );
-                    req.respond(Err(r.errno()), &[])
+                    let _ = refuse_open(s, req, r);
                 }
-            };
+            }
             return;
         }
         let Ok(hdr) = <[u8; wire::IO_LEN]>::try_from(hdr) else {
@@ -453,9 +541,7 @@ impl Handler for TargetSession {
     }
 
     fn gone(&self, s: &SessionRef, _err: Option<Error>) {
-        if let Some((e, _)) = self.opened.lock().take() {
-            e.users.lock().retain(|u| u.session.id() != s.id());
-        }
+        self.state.end(s);
     }
 }
 
@@ -502,12 +588,12 @@ impl Transferred for Fetched {
         if let Err(e) = status {
             return finish(busy, req, io, Err(e));
         }
-        target.queue_op(Job {
+        target.queue(Task::Op(Job {
             busy,
             req,
             io,
             data: Some(data),
-        });
+        }));
     }
 }
 
@@ -541,100 +627,133 @@ fn finish(busy: Busy, req: Incoming, io: Io, res: Result) {
     drop(busy);
 }
 
-/// A block operation on the target's queue, which waits for its bios.
+/// An open, for the target's open queue. (Nothing of it holds the
+/// target: the module's exit drops the target's last reference, whose
+/// queues run what is left on them then.)
+struct OpenJob {
+    /// The export it names.
+    export: Arc<Export>,
+    state: Arc<SessionState>,
+    session: SessionHandle,
+    req: Incoming,
+    open: Open,
+}
+
+/// What the target's queue runs.
+enum Task {
+    Open(OpenJob),
+    Op(Job),
+}
+
+/// A task on the target's queue, which may sleep (an open waits for the
+/// operations of the session it replaces; an operation for its bios).
 #[pin_data]
-struct OpWork {
+struct TaskWork {
     #[pin]
-    work: Work<OpWork>,
+    work: Work<TaskWork>,
     /// Taken when it runs.
     #[pin]
-    job: SpinLock<Option<Job>>,
+    task: SpinLock<Option<Task>>,
 }
 
 impl_has_work! {
-    impl HasWork<Self> for OpWork { self.work }
+    impl HasWork<Self> for TaskWork { self.work }
 }
 
 impl Target {
-    /// Runs `job` on the queue. If it cannot (no memory), the request is
-    /// answered `EIO` and the operation ends.
-    fn queue_op(&self, job: Job) {
+    /// Runs `task` on its queue: an open on the open queue (it may wait for
+    /// operations on the other). If it cannot (no memory), its request is
+    /// answered `EIO` and an operation ends.
+    fn queue(&self, task: Task) {
+        let queue = match task {
+            Task::Open(_) => &self.opens,
+            Task::Op(_) => &self.queue,
+        };
         let w = KBox::pin_init(
-            pin_init!(OpWork {
-                work <- new_work!("ferry_blk::OpWork::work"),
-                job <- new_spinlock!(Some(job)),
+            pin_init!(TaskWork {
+                work <- new_work!("ferry_blk::TaskWork::work"),
+                task <- new_spinlock!(Some(task)),
             }),
             GFP_KERNEL,
         );
-        // Without memory the job went with the initializer: its request
-        // answered `EIO` as it dropped, its operation ended.
+        // Without memory the task went with the initializer: its request
+        // answered `EIO` as it dropped, an operation ended.
         // A new box is never queued already: it always goes.
         if let Ok(w) = w {
-            self.queue.queue().enqueue(w);
+            queue.queue().enqueue(w);
         }
     }
 }
 
-impl WorkItem for OpWork {
-    type Pointer = Pin<KBox<OpWork>>;
+impl WorkItem for TaskWork {
+    type Pointer = Pin<KBox<TaskWork>>;
 
-    fn run(this: Pin<KBox<OpWork>>) {
-        let Some(job) = this.job.lock().take() else {
-            return;
-        };
-        let Job {
-            busy,
-            req,
-            io,
-            mut data,
-        } = job;
-        if io.op == IoOp::Read {
-            match Data::new(io.len as usize) {
-                Ok(d) => data = Some(d),
-                Err(e) => return finish(busy, req, io, Err(e)),
+    fn run(this: Pin<KBox<TaskWork>>) {
+        // (The lock goes before the task runs: it sleeps.)
+        let task = this.task.lock().take();
+        match task {
+            Some(Task::Op(job)) => run_op(job),
+            Some(Task::Open(o)) => o.state.answer_open(o.export, &o.session, o.req, o.open),
+            None => {}
+        }
+    }
+}
+
+/// Runs block operation `job`: its bios, then its data to the client or
+/// its answer.
+fn run_op(job: Job) {
+    let Job {
+        busy,
+        req,
+        io,
+        mut data,
+    } = job;
+    if io.op == IoOp::Read {
+        match Data::new(io.len as usize) {
+            Ok(d) => data = Some(d),
+            Err(e) => return finish(busy, req, io, Err(e)),
+        }
+    }
+    let sectors = u64::from(io.len / 512);
+    let op = match io.op {
+        IoOp::Read => BioOp::Read,
+        IoOp::Write => BioOp::Write {
+            fua: io.flags & wire::IO_FUA != 0,
+        },
+        IoOp::Flush => BioOp::Flush,
+        IoOp::Discard => BioOp::Discard { sectors },
+        IoOp::WriteZeroes => BioOp::WriteZeroes {
+            sectors,
+            nounmap: io.flags & wire::IO_NOUNMAP != 0,
+        },
+    };
+    let bdev = busy.0.bdev.lock().clone();
+    let res = bdev
+        .ok_or(ENODEV)
+        .and_then(|b| b.io(op, io.sector, data.as_mut()));
+    if let Err(e) = res {
+        busy.0.stats.backing_error();
+        crate::ratelimit::pr_warn_limited!(
+            "export {}: {:?} of {} bytes at sector {} failed: {:?}\n",
+            busy.0.name,
+            io.op,
+            io.len,
+            io.sector,
+            e
+        );
+        return finish(busy, req, io, Err(e));
+    }
+    match (io.op, data) {
+        // The data goes to the client's pages now.
+        (IoOp::Read, Some(d)) => {
+            // (Made before the box: a failed box drops the context,
+            // and the request answers `EIO` as it goes.)
+            match Transfer::new(d, Delivered { busy, io }, GFP_KERNEL) {
+                Ok(t) => req.write(t),
+                Err(_) => drop(req),
             }
         }
-        let sectors = u64::from(io.len / 512);
-        let op = match io.op {
-            IoOp::Read => BioOp::Read,
-            IoOp::Write => BioOp::Write {
-                fua: io.flags & wire::IO_FUA != 0,
-            },
-            IoOp::Flush => BioOp::Flush,
-            IoOp::Discard => BioOp::Discard { sectors },
-            IoOp::WriteZeroes => BioOp::WriteZeroes {
-                sectors,
-                nounmap: io.flags & wire::IO_NOUNMAP != 0,
-            },
-        };
-        let bdev = busy.0.bdev.lock().clone();
-        let res = bdev
-            .ok_or(ENODEV)
-            .and_then(|b| b.io(op, io.sector, data.as_mut()));
-        if let Err(e) = res {
-            busy.0.stats.backing_error();
-            crate::ratelimit::pr_warn_limited!(
-                "export {}: {:?} of {} bytes at sector {} failed: {:?}\n",
-                busy.0.name,
-                io.op,
-                io.len,
-                io.sector,
-                e
-            );
-            return finish(busy, req, io, Err(e));
-        }
-        match (io.op, data) {
-            // The data goes to the client's pages now.
-            (IoOp::Read, Some(d)) => {
-                // (Made before the box: a failed box drops the context,
-                // and the request answers `EIO` as it goes.)
-                match Transfer::new(d, Delivered { busy, io }, GFP_KERNEL) {
-                    Ok(t) => req.write(t),
-                    Err(_) => drop(req),
-                }
-            }
-            _ => finish(busy, req, io, Ok(())),
-        }
+        _ => finish(busy, req, io, Ok(())),
     }
 }
 
@@ -660,8 +779,8 @@ mod hostile {
 
     impl Mode {
         /// The mode of the export just opened by the session of `opened`.
-        pub(super) fn of(opened: &Mutex<Option<(Arc<Export>, bool)>>) -> Self {
-            match opened.lock().as_ref().map(|(e, _)| e.name) {
+        pub(super) fn of(opened: &SetOnce<(Arc<Export>, bool)>) -> Self {
+            match opened.as_ref().map(|(e, _)| e.name) {
                 Some(n) if n.as_bytes() == b"hostile-short" => Self::Short,
                 Some(n) if n.as_bytes() == b"hostile-bsize" => Self::BlockSize,
                 Some(n) if n.as_bytes() == b"hostile-notices" => Self::Notices,
