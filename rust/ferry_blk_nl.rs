@@ -125,6 +125,8 @@ pub mod map_attr {
     pub const STATE: u32 = bindings::FERRY_BLK_A_MAP_STATE;
     /// Counters (nest of [`super::stats_attr`]).
     pub const STATS: u32 = bindings::FERRY_BLK_A_MAP_STATS;
+    /// Requests sent and not answered.
+    pub const INFLIGHT: u32 = bindings::FERRY_BLK_A_MAP_INFLIGHT;
     /// State: up.
     pub const STATE_UP: u32 = bindings::ferry_blk_map_state_FERRY_BLK_MAP_STATE_UP;
     /// State: dead (I/O fails).

@@ -43,6 +43,13 @@ impl OwnedQueue {
         })
     }
 
+    /// Waits until every work item queued before this call has run.
+    /// Sleeps; never from a work item of this queue.
+    pub fn flush(&self) {
+        // SAFETY: `wq` is live (type invariant).
+        unsafe { bindings::__flush_workqueue(self.wq.as_ptr()) };
+    }
+
     /// The queue, for the kernel crate's work item API.
     pub fn queue(&self) -> &Queue {
         // SAFETY: `wq` is live until `self` is dropped (type invariant), which the

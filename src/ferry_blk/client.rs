@@ -15,15 +15,16 @@
 //! connection failed is requeued, unless the mapping is going away.
 
 use core::sync::atomic::{
-    AtomicBool, AtomicU32,
+    AtomicBool, AtomicU32, AtomicU64,
     Ordering::{Acquire, Relaxed, Release},
 };
 use kernel::{
-    new_condvar, new_mutex,
+    new_condvar, new_mutex, new_work,
     prelude::*,
     str::CString,
     sync::{Arc, ArcBorrow, CondVar, CondVarTimeoutResult, Mutex, SetOnce},
     time::msecs_to_jiffies,
+    workqueue::{impl_has_work, Work, WorkItem},
 };
 
 use crate::{
@@ -107,6 +108,53 @@ pub(crate) struct Shared {
     #[pin]
     disk: Mutex<Option<Arc<Disk<Blk>>>>,
     pub(crate) stats: IoStats,
+    /// The target's notices, acted on by `notices` (a disk's capacity and
+    /// its death reach the file system, which may wait for I/O that the
+    /// completion the notice came on would have to finish).
+    #[pin]
+    notices: Work<Shared>,
+    /// A capacity the target told and `notices` has not set yet
+    /// ([`NO_RESIZE`]: none).
+    resize: AtomicU64,
+    /// The target deleted the export; `notices` has not failed the disk yet.
+    deleted: AtomicBool,
+    /// The disk is being removed: `notices` leaves it alone.
+    removing: AtomicBool,
+    /// Requests ferry took and has not completed.
+    inflight: AtomicU32,
+}
+
+/// [`Shared::resize`] when no resize waits (no capacity the target may
+/// tell: [`wire::MAX_SECTORS`] is far below).
+const NO_RESIZE: u64 = u64::MAX;
+
+impl_has_work! {
+    impl HasWork<Self> for Shared { self.notices }
+}
+
+impl WorkItem for Shared {
+    type Pointer = Arc<Shared>;
+
+    fn run(this: Arc<Shared>) {
+        // The disk is being removed: nothing to tell it.
+        if this.removing.load(Acquire) {
+            return;
+        }
+        let sectors = this.resize.swap(NO_RESIZE, Acquire);
+        if sectors != NO_RESIZE {
+            if let Some(d) = this.disk() {
+                pr_info!("{}: resized to {} sectors\n", d.name(), sectors);
+                d.set_capacity(sectors);
+            }
+            this.changed();
+        }
+        if this.deleted.swap(false, Acquire) {
+            if let Some(d) = this.disk() {
+                d.mark_dead();
+            }
+            this.kill("the target deleted its export");
+        }
+    }
 }
 
 /// What a block request's ferry request carries (the mapping's state is
@@ -131,6 +179,7 @@ impl Done<RqData<Blk>> for Sent {
         };
         let len = rq.bytes();
         rq.pdu_mut().req = Some(req);
+        rq.queue_data().inflight.fetch_sub(1, Relaxed);
         let dead = rq.queue_data().dead.load(Acquire);
         match status {
             // The connection failed before the answer: once the session is
@@ -235,10 +284,13 @@ impl Operations for Blk {
             },
             _ => req.ctx.rq = Some(rq),
         }
+        // Counted first: the answer may come before `submit_tagged` returns.
+        shared.inflight.fetch_add(1, Relaxed);
         // CAST: hardware queues are at most ferry's 64 channels.
         match session.submit_tagged(hw_queue as u16, tag, req, Wait::No) {
             Ok(()) => Queued::Taken,
             Err((e, mut req)) => {
+                shared.inflight.fetch_sub(1, Relaxed);
                 let rq = match req.take_data() {
                     Some(d) => Some(d.into_request()),
                     None => req.ctx.rq.take(),
@@ -275,9 +327,15 @@ impl Operations for Blk {
 }
 
 impl Shared {
+    /// The disk, while it has one (taken out of the lock: what is done
+    /// with it may sleep, or reach a callback that takes the lock).
+    fn disk(&self) -> Option<Arc<Disk<Blk>>> {
+        self.disk.lock().clone()
+    }
+
     /// Runs the disk's queues (requests that found no room go again).
     fn run_queues(&self) {
-        if let Some(d) = self.disk.lock().as_ref() {
+        if let Some(d) = self.disk() {
             d.run_queues(true);
         }
     }
@@ -285,9 +343,19 @@ impl Shared {
     /// Lets the queues go again if `down` quiesced them.
     fn resume(&self) {
         if self.quiesced.swap(false, Relaxed) {
-            if let Some(d) = self.disk.lock().as_ref() {
+            if let Some(d) = self.disk() {
                 d.unquiesce();
             }
+        }
+    }
+
+    /// Acts on the target's notices on the module's queue, off the
+    /// completion they came on.
+    fn notice(self: &Arc<Self>) {
+        // While the module unloads it has no mappings any more. Already
+        // queued: that run sees what was stored before.
+        if let Ok(state) = crate::State::get() {
+            let _ = state.notices.queue().enqueue(self.clone());
         }
     }
 
@@ -296,7 +364,7 @@ impl Shared {
         if !self.announced.load(Acquire) {
             return;
         }
-        if let Some(d) = self.disk.lock().as_ref() {
+        if let Some(d) = self.disk() {
             crate::events::map_changed(
                 self.index,
                 &self.open.name,
@@ -310,7 +378,7 @@ impl Shared {
     /// Fails the mapping: every request from now on, and those waiting.
     fn kill(&self, why: &str) {
         if !self.dead.swap(true, Release) {
-            if let Some(d) = self.disk.lock().as_ref() {
+            if let Some(d) = self.disk() {
                 pr_warn!("{}: {}: failing its I/O\n", d.name(), why);
             }
             self.changed();
@@ -340,21 +408,17 @@ impl Shared {
     }
 
     /// The target answered the open sent again after a reconnect.
-    fn reopened(&self, res: Result<Opened>) {
+    fn reopened(self: &Arc<Self>, res: Result<Opened>) {
         match res {
             Ok(o)
                 if o.handle == self.handle.load(Relaxed)
                     && o.logical_block_size == self.logical_block_size.load(Relaxed) =>
             {
-                let resized = match self.disk.lock().as_ref() {
-                    Some(d) if d.capacity() != o.sectors => {
-                        d.set_capacity(o.sectors);
-                        true
-                    }
-                    _ => false,
-                };
-                if resized {
-                    self.changed();
+                // A new capacity is set as a notice's is, off this
+                // completion, after any notice that came before.
+                if self.disk().is_some_and(|d| d.capacity() != o.sectors) {
+                    self.resize.store(o.sectors, Release);
+                    self.notice();
                 }
                 self.ready.store(true, Release);
                 self.resume();
@@ -376,7 +440,7 @@ impl Handler for ClientHandler {
         // The requests in flight come back (and are requeued); the others
         // wait until the export is open on the new connection.
         if self.shared.ready.swap(false, Relaxed) && !self.shared.quiesced.swap(true, Relaxed) {
-            if let Some(d) = self.shared.disk.lock().as_ref() {
+            if let Some(d) = self.shared.disk() {
                 d.quiesce();
             }
         }
@@ -414,17 +478,12 @@ impl Handler for ClientHandler {
                 );
             }
             Ok(Notice::Resized { handle: h, sectors }) if h == handle => {
-                if let Some(d) = self.shared.disk.lock().as_ref() {
-                    pr_info!("{}: resized to {} sectors\n", d.name(), sectors);
-                    d.set_capacity(sectors);
-                }
-                self.shared.changed();
+                self.shared.resize.store(sectors, Release);
+                self.shared.notice();
             }
             Ok(Notice::Deleted { handle: h }) if h == handle => {
-                if let Some(d) = self.shared.disk.lock().as_ref() {
-                    d.mark_dead();
-                }
-                self.shared.kill("the target deleted its export");
+                self.shared.deleted.store(true, Release);
+                self.shared.notice();
             }
             // Of another export (of an earlier connection): not ours.
             Ok(_) => {}
@@ -529,6 +588,11 @@ impl Mapping {
                 announced: AtomicBool::new(false),
                 disk <- new_mutex!(None),
                 stats: IoStats::default(),
+                notices <- new_work!("ferry_blk::Shared::notices"),
+                resize: AtomicU64::new(NO_RESIZE),
+                deleted: AtomicBool::new(false),
+                removing: AtomicBool::new(false),
+                inflight: AtomicU32::new(0),
             }),
             GFP_KERNEL,
         )?;
@@ -652,6 +716,11 @@ impl Mapping {
         &self.shared.stats
     }
 
+    /// Requests ferry took and has not completed.
+    pub(crate) fn inflight(&self) -> u32 {
+        self.shared.inflight.load(Relaxed)
+    }
+
     /// Whether I/O fails from now on (the export or the session is gone).
     pub(crate) fn is_dead(&self) -> bool {
         self.shared.dead.load(Acquire)
@@ -667,6 +736,11 @@ impl Mapping {
     /// waiting or in flight first (the target may be gone); otherwise the
     /// disk's requests drain. Sleeps.
     pub(crate) fn remove(&self, force: bool) {
+        // No notice acts on the disk from here on: one at work ends first.
+        self.shared.removing.store(true, Release);
+        if let Ok(state) = crate::State::get() {
+            state.notices.flush();
+        }
         if force {
             self.fail_all();
         }
@@ -694,6 +768,7 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // Not removed (a failed map's end): by force.
         if self.shared.disk.lock().is_some() {
+            self.shared.removing.store(true, Release);
             self.fail_all();
             self.disk.delete();
             self.shared.disk.lock().take();

@@ -45,7 +45,7 @@ mod wire;
 
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use kernel::{
-    new_mutex,
+    c_str, new_mutex,
     prelude::*,
     sync::{Arc, Mutex},
 };
@@ -73,6 +73,9 @@ pub(crate) struct State {
     #[pin]
     maps: Mutex<KVec<Mapping>>,
     next_index: AtomicU32,
+    /// Where mappings act on their target's notices (drained when the
+    /// module's state goes, at unload).
+    notices: work::OwnedQueue,
 }
 
 /// The module's state, for the netlink handlers (which carry no context).
@@ -80,7 +83,7 @@ static STATE: Slot<State> = Slot::new();
 
 impl State {
     /// The module's state; `ENODEV` while it loads or unloads.
-    fn get() -> Result<Arc<State>> {
+    pub(crate) fn get() -> Result<Arc<State>> {
         STATE.get().ok_or(ENODEV)
     }
 
@@ -165,11 +168,13 @@ impl kernel::Module for FerryBlk {
             wire::SERVICE,
             Arc::new(TargetService(target.clone()), GFP_KERNEL)?,
         )?;
+        let notices = work::OwnedQueue::new(c_str!("ferry_blk_notices"))?;
         let state = Arc::pin_init(
             pin_init!(State {
                 target,
                 maps <- new_mutex!(KVec::new()),
                 next_index: AtomicU32::new(0),
+                notices,
             }),
             GFP_KERNEL,
         )?;

@@ -198,7 +198,8 @@ pub(crate) fn export_get_dumpit(dump: &mut Dump<'_>) -> Result {
 /// Writes a mapping's attributes.
 fn fill_map(w: &mut Writer<'_>, m: &Mapping) -> Result {
     fill_map_id(w, m, m.sectors())?;
-    put_stats(w, ma::STATS, m.stats())
+    put_stats(w, ma::STATS, m.stats())?;
+    w.put_u32(ma::INFLIGHT, m.inflight())
 }
 
 /// Writes what identifies a mapping, its capacity (`sectors`) and state

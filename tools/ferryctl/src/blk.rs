@@ -245,7 +245,7 @@ fn decode_export(p: &[u8]) -> Result<Value, Error> {
 }
 
 /// A mapping as JSON: `index`, `addr`, `port`, `export`, `read_only`,
-/// `disk`, `session`, `sectors`, `state`, `stats`.
+/// `disk`, `session`, `sectors`, `state`, `stats`, `inflight`.
 fn decode_map(p: &[u8]) -> Result<Value, Error> {
     let mut o = Map::new();
     o.insert("kind".into(), json!("map"));
@@ -281,6 +281,10 @@ fn decode_map(p: &[u8]) -> Result<Value, Error> {
                 ("state", json!(name))
             }
             FERRY_BLK_A_MAP_STATS => ("stats", stats(v)),
+            FERRY_BLK_A_MAP_INFLIGHT => (
+                "inflight",
+                json!(attr::u32(v).ok_or_else(|| bad("inflight"))?),
+            ),
             _ => continue,
         };
         o.insert(k.into(), val);
@@ -350,22 +354,24 @@ fn to_text(v: &Value, with_stats: bool) -> String {
     };
     let mut s = if v["kind"] == "export" {
         format!(
-            "export {} path {} sectors {} users {}",
+            "export {} path {} sectors {} users {} inflight {}",
             get("name").unwrap_or_default(),
             get("path").unwrap_or_default(),
             get("sectors").unwrap_or_default(),
-            get("users").unwrap_or_default()
+            get("users").unwrap_or_default(),
+            get("inflight").unwrap_or_default()
         )
     } else {
         format!(
-            "{} addr {} port {} export {} sectors {} state {} session {}",
+            "{} addr {} port {} export {} sectors {} state {} session {} inflight {}",
             get("disk").unwrap_or_default(),
             get("addr").unwrap_or_default(),
             get("port").unwrap_or_default(),
             get("export").unwrap_or_default(),
             get("sectors").unwrap_or_default(),
             get("state").unwrap_or_default(),
-            get("session").unwrap_or_default()
+            get("session").unwrap_or_default(),
+            get("inflight").unwrap_or_default()
         )
     };
     if v["read_only"] == true {

@@ -108,6 +108,9 @@ def blk_map_verify(t):
     t.log(f'target counted: {export["stats"]}')
     t.check(export['stats']['bytes_written'] >= n, f'target bytes written: {export["stats"]}')
     t.eq(export['users'], 1, 'sessions using the export')
+    # (The target answers an operation just before it stops counting it.)
+    t.until(lambda: sorted((x['kind'], x['inflight']) for x in show(t, vm)) == [('export', 0), ('map', 0)],
+            10 * t.slow, 'no operation in flight once idle, on either side')
     # Open, it cannot be unmapped.
     r = vm.run(f'exec 3<{disk}; {t.ferryctl} blk unmap {disk}; rc=$?; exec 3<&-; exit $rc',
                check=False)
@@ -367,6 +370,8 @@ def blk_forced(t):
     loop = blk_setup(t, vm)
     disk = export_and_map(t, vm, 'f0', loop, 'channels 2')
     fio_background(t, vm, disk, '/tmp/fio1.log')
+    t.until(lambda: [x for x in show(t, vm) if x['kind'] == 'map'][0]['inflight'] > 0,
+            30 * t.slow, 'the mapping counting requests in flight under fio')
     r = vm.run(f'{t.ferryctl} blk unmap {disk}', check=False)
     t.require(r.rc == 2 and 'open' in r.err, f'unmapping a disk in use without force: {r}; '
               f'fio: {vm.run("pgrep -a fio; tail -5 /tmp/fio1.log", check=False).out!r}')
