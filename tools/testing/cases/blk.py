@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """ferry_blk cases: a block device exported by the target and mapped back
-as /dev/ferryblkN by the client, in one VM over rxe in loopback."""
+as /dev/ferryblkN by the client, in one VM over rxe in loopback, and
+between two hosts (`blk_two_hosts`)."""
 import json
 
 from harness import case
@@ -603,3 +604,53 @@ def blk_access_resize(t):
         ('blk-export-del', 'rw0', big, None),
     ], 'ferryctl monitor\'s events')
     blk_teardown(t, vm, loop)
+
+
+@case(topology='pair', timeout=600)
+def blk_two_hosts(t):
+    """ferry_blk between two hosts: A exports a 64 MiB disk, B maps it over
+    2 channels and writes it with fio (`fio`: 4 MiB, then 64 KiB writes at
+    depth 32 from 2 jobs, verified), then reads it back verified. Nothing
+    may stall: no request times out, the session never reconnects, no work
+    request fails, and neither the mapping nor the export counts a failed
+    operation. The disk's sha256 on B equals the device's on A."""
+    a, b = t.pair_up()
+    for vm in (a, b):
+        vm.run(f'dmesg -C && insmod {t.sample("ferry_blk")}')
+    a.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+    a.run('truncate -s 64M /dev/shm/blk0.img')
+    loop = a.run('losetup -f --show /dev/shm/blk0.img').out.strip()
+    a.run(f'{t.ferryctl} blk export add two0 path {loop}')
+    disk = '/dev/' + t.ferryctl_json(b, f'blk map 192.0.2.1 port {PORT} export two0 channels 2')[0]['disk']
+    b.wait_for(f'test -b {disk}', timeout=30)
+    for bs in ('4m', '64k'):
+        written, verified = fio(t, b, disk, bs, 32)
+        _, again = fio(t, b, disk, bs, 32, verify_only=True)
+        t.log(f'bs {bs} qd 32: {written} bytes written, {verified} verified, {again} verified again')
+        want = 2 * fio_mib(t) * MIB
+        t.check(written >= want and verified >= want and again >= want,
+                f'bs {bs}: too few bytes ({written}, {verified}, {again})')
+    half = fio_mib(t) * MIB
+    b.run('echo 3 > /proc/sys/vm/drop_caches')
+    t.eq(sha(b, disk, 2 * half), sha(a, loop, 2 * half), "the disk's bytes on both hosts")
+    client = [s for s in t.ferryctl_json(b, '-s session show') if s['role'] == 'client']
+    server = [s for s in t.ferryctl_json(a, '-s session show') if s['role'] == 'server']
+    t.log(f'client session: {client}')
+    t.log(f'server session: {server}')
+    t.require(len(client) == 1 and len(server) == 1, 'one session each side')
+    t.eq((client[0]['state'], client[0].get('reconnects', 0)), ('connected', 0),
+         'the client session, never reconnected')
+    t.eq((client[0]['stats']['wc_errors'], server[0]['stats']['wc_errors']), (0, 0),
+         'failed work completions (client, target)')
+    m = [x for x in show(t, b) if x['kind'] == 'map'][0]
+    e = [x for x in show(t, a) if x['kind'] == 'export'][0]
+    t.log(f'mapping: {m}; export: {e}')
+    t.eq((m['state'], m['stats']['failed'], e['stats']['failed']), ('up', 0, 0),
+         'the mapping up, no failed operation on either side')
+    t.check('timed out on queue' not in b.run('dmesg', check=False).out,
+            'no request of the mapping timed out')
+    b.run(f'{t.ferryctl} blk unmap {disk}')
+    a.run(f'{t.ferryctl} blk export del two0')
+    a.run(f'losetup -d {loop} && rm -f /dev/shm/blk0.img')
+    for vm in (a, b):
+        vm.run('rmmod ferry_blk && rmmod ferry')

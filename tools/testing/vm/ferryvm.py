@@ -9,7 +9,8 @@ perftest, the test scripts) run in the guest as they are. Each VM gets:
   the guest through VM.run() and gets their exit status and output;
 - its console streamed to <outdir>/<name>.console;
 - its NICs as QEMU UDP socket netdevs on 127.0.0.1, so two VMs share one
-  Ethernet segment and either side can be killed and booted again.
+  Ethernet segment and either side can be killed and booted again (the
+  sockets get large buffers: see qemu-noudev).
 
 Every QEMU this module starts runs in its own session; kill() signals that
 session only, never another process.
