@@ -63,6 +63,10 @@ mod lifecycle;
 /// How long one connect attempt may take before it counts as failed.
 pub(crate) const CONNECT_TIMEOUT_MS: u32 = 10_000;
 
+/// How long a failed `session-connect` waits for its session's teardown
+/// before it answers (ferry's work queue finishes the teardown).
+pub(crate) const CLOSE_WAIT_MS: u32 = 5_000;
+
 /// How long a server channel waits for its client's hello once accepted: a
 /// silent connection holds a QP and its buffers, and goes after this.
 pub(crate) const HELLO_DEADLINE_MS: u32 = 4000;

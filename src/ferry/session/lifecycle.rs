@@ -48,7 +48,8 @@ impl Session {
 
     /// Opens a client session and waits until it is connected or has failed.
     /// On failure the session is gone, `consumer` was told nothing, and the
-    /// reason is returned. With `psk`, the server must prove that key and is
+    /// reason is returned; without a consumer (a netlink request), the
+    /// session may still be closing, for [`CLOSE_WAIT_MS`] at most here. With `psk`, the server must prove that key and is
     /// proven it (see [`wire::Auth`]).
     pub(crate) fn connect(
         host: Arc<dyn Host>,
@@ -64,6 +65,8 @@ impl Session {
         if params.check_memory(&peer).is_err() {
             return Err(Reason::NoResources);
         }
+        // No consumer: a netlink request, whose answer is bounded.
+        let bounded = consumer.is_none();
         let id = host.next_session_id();
         let session_id = loop {
             let v = work::random_u64();
@@ -126,8 +129,37 @@ impl Session {
         };
         // The caller learns of the failure from the return value alone: the
         // events stay muted.
-        s.close(reason);
+        if bounded {
+            // A teardown has no bound (a drain; rdma_cm destroys an id only
+            // after its queued work, other sessions' QP builds included):
+            // ferry's work queue closes the session, and the answer waits
+            // for that a while only.
+            s.close_later(reason);
+            s.wait_closed(CLOSE_WAIT_MS);
+        } else {
+            s.close(reason);
+        }
         Err(reason)
+    }
+
+    /// Waits until the session is closed, at most `ms` milliseconds (or
+    /// until a signal).
+    fn wait_closed(&self, ms: u32) {
+        let start = Instant::<Monotonic>::now();
+        let mut inner = self.inner.lock();
+        while inner.state != SessionState::Closed {
+            let left = i64::from(ms) - start.elapsed().as_millis();
+            if left <= 0 {
+                return;
+            }
+            // CAST: `left` is positive and below `ms`.
+            if let CondVarTimeoutResult::Signal { .. } = self
+                .changed
+                .wait_interruptible_timeout(&mut inner, msecs_to_jiffies(left as u32))
+            {
+                return;
+            }
+        }
     }
 
     /// Client: starts a connect attempt with a new generation.
