@@ -537,6 +537,10 @@ impl Handler for TargetSession {
             let _ = req.respond(Err(Refusal::Malformed.errno()), &[]);
             return;
         };
+        #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+        if hostile::drop_write(&self.state.opened, s, &hdr) {
+            return;
+        }
         self.io(req, &hdr);
     }
 
@@ -775,6 +779,9 @@ mod hostile {
         /// `hostile-notices`: a right answer, then notices of a wrong
         /// length, of an unknown kind, and of an impossible capacity.
         Notices,
+        /// `hostile-drop`: every write fails the session under it, never
+        /// answered (the client requeues it until its retries run out).
+        Drop,
     }
 
     impl Mode {
@@ -784,6 +791,7 @@ mod hostile {
                 Some(n) if n.as_bytes() == b"hostile-short" => Self::Short,
                 Some(n) if n.as_bytes() == b"hostile-bsize" => Self::BlockSize,
                 Some(n) if n.as_bytes() == b"hostile-notices" => Self::Notices,
+                Some(n) if n.as_bytes() == b"hostile-drop" => Self::Drop,
                 _ => Self::None,
             }
         }
@@ -799,7 +807,7 @@ mod hostile {
         match mode {
             Mode::Short => return req.respond(Ok(()), &b[..b.len() - 1]),
             Mode::BlockSize => b[16..20].copy_from_slice(&1000u32.to_le_bytes()),
-            Mode::Notices | Mode::None => {}
+            Mode::Notices | Mode::Drop | Mode::None => {}
         }
         req.respond(Ok(()), &b)?;
         if mode == Mode::Notices {
@@ -815,5 +823,25 @@ mod hostile {
             }
         }
         Ok(())
+    }
+
+    /// In `Drop` mode, fails session `s` under the write of header `hdr`,
+    /// which is never answered: whether it did.
+    pub(super) fn drop_write(
+        opened: &SetOnce<(Arc<Export>, bool)>,
+        s: &SessionRef,
+        hdr: &[u8; wire::IO_LEN],
+    ) -> bool {
+        if Mode::of(opened) != Mode::Drop || !Io::decode(hdr).is_ok_and(|io| io.op == IoOp::Write) {
+            return false;
+        }
+        pr_info!(
+            "target: hostile export: failing session {} under a write\n",
+            s.id()
+        );
+        // A service's session closes on any channel's failure: the write,
+        // dropped after this, finds its channel failed and goes unanswered.
+        let _ = s.reset_channel(0);
+        true
     }
 }
