@@ -49,8 +49,9 @@ impl Session {
     /// Opens a client session and waits until it is connected or has failed.
     /// On failure the session is gone, `consumer` was told nothing, and the
     /// reason is returned; without a consumer (a netlink request), the
-    /// session may still be closing, for [`CLOSE_WAIT_MS`] at most here. With `psk`, the server must prove that key and is
-    /// proven it (see [`wire::Auth`]).
+    /// session may still be closing (this waits [`CLOSE_WAIT_MS`] for it at
+    /// most). With `psk`, the server must prove that key and is proven it
+    /// (see [`wire::Auth`]).
     pub(crate) fn connect(
         host: Arc<dyn Host>,
         net: &Net,
