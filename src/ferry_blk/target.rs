@@ -304,7 +304,7 @@ impl crate::ferry_api::Service for TargetService {
 /// A client's session.
 pub(crate) struct TargetSession {
     target: Arc<Target>,
-    /// What its open, on the target's queue, shares with it.
+    /// What its open, on the target's open queue, shares with it.
     state: Arc<SessionState>,
 }
 
