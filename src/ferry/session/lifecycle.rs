@@ -95,26 +95,12 @@ impl Session {
             .map_err(|_| Reason::NoResources)?;
         s.notify();
         s.start_attempt();
-        let mut inner = s.inner.lock();
-        let deadline = Instant::<Monotonic>::now();
         // Channel 0 connects first, the others once it is up, each within
         // `CONNECT_TIMEOUT_MS` of its start (the tick fails it otherwise,
         // which ends the wait sooner): the wait allows both phases.
-        while inner.state == SessionState::Connecting {
-            let left = 2 * i64::from(CONNECT_TIMEOUT_MS) + 2000 - deadline.elapsed().as_millis();
-            if left <= 0 {
-                break;
-            }
-            // CAST: `left` is positive and below 2^31.
-            if let CondVarTimeoutResult::Signal { .. } = s
-                .changed
-                .wait_interruptible_timeout(&mut inner, msecs_to_jiffies(left as u32))
-            {
-                break;
-            }
-        }
-        let (state, reason) = (inner.state, inner.reason);
-        drop(inner);
+        let (state, reason) = s.wait_while(2 * CONNECT_TIMEOUT_MS + 2000, |st| {
+            st == SessionState::Connecting
+        });
         if state == SessionState::Connected {
             // The consumer hears `up` before the caller hears of success.
             s.events.lock().mute = false;
@@ -136,31 +122,36 @@ impl Session {
             // ferry's work queue closes the session, and the answer waits
             // for that a while only.
             s.close_later(reason);
-            s.wait_closed(CLOSE_WAIT_MS);
+            s.wait_while(CLOSE_WAIT_MS, |st| st != SessionState::Closed);
         } else {
             s.close(reason);
         }
         Err(reason)
     }
 
-    /// Waits until the session is closed, at most `ms` milliseconds (or
-    /// until a signal).
-    fn wait_closed(&self, ms: u32) {
+    /// Waits while `waiting` holds of its state, at most `ms` milliseconds
+    /// (or until a signal): the state and reason it ended with.
+    fn wait_while(
+        &self,
+        ms: u32,
+        waiting: impl Fn(SessionState) -> bool,
+    ) -> (SessionState, Reason) {
         let start = Instant::<Monotonic>::now();
         let mut inner = self.inner.lock();
-        while inner.state != SessionState::Closed {
+        while waiting(inner.state) {
             let left = i64::from(ms) - start.elapsed().as_millis();
             if left <= 0 {
-                return;
+                break;
             }
             // CAST: `left` is positive and below `ms`.
             if let CondVarTimeoutResult::Signal { .. } = self
                 .changed
                 .wait_interruptible_timeout(&mut inner, msecs_to_jiffies(left as u32))
             {
-                return;
+                break;
             }
         }
+        (inner.state, inner.reason)
     }
 
     /// Client: starts a connect attempt with a new generation.
