@@ -839,9 +839,13 @@ mod hostile {
             "target: hostile export: failing session {} under a write\n",
             s.id()
         );
-        // A service's session closes on any channel's failure: the write,
-        // dropped after this, finds its channel failed and goes unanswered.
-        let _ = s.reset_channel(0);
+        // Every channel fails here, before the write is dropped (a dropped
+        // request is answered `EIO` on its own channel, if still up): the
+        // answer goes nowhere, and the session closes.
+        let channels = s.limits().map_or(1, |l| l.channels);
+        for qid in 0..channels {
+            let _ = s.reset_channel(qid);
+        }
         true
     }
 }
