@@ -92,7 +92,7 @@ pub struct Disk<T: Operations> {
     queuedata: *mut core::ffi::c_void,
     /// [`Disk::delete`] ran.
     deleted: AtomicBool,
-    _tag_set: Arc<TagSet<T>>,
+    tag_set: Arc<TagSet<T>>,
 }
 
 // SAFETY: The block layer serializes what the methods change.
@@ -149,7 +149,7 @@ impl<T: Operations> Disk<T> {
             disk: unsafe { NonNull::new_unchecked(disk) },
             queuedata,
             deleted: AtomicBool::new(false),
-            _tag_set: tag_set,
+            tag_set,
         })
     }
 
@@ -187,6 +187,11 @@ impl<T: Operations> Disk<T> {
     pub fn openers(&self) -> u32 {
         // SAFETY: The disk is live (type invariant).
         unsafe { bindings::ferry_blk_disk_openers(self.raw()) }
+    }
+
+    /// How many of its requests the driver holds now; see [`TagSet::busy`].
+    pub fn busy(&self) -> u32 {
+        self.tag_set.busy()
     }
 
     fn queue(&self) -> *mut bindings::request_queue {

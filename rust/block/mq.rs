@@ -436,6 +436,31 @@ impl<T: Operations> TagSet<T> {
         })
     }
 
+    /// How many of its requests the driver holds now (started, not yet
+    /// ended or requeued), counted over every hardware queue's tags by
+    /// `blk_mq_tagset_busy_iter`: a figure for reports, which costs the
+    /// data path nothing.
+    pub fn busy(&self) -> u32 {
+        /// Counts one request.
+        ///
+        /// # Safety
+        ///
+        /// `data` is the `u32` counter [`TagSet::busy`] passes.
+        unsafe extern "C" fn count(_rq: *mut bindings::request, data: *mut c_void) -> bool {
+            // SAFETY: The counter, valid and not otherwise used during the
+            // iteration (the contract).
+            unsafe { *data.cast::<u32>() += 1 };
+            true
+        }
+        let mut n = 0u32;
+        // SAFETY: The set is live (type invariant); `count` only touches
+        // `n`, valid for the call, which calls it synchronously.
+        unsafe {
+            bindings::blk_mq_tagset_busy_iter(self.as_raw(), Some(count), (&raw mut n).cast())
+        };
+        n
+    }
+
     /// The raw tag set.
     pub(crate) fn as_raw(&self) -> *mut bindings::blk_mq_tag_set {
         self.inner.get()

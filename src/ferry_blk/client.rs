@@ -39,7 +39,7 @@ use crate::{
     ferry_api::{
         Dir, Done, Handler, Params, Peer, Request, Session, SessionHandle, SessionRef, Wait,
     },
-    stats::{IoStats, Op},
+    stats::{IoCounts, IoStats, Op},
     wire::{self, ExportName, Io, IoOp, Notice, Open, Opened},
 };
 
@@ -107,7 +107,8 @@ pub(crate) struct Shared {
     /// The disk, once added (taken out again at unmap, once it is deleted).
     #[pin]
     disk: Mutex<Option<Arc<Disk<Blk>>>>,
-    pub(crate) stats: IoStats,
+    /// The counters, one set per hardware queue (once the disk is made).
+    stats: SetOnce<KVec<IoStats>>,
     /// The target's notices, acted on by `notices` (a disk's capacity and
     /// its death reach the file system, which may wait for I/O that the
     /// completion the notice came on would have to finish).
@@ -120,8 +121,6 @@ pub(crate) struct Shared {
     deleted: AtomicBool,
     /// The disk is being removed: `notices` leaves it alone.
     removing: AtomicBool,
-    /// Requests ferry took and has not completed.
-    inflight: AtomicU32,
 }
 
 /// [`Shared::resize`] when no resize waits (no capacity the target may
@@ -179,7 +178,6 @@ impl Done<RqData<Blk>> for Sent {
         };
         let len = rq.bytes();
         rq.pdu_mut().req = Some(req);
-        rq.queue_data().inflight.fetch_sub(1, Relaxed);
         let dead = rq.queue_data().dead.load(Acquire);
         match status {
             // The connection failed before the answer: once the session is
@@ -190,7 +188,9 @@ impl Done<RqData<Blk>> for Sent {
                 rq.requeue(true)
             }
             res => {
-                rq.queue_data().stats.done(op, fua, len, res.is_ok());
+                rq.queue_data()
+                    .queue_stats(rq.hw_queue())
+                    .done(op, fua, len, res.is_ok());
                 // Out of retries: a transport error (BLK_STS_TRANSPORT),
                 // which multipath may fail over.
                 let res = match res {
@@ -219,7 +219,7 @@ impl Operations for Blk {
         }
         // A request that fails here is counted as one that failed.
         let failed = |rq, e| {
-            shared.stats.failed_unsent();
+            shared.queue_stats(hw_queue).failed_unsent();
             Queued::Failed(rq, e)
         };
         if shared.dead.load(Acquire) {
@@ -284,13 +284,10 @@ impl Operations for Blk {
             },
             _ => req.ctx.rq = Some(rq),
         }
-        // Counted first: the answer may come before `submit_tagged` returns.
-        shared.inflight.fetch_add(1, Relaxed);
         // CAST: hardware queues are at most ferry's 64 channels.
         match session.submit_tagged(hw_queue as u16, tag, req, Wait::No) {
             Ok(()) => Queued::Taken,
             Err((e, mut req)) => {
-                shared.inflight.fetch_sub(1, Relaxed);
                 let rq = match req.take_data() {
                     Some(d) => Some(d.into_request()),
                     None => req.ctx.rq.take(),
@@ -327,6 +324,16 @@ impl Operations for Blk {
 }
 
 impl Shared {
+    /// The counters of hardware queue `q` (made before the disk, whose
+    /// queues they count).
+    fn queue_stats(&self, q: u32) -> &IoStats {
+        static NONE: IoStats = IoStats::new();
+        self.stats
+            .as_ref()
+            .and_then(|s| s.get(q as usize))
+            .unwrap_or(&NONE)
+    }
+
     /// The disk, while it has one (taken out of the lock: what is done
     /// with it may sleep, or reach a callback that takes the lock).
     fn disk(&self) -> Option<Arc<Disk<Blk>>> {
@@ -587,12 +594,11 @@ impl Mapping {
                 dead: AtomicBool::new(false),
                 announced: AtomicBool::new(false),
                 disk <- new_mutex!(None),
-                stats: IoStats::default(),
+                stats: SetOnce::new(),
                 notices <- new_work!("ferry_blk::Shared::notices"),
                 resize: AtomicU64::new(NO_RESIZE),
                 deleted: AtomicBool::new(false),
                 removing: AtomicBool::new(false),
-                inflight: AtomicU32::new(0),
             }),
             GFP_KERNEL,
         )?;
@@ -647,6 +653,12 @@ impl Mapping {
             fua: opened.fua,
             rotational: opened.rotational,
         };
+        let queues = limits.channels - limits.poll_channels;
+        let mut stats = KVec::with_capacity(usize::from(queues), GFP_KERNEL)?;
+        for _ in 0..queues {
+            stats.push(IoStats::default(), GFP_KERNEL)?;
+        }
+        shared.stats.populate(stats);
         let name = CString::try_from_fmt(fmt!("ferryblk{}", index))?;
         // Open: requests may go (adding the disk reads its partition table).
         shared.ready.store(true, Release);
@@ -711,14 +723,15 @@ impl Mapping {
         self.shared.announced.store(true, Release);
     }
 
-    /// The counters.
-    pub(crate) fn stats(&self) -> &IoStats {
-        &self.shared.stats
+    /// The counters, summed over the queues.
+    pub(crate) fn stats(&self) -> IoCounts {
+        IoCounts::sum(self.shared.stats.as_ref().map_or(&[][..], |s| &s[..]))
     }
 
-    /// Requests ferry took and has not completed.
+    /// Requests ferry took and has not completed (counted now, over the
+    /// tags: the data path counts nothing for it).
     pub(crate) fn inflight(&self) -> u32 {
-        self.shared.inflight.load(Relaxed)
+        self.disk.busy()
     }
 
     /// Whether I/O fails from now on (the export or the session is gone).

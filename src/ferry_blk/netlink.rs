@@ -11,7 +11,7 @@ use crate::{
     ferry_api::Peer,
     ferry_blk_nl::{self as nl, export_attr as ea, map_attr as ma, stats_attr as sa},
     genl::{Dump, Request, Writer},
-    stats::{IoStats, Op},
+    stats::{IoCounts, Op},
     target::{Access, Export},
     wire::ExportName,
     State,
@@ -21,21 +21,20 @@ use crate::{
 const ENTRY_SIZE: usize = 512;
 
 /// Writes counters as nest `ty`.
-fn put_stats(w: &mut Writer<'_>, ty: u32, s: &IoStats) -> Result {
-    use core::sync::atomic::Ordering::Relaxed;
+fn put_stats(w: &mut Writer<'_>, ty: u32, s: &IoCounts) -> Result {
     w.nest(ty, |w| {
         for (attr, v) in [
             (sa::READS, s.ops(Op::Read)),
             (sa::WRITES, s.ops(Op::Write)),
             (sa::FLUSHES, s.ops(Op::Flush)),
-            (sa::FUA, s.fua.load(Relaxed)),
+            (sa::FUA, s.fua),
             (sa::DISCARDS, s.ops(Op::Discard)),
             (sa::WRITE_ZEROES, s.ops(Op::WriteZeroes)),
-            (sa::BYTES_READ, s.bytes_read.load(Relaxed)),
-            (sa::BYTES_WRITTEN, s.bytes_written.load(Relaxed)),
-            (sa::REFUSED, s.refused.load(Relaxed)),
-            (sa::BACKING_ERRORS, s.backing_errors.load(Relaxed)),
-            (sa::FAILED, s.failed.load(Relaxed)),
+            (sa::BYTES_READ, s.bytes_read),
+            (sa::BYTES_WRITTEN, s.bytes_written),
+            (sa::REFUSED, s.refused),
+            (sa::BACKING_ERRORS, s.backing_errors),
+            (sa::FAILED, s.failed),
         ] {
             w.put_u64(attr, v, sa::PAD)?;
         }
@@ -66,7 +65,7 @@ fn fill_export(w: &mut Writer<'_>, e: &Export) -> Result {
     w.put_u32(ea::USERS, u32::try_from(users).unwrap_or(u32::MAX))?;
     w.put_u32(ea::RW_USERS, u32::try_from(rw).unwrap_or(u32::MAX))?;
     w.put_u32(ea::INFLIGHT, e.inflight())?;
-    put_stats(w, ea::STATS, &e.stats)
+    put_stats(w, ea::STATS, &e.stats.counts())
 }
 
 /// The export name of attribute `ty`, validated.
@@ -198,7 +197,7 @@ pub(crate) fn export_get_dumpit(dump: &mut Dump<'_>) -> Result {
 /// Writes a mapping's attributes.
 fn fill_map(w: &mut Writer<'_>, m: &Mapping) -> Result {
     fill_map_id(w, m, m.sectors())?;
-    put_stats(w, ma::STATS, m.stats())?;
+    put_stats(w, ma::STATS, &m.stats())?;
     w.put_u32(ma::INFLIGHT, m.inflight())
 }
 

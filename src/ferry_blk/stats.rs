@@ -6,6 +6,8 @@
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use kernel::prelude::*;
+
 use crate::wire::Refusal;
 
 /// A block operation's kind.
@@ -18,24 +20,45 @@ pub(crate) enum Op {
     WriteZeroes,
 }
 
-/// The counters of an export (target) or a disk (client).
-#[derive(Default)]
+/// The counters of an export (target) or of one hardware queue of a disk
+/// (client: each queue counts its own requests, so no two queues write one
+/// cache line).
+#[repr(align(64))]
 pub(crate) struct IoStats {
     /// Operations done, by [`Op`].
     ops: [AtomicU64; 5],
     /// Bytes read and written.
-    pub(crate) bytes_read: AtomicU64,
-    pub(crate) bytes_written: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
     /// Writes with forced unit access.
-    pub(crate) fua: AtomicU64,
+    fua: AtomicU64,
     /// Operations that failed, by cause: refused as invalid, the backing
     /// disk's error, the transport's.
-    pub(crate) refused: AtomicU64,
-    pub(crate) backing_errors: AtomicU64,
-    pub(crate) failed: AtomicU64,
+    refused: AtomicU64,
+    backing_errors: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Default for IoStats {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl IoStats {
+    /// Counters at 0.
+    pub(crate) const fn new() -> Self {
+        Self {
+            ops: [const { AtomicU64::new(0) }; 5],
+            bytes_read: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
+            fua: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            backing_errors: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+
     /// Counts an operation that ended (`ok`: successfully), of `len` bytes.
     pub(crate) fn done(&self, op: Op, fua: bool, len: u32, ok: bool) {
         if !ok {
@@ -72,8 +95,99 @@ impl IoStats {
         self.backing_errors.fetch_add(1, Relaxed);
     }
 
+    /// What it counted so far.
+    pub(crate) fn counts(&self) -> IoCounts {
+        IoCounts {
+            ops: [0, 1, 2, 3, 4].map(|i| self.ops[i].load(Relaxed)),
+            bytes_read: self.bytes_read.load(Relaxed),
+            bytes_written: self.bytes_written.load(Relaxed),
+            fua: self.fua.load(Relaxed),
+            refused: self.refused.load(Relaxed),
+            backing_errors: self.backing_errors.load(Relaxed),
+            failed: self.failed.load(Relaxed),
+        }
+    }
+}
+
+/// Counters as read at one time, or summed over a disk's queues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct IoCounts {
+    /// Operations done, by [`Op`].
+    pub(crate) ops: [u64; 5],
+    pub(crate) bytes_read: u64,
+    pub(crate) bytes_written: u64,
+    pub(crate) fua: u64,
+    pub(crate) refused: u64,
+    pub(crate) backing_errors: u64,
+    pub(crate) failed: u64,
+}
+
+impl IoCounts {
+    /// The sum of `stats`' counts.
+    pub(crate) fn sum<'a>(stats: impl IntoIterator<Item = &'a IoStats>) -> Self {
+        stats.into_iter().fold(Self::default(), |mut t, s| {
+            let c = s.counts();
+            for (a, b) in t.ops.iter_mut().zip(c.ops) {
+                *a += b;
+            }
+            t.bytes_read += c.bytes_read;
+            t.bytes_written += c.bytes_written;
+            t.fua += c.fua;
+            t.refused += c.refused;
+            t.backing_errors += c.backing_errors;
+            t.failed += c.failed;
+            t
+        })
+    }
+
     /// Operations of kind `op` done.
     pub(crate) fn ops(&self, op: Op) -> u64 {
-        self.ops[op as usize].load(Relaxed)
+        self.ops[op as usize]
+    }
+}
+
+#[kunit_tests(ferry_blk_stats)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_are_counted_by_kind_and_failures_apart() {
+        let s = IoStats::default();
+        s.done(Op::Write, true, 4096, true);
+        s.done(Op::Write, false, 512, true);
+        s.done(Op::Read, false, 8192, true);
+        s.done(Op::Flush, false, 0, true);
+        s.done(Op::Read, false, 4096, false);
+        s.failed_unsent();
+        s.backing_error();
+        s.refused(Refusal::BadLength);
+        let c = s.counts();
+        assert_eq!(
+            (c.ops(Op::Write), c.ops(Op::Read), c.ops(Op::Flush)),
+            (2, 1, 1)
+        );
+        assert_eq!((c.bytes_written, c.bytes_read, c.fua), (4608, 8192, 1));
+        assert_eq!((c.failed, c.backing_errors, c.refused), (2, 1, 1));
+    }
+
+    #[test]
+    fn a_disks_queues_sum_up() {
+        let q = [IoStats::default(), IoStats::default(), IoStats::default()];
+        q[0].done(Op::Write, false, 4096, true);
+        q[2].done(Op::Write, true, 4096, true);
+        q[2].done(Op::Discard, false, 0, true);
+        q[1].failed_unsent();
+        let t = IoCounts::sum(&q);
+        assert_eq!((t.ops(Op::Write), t.ops(Op::Discard), t.fua), (2, 1, 1));
+        assert_eq!((t.bytes_written, t.failed), (8192, 1));
+        assert_eq!(IoCounts::sum(&q[..0]), IoCounts::default());
+    }
+
+    #[test]
+    fn each_queue_has_its_own_cache_line() {
+        assert_eq!(core::mem::align_of::<IoStats>() % 64, 0);
+        let q = [IoStats::default(), IoStats::default()];
+        let (a, b) = (&raw const q[0] as usize, &raw const q[1] as usize);
+        assert!(b - a >= 64);
     }
 }
