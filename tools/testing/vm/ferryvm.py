@@ -100,6 +100,9 @@ class VM:
         self.memory = memory
         self.append = list(append)
         self.boot_timeout = boot_timeout
+        # How many times slower than the normal kernel this one runs (the
+        # debug kernel's): what a command may take by default scales with it.
+        self.slow = 1
         self.mac_base = mac_base
         self.proc = None
         self.sock = None
@@ -325,8 +328,12 @@ class VM:
             if rep.get('id') == self.seq:
                 return rep
 
-    def run(self, cmd, timeout=60, check=True):
-        """Runs a shell command in the guest; raises VMError if check and it fails."""
+    def run(self, cmd, timeout=None, check=True):
+        """Runs a shell command in the guest; raises VMError if check and it
+        fails. Without a timeout, it may take 60 s (times the kernel's
+        slowness)."""
+        if timeout is None:
+            timeout = 60 * self.slow
         res = Result(cmd, self._call({'cmd': cmd}, timeout))
         if res.timed_out:
             raise VMError(f'{self.name}: timed out after {timeout} s: {cmd}')

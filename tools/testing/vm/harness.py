@@ -274,6 +274,7 @@ class Pool:
                 self.vms = [VM('vm', kernel, d, nics=[None, None], append=c.append)]
             for vm in self.vms:
                 vm.boot_timeout = 600 if self.env.get('debug') else vm.boot_timeout
+                vm.slow = 3 if self.env.get('debug') else 1
             self.key = key
         return list(self.vms)
 
