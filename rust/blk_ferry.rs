@@ -2,8 +2,8 @@
 
 //! What joins ferry's kernel API ([`crate::ferry_api`]) and the block layer
 //! ([`crate::block`]) in ferry_blk: a block request's own pages lent to a
-//! ferry request ([`RqData`]), and ferry's pages lent to a block device's
-//! I/O.
+//! ferry request ([`RqData`]), ferry's pages lent to a block device's
+//! I/O, and a netlink request's network namespace handed to ferry.
 
 use core::ffi::c_uint;
 use kernel::bindings as kbindings;
@@ -13,8 +13,17 @@ use crate::{
         bdev::SgPages,
         mq::{HasSgTable, Operations, Owned},
     },
-    ferry_api::{Data, Pages},
+    ferry_api::{AsNetNs, Data, Pages},
+    netns::Net,
 };
+
+// SAFETY: A `Net` is a valid `struct net` for as long as it is borrowed
+// (its type invariant).
+unsafe impl AsNetNs for Net {
+    fn as_raw_net(&self) -> *mut core::ffi::c_void {
+        self.as_raw().cast()
+    }
+}
 
 /// The most segments a client's request has: its scatterlist's size.
 pub const SEGMENTS: usize = 128;

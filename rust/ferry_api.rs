@@ -131,6 +131,9 @@ pub struct Params<'a> {
     pub timeout_ms: u32,
     /// Seconds of failed reconnecting before the session closes.
     pub give_up_s: u32,
+    /// The network namespace to connect in (`None`: the initial one); the
+    /// session takes its own reference. A key is looked up there.
+    pub net: Option<NetNs<'a>>,
     /// A pre-shared key's name: both sides prove they hold it.
     pub key: Option<&'a CStr>,
     /// Each channel registers every region its requests can need when it
@@ -153,8 +156,43 @@ impl<'a> Params<'a> {
             heartbeat_ms: 0,
             timeout_ms: 0,
             give_up_s: 0,
+            net: None,
             key: None,
             preregister: false,
+        }
+    }
+}
+
+/// A network namespace (`struct net`) that a consumer's own type stands
+/// for, to hand to ferry.
+///
+/// # Safety
+///
+/// [`AsNetNs::as_raw_net`] returns a pointer to a `struct net` that stays
+/// valid for as long as `self` is borrowed.
+pub unsafe trait AsNetNs {
+    /// The `struct net`.
+    fn as_raw_net(&self) -> *mut c_void;
+}
+
+/// A network namespace borrowed for `'a` (see [`Params::net`]).
+///
+/// # Invariants
+///
+/// `raw` points to a `struct net` valid for `'a`.
+#[derive(Clone, Copy)]
+pub struct NetNs<'a> {
+    raw: *mut c_void,
+    _p: PhantomData<&'a ()>,
+}
+
+impl<'a> NetNs<'a> {
+    /// The namespace `net` stands for, for as long as it is borrowed.
+    pub fn of<N: AsNetNs>(net: &'a N) -> Self {
+        // INVARIANT: valid while `net` is borrowed (the trait's contract).
+        Self {
+            raw: net.as_raw_net(),
+            _p: PhantomData,
         }
     }
 }
@@ -1022,7 +1060,9 @@ impl<H: Handler> Session<H> {
     /// `ferry_session_open()` for the errors.
     pub fn open(p: &Params<'_>, handler: Arc<H>) -> Result<Self> {
         let raw = ffi::ferry_session_params {
-            net: core::ptr::null_mut(),
+            // Valid across the call, which is all ferry needs (type
+            // invariant of `NetNs`: `p` borrows it).
+            net: p.net.map_or(core::ptr::null_mut(), |n| n.raw.cast()),
             peer: p.peer.storage(),
             service: p.service.as_char_ptr(),
             channels: p.channels,

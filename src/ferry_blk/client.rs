@@ -37,8 +37,9 @@ use crate::{
         },
     },
     ferry_api::{
-        Dir, Done, Handler, Params, Peer, Request, Session, SessionHandle, SessionRef, Wait,
+        Dir, Done, Handler, NetNs, Params, Peer, Request, Session, SessionHandle, SessionRef, Wait,
     },
+    netns::Net,
     stats::{IoCounts, IoStats, Op},
     wire::{self, ExportName, Io, IoOp, Notice, Open, Opened},
 };
@@ -548,7 +549,9 @@ impl Done for OpenCtx {
 }
 
 /// What a mapping is asked for.
-pub(crate) struct MapParams {
+pub(crate) struct MapParams<'a> {
+    /// The network namespace to connect in: the asker's.
+    pub(crate) net: &'a Net,
     pub(crate) peer: Peer,
     pub(crate) export: ExportName,
     pub(crate) read_only: bool,
@@ -556,7 +559,7 @@ pub(crate) struct MapParams {
     pub(crate) channels: u16,
     /// Requests in flight per queue (0: ferry's default).
     pub(crate) depth: u32,
-    /// A pre-shared key's name.
+    /// A pre-shared key's name, of the namespace's keys.
     pub(crate) key: Option<CString>,
 }
 
@@ -574,7 +577,7 @@ pub(crate) struct Mapping {
 impl Mapping {
     /// Opens a session to the target, opens the export and adds the disk
     /// `ferryblk{index}`. Sleeps.
-    pub(crate) fn new(index: u32, p: &MapParams) -> Result<Self> {
+    pub(crate) fn new(index: u32, p: &MapParams<'_>) -> Result<Self> {
         let open = Open {
             name: p.export,
             read_only: p.read_only,
@@ -606,6 +609,7 @@ impl Mapping {
         params.channels = p.channels;
         params.queue_depth = p.depth;
         params.preregister = true;
+        params.net = Some(NetNs::of(p.net));
         params.key = p.key.as_deref();
         let handler = Arc::new(
             ClientHandler {

@@ -89,7 +89,7 @@ impl State {
 
     /// Maps an export: the new mapping's index. Sleeps (the session's
     /// connect, the target's answer).
-    fn map(&self, p: &MapParams) -> Result<u32> {
+    fn map(&self, p: &MapParams<'_>) -> Result<u32> {
         // Taken first: an unload that began meanwhile refuses the map.
         if !module_get() {
             return Err(ENODEV);

@@ -273,6 +273,7 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
         None => None,
     };
     let p = MapParams {
+        net: req.net(),
         peer,
         export,
         read_only: req.has(ma::READ_ONLY),
@@ -293,6 +294,10 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
                     c"another client has the export mapped read-write (it is not shared)",
                 ),
                 EACCES => req.bad_attr(ma::KEY, c"authentication failed"),
+                ENOKEY => req.bad_attr(
+                    ma::KEY,
+                    c"no such key in this network namespace (ferryctl key add)",
+                ),
                 EPROTO => req.error(c"the target's answer is malformed (see the kernel log)"),
                 ETIMEDOUT | EHOSTUNREACH | ENETUNREACH => {
                     req.bad_attr(ma::ADDR, c"the target did not answer")

@@ -644,6 +644,60 @@ def blk_access_resize(t):
 
 
 @case(topology='pair', timeout=600)
+def blk_netns(t):
+    """A mapping connects from the network namespace of whoever maps (as
+    ferry's own sessions do), and looks its key up there. B's link to A,
+    with its rxe device, is moved into B's namespace `cl`: from B's initial
+    namespace A cannot be reached, and a key of the initial namespace is
+    unknown in `cl`; from `cl` the export maps, the session is listed in
+    `cl` and not in the initial namespace, and data written through the
+    disk is what A's device holds."""
+    a, b = t.a, t.b
+    ctl = t.ferryctl
+    t.net_up(a, 0, 1)
+    t.rxe_add(a)
+    b.run('ip netns add cl && ip link set eth0 netns cl && ip -n cl link set lo up && '
+          'ip -n cl link set eth0 up && ip -n cl addr add 192.0.2.2/24 dev eth0 && '
+          'ip netns exec cl rdma link add rxe0 type rxe netdev eth0')
+    for vm in (a, b):
+        t.insmod(vm)
+        vm.run(f'insmod {t.sample("ferry_blk")}')
+    a.run(f'{ctl} listener add 192.0.2.1 port {PORT}')
+    dev = nullb(a, 'ns0')
+    a.run(f'{ctl} blk export add n0 path {dev}')
+    incl = f'ip netns exec cl {ctl}'
+    b.wait_for('ip netns exec cl ping -c1 -W1 192.0.2.1', timeout=30 * t.slow)
+    r = b.run(f'{ctl} blk map 192.0.2.1 port {PORT} export n0', check=False, timeout=90 * t.slow)
+    t.check(r.rc == 2 and 'did not answer' in r.err,
+            f'from the initial namespace, which has no link to A: {r.rc} {r.err!r}')
+    b.run(f'head -c 32 /dev/urandom | base64 | {ctl} key add k1')
+    r = b.run(f'{incl} blk map 192.0.2.1 port {PORT} export n0 key k1', check=False)
+    t.check(r.rc == 2 and 'no such key in this network namespace' in r.err,
+            f'a key of the initial namespace, from cl: {r.rc} {r.err!r}')
+    m = json.loads(b.run(f'{incl} -j blk map 192.0.2.1 port {PORT} export n0').out)
+    disk = '/dev/' + m[0]['disk']
+    b.wait_for(f'test -b {disk}', timeout=30)
+    sid = m[0]['session']
+    mine = [s['id'] for s in json.loads(b.run(f'{incl} -j session show').out)]
+    init = [s['id'] for s in t.ferryctl_json(b, 'session show')]
+    t.log(f'mapped {disk} over session {sid}; sessions in cl {mine}, in the initial namespace {init}')
+    t.check(sid in mine and sid not in init, "the session is cl's")
+    b.run('head -c 4194304 /dev/urandom > /dev/shm/ns.bin')
+    b.run(f'dd if=/dev/shm/ns.bin of={disk} bs=64k oflag=direct status=none')
+    t.eq(sha(a, dev, 4 * MIB), sha(b, '/dev/shm/ns.bin', 4 * MIB), "the data on A's device")
+    b.run(f'{ctl} blk unmap {disk}')
+    a.run(f'{ctl} blk export del n0')
+    b.run(f'{ctl} key del k1; rm -f /dev/shm/ns.bin')
+    b.run('ip netns exec cl rdma link del rxe0 && ip -n cl link set eth0 netns 1 && '
+          'ip netns del cl')
+    for vm in (a, b):
+        vm.run('rmmod ferry_blk')
+    nullb_del(a, 'ns0')
+    for vm in (a, b):
+        vm.run('rmmod ferry')
+
+
+@case(topology='pair', timeout=600)
 def blk_two_hosts(t):
     """ferry_blk between two hosts: A exports a 64 MiB disk, B maps it over
     2 channels and writes it with fio (`fio`: 4 MiB, then 64 KiB writes at
