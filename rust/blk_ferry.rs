@@ -14,14 +14,15 @@ use crate::{
         mq::{HasSgTable, Operations, Owned},
     },
     ferry_api::{AsNetNs, Data, Pages},
-    netns::Net,
+    genl::Request,
 };
 
-// SAFETY: A `Net` is a valid `struct net` for as long as it is borrowed
-// (its type invariant).
-unsafe impl AsNetNs for Net {
+// SAFETY: The namespace of the socket that sent the request: the socket
+// holds a counted reference to it for as long as the request is handled,
+// and so as long as the request is borrowed.
+unsafe impl AsNetNs for Request<'_> {
     fn as_raw_net(&self) -> *mut core::ffi::c_void {
-        self.as_raw().cast()
+        self.net().as_raw().cast()
     }
 }
 

@@ -164,12 +164,13 @@ impl<'a> Params<'a> {
 }
 
 /// A network namespace (`struct net`) that a consumer's own type stands
-/// for, to hand to ferry.
+/// for, to hand to ferry (which takes its own reference with `get_net`).
 ///
 /// # Safety
 ///
-/// [`AsNetNs::as_raw_net`] returns a pointer to a `struct net` that stays
-/// valid for as long as `self` is borrowed.
+/// [`AsNetNs::as_raw_net`] returns a pointer to a `struct net` of which a
+/// counted reference is held for as long as `self` is borrowed (a live
+/// namespace, not one being dismantled).
 pub unsafe trait AsNetNs {
     /// The `struct net`.
     fn as_raw_net(&self) -> *mut c_void;
@@ -179,7 +180,8 @@ pub unsafe trait AsNetNs {
 ///
 /// # Invariants
 ///
-/// `raw` points to a `struct net` valid for `'a`.
+/// `raw` points to a `struct net` of which a counted reference is held for
+/// `'a`.
 #[derive(Clone, Copy)]
 pub struct NetNs<'a> {
     raw: *mut c_void,
@@ -189,7 +191,7 @@ pub struct NetNs<'a> {
 impl<'a> NetNs<'a> {
     /// The namespace `net` stands for, for as long as it is borrowed.
     pub fn of<N: AsNetNs>(net: &'a N) -> Self {
-        // INVARIANT: valid while `net` is borrowed (the trait's contract).
+        // INVARIANT: held while `net` is borrowed (the trait's contract).
         Self {
             raw: net.as_raw_net(),
             _p: PhantomData,
@@ -1060,7 +1062,7 @@ impl<H: Handler> Session<H> {
     /// `ferry_session_open()` for the errors.
     pub fn open(p: &Params<'_>, handler: Arc<H>) -> Result<Self> {
         let raw = ffi::ferry_session_params {
-            // Valid across the call, which is all ferry needs (type
+            // Held across the call, which is all ferry needs (type
             // invariant of `NetNs`: `p` borrows it).
             net: p.net.map_or(core::ptr::null_mut(), |n| n.raw.cast()),
             peer: p.peer.storage(),

@@ -177,7 +177,9 @@ struct ferry_request {
 
 /**
  * struct ferry_session_params - what ferry_session_open() opens
- * @net: the network namespace to connect in; NULL for &init_net.
+ * @net: the network namespace to connect in, of which the caller holds a
+ *	reference across the call (the session takes its own); NULL for
+ *	&init_net.
  * @peer: the peer's address and port (AF_INET or AF_INET6).
  * @service: the peer's service name: 1 to 31 bytes of [a-z0-9._-].
  * @channels: channels (RDMA connections) to open, 1 to 64; 0: one per

@@ -453,8 +453,11 @@ impl<T: Operations> TagSet<T> {
             true
         }
         let mut n = 0u32;
-        // SAFETY: The set is live (type invariant); `count` only touches
-        // `n`, valid for the call, which calls it synchronously.
+        // SAFETY: The set is live (type invariant): its tags are the set's,
+        // so quiesced queues or a deleted disk do not matter until the set
+        // is freed, and nothing here changes its queue count meanwhile.
+        // blk-mq holds a reference on each request across `count`, which
+        // only touches `n`, valid for the call (synchronous).
         unsafe {
             bindings::blk_mq_tagset_busy_iter(self.as_raw(), Some(count), (&raw mut n).cast())
         };

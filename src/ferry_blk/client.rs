@@ -39,7 +39,6 @@ use crate::{
     ferry_api::{
         Dir, Done, Handler, NetNs, Params, Peer, Request, Session, SessionHandle, SessionRef, Wait,
     },
-    netns::Net,
     stats::{IoCounts, IoStats, Op},
     wire::{self, ExportName, Io, IoOp, Notice, Open, Opened},
 };
@@ -164,12 +163,14 @@ pub(crate) struct Sent {
     rq: Option<Owned<Blk>>,
     op: Op,
     fua: bool,
+    /// Its hardware queue (whose counters count it).
+    queue: u32,
 }
 
 impl Done<RqData<Blk>> for Sent {
     fn done(mut req: KBox<Request<Sent, RqData<Blk>>>) {
         let status = req.status();
-        let (op, fua) = (req.ctx.op, req.ctx.fua);
+        let (op, fua, queue) = (req.ctx.op, req.ctx.fua, req.ctx.queue);
         let rq = match req.take_data() {
             Some(d) => Some(d.into_request()),
             None => req.ctx.rq.take(),
@@ -189,9 +190,9 @@ impl Done<RqData<Blk>> for Sent {
                 rq.requeue(true)
             }
             res => {
-                rq.queue_data()
-                    .queue_stats(rq.hw_queue())
-                    .done(op, fua, len, res.is_ok());
+                if let Some(s) = rq.queue_data().queue_stats(queue) {
+                    s.done(op, fua, len, res.is_ok());
+                }
                 // Out of retries: a transport error (BLK_STS_TRANSPORT),
                 // which multipath may fail over.
                 let res = match res {
@@ -220,7 +221,9 @@ impl Operations for Blk {
         }
         // A request that fails here is counted as one that failed.
         let failed = |rq, e| {
-            shared.queue_stats(hw_queue).failed_unsent();
+            if let Some(s) = shared.queue_stats(hw_queue) {
+                s.failed_unsent();
+            }
             Queued::Failed(rq, e)
         };
         if shared.dead.load(Acquire) {
@@ -249,7 +252,12 @@ impl Operations for Blk {
             IoOp::Discard => (Op::Discard, false),
             IoOp::WriteZeroes => (Op::WriteZeroes, false),
         };
-        let ctx = Sent { rq: None, op, fua };
+        let ctx = Sent {
+            rq: None,
+            op,
+            fua,
+            queue: hw_queue,
+        };
         let mut req = match rq.pdu_mut().req.take() {
             Some(mut r) => {
                 r.ctx = ctx;
@@ -325,14 +333,10 @@ impl Operations for Blk {
 }
 
 impl Shared {
-    /// The counters of hardware queue `q` (made before the disk, whose
-    /// queues they count).
-    fn queue_stats(&self, q: u32) -> &IoStats {
-        static NONE: IoStats = IoStats::new();
-        self.stats
-            .as_ref()
-            .and_then(|s| s.get(q as usize))
-            .unwrap_or(&NONE)
+    /// The counters of hardware queue `q`: always there (made, one per
+    /// queue, before the disk whose queues they count).
+    fn queue_stats(&self, q: u32) -> Option<&IoStats> {
+        self.stats.as_ref().and_then(|s| s.get(q as usize))
     }
 
     /// The disk, while it has one (taken out of the lock: what is done
@@ -551,7 +555,7 @@ impl Done for OpenCtx {
 /// What a mapping is asked for.
 pub(crate) struct MapParams<'a> {
     /// The network namespace to connect in: the asker's.
-    pub(crate) net: &'a Net,
+    pub(crate) net: NetNs<'a>,
     pub(crate) peer: Peer,
     pub(crate) export: ExportName,
     pub(crate) read_only: bool,
@@ -609,7 +613,7 @@ impl Mapping {
         params.channels = p.channels;
         params.queue_depth = p.depth;
         params.preregister = true;
-        params.net = Some(NetNs::of(p.net));
+        params.net = Some(p.net);
         params.key = p.key.as_deref();
         let handler = Arc::new(
             ClientHandler {
@@ -628,9 +632,12 @@ impl Mapping {
             .store(opened.logical_block_size, Relaxed);
         shared.handle.store(opened.handle, Relaxed);
         let limits = session.limits()?;
+        // One hardware queue per channel (none polled: a mapping asks for
+        // none).
+        let queues = limits.channels - limits.poll_channels;
         let tag_set = Arc::pin_init(
             TagSet::new(TagSetConfig {
-                hw_queues: u32::from(limits.channels - limits.poll_channels),
+                hw_queues: u32::from(queues),
                 poll_queues: 0,
                 depth: limits.queue_depth,
                 timeout_ms: TIMEOUT_MS,
@@ -657,7 +664,6 @@ impl Mapping {
             fua: opened.fua,
             rotational: opened.rotational,
         };
-        let queues = limits.channels - limits.poll_channels;
         let mut stats = KVec::with_capacity(usize::from(queues), GFP_KERNEL)?;
         for _ in 0..queues {
             stats.push(IoStats::default(), GFP_KERNEL)?;
@@ -732,8 +738,9 @@ impl Mapping {
         IoCounts::sum(self.shared.stats.as_ref().map_or(&[][..], |s| &s[..]))
     }
 
-    /// Requests ferry took and has not completed (counted now, over the
-    /// tags: the data path counts nothing for it).
+    /// Requests at work: blk-mq started them and the driver has not ended
+    /// or requeued them yet (counted now, over the tags: the data path
+    /// counts nothing for it).
     pub(crate) fn inflight(&self) -> u32 {
         self.disk.busy()
     }

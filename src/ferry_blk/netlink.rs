@@ -8,7 +8,7 @@ use kernel::{prelude::*, str::CString};
 use crate::{
     client::{MapParams, Mapping},
     events::{put_change, put_name, EVENT_SIZE},
-    ferry_api::Peer,
+    ferry_api::{NetNs, Peer},
     ferry_blk_nl::{self as nl, export_attr as ea, map_attr as ma, stats_attr as sa},
     genl::{Dump, Request, Writer},
     stats::{IoCounts, Op},
@@ -273,7 +273,7 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
         None => None,
     };
     let p = MapParams {
-        net: req.net(),
+        net: NetNs::of(&*req),
         peer,
         export,
         read_only: req.has(ma::READ_ONLY),

@@ -647,11 +647,12 @@ def blk_access_resize(t):
 def blk_netns(t):
     """A mapping connects from the network namespace of whoever maps (as
     ferry's own sessions do), and looks its key up there. B's link to A,
-    with its rxe device, is moved into B's namespace `cl`: from B's initial
-    namespace A cannot be reached, and a key of the initial namespace is
-    unknown in `cl`; from `cl` the export maps, the session is listed in
-    `cl` and not in the initial namespace, and data written through the
-    disk is what A's device holds."""
+    with its rxe device, is moved into B's namespace `cl`; A's listener
+    wants key k2, which `cl` has. From B's initial namespace A cannot be
+    reached, and a key of the initial namespace is unknown in `cl`; from
+    `cl` the export maps with k2, the session is listed in `cl` and not in
+    the initial namespace, and data written through the disk is what A's
+    device holds."""
     a, b = t.a, t.b
     ctl = t.ferryctl
     t.net_up(a, 0, 1)
@@ -662,21 +663,25 @@ def blk_netns(t):
     for vm in (a, b):
         t.insmod(vm)
         vm.run(f'insmod {t.sample("ferry_blk")}')
-    a.run(f'{ctl} listener add 192.0.2.1 port {PORT}')
+    secret = a.run('head -c 32 /dev/urandom | base64').out.strip()
+    a.run(f'echo {secret} | {ctl} key add k2')
+    a.run(f'{ctl} listener add 192.0.2.1 port {PORT} key k2')
     dev = nullb(a, 'ns0')
     a.run(f'{ctl} blk export add n0 path {dev}')
     incl = f'ip netns exec cl {ctl}'
+    b.run(f'echo {secret} | {incl} key add k2')
     b.wait_for('ip netns exec cl ping -c1 -W1 192.0.2.1', timeout=30 * t.slow)
-    r = b.run(f'{ctl} blk map 192.0.2.1 port {PORT} export n0', check=False, timeout=90 * t.slow)
+    b.run(f'head -c 32 /dev/urandom | base64 | {ctl} key add k1')
+    r = b.run(f'{ctl} blk map 192.0.2.1 port {PORT} export n0 key k1', check=False,
+              timeout=90 * t.slow)
     t.check(r.rc == 2 and 'did not answer' in r.err,
             f'from the initial namespace, which has no link to A: {r.rc} {r.err!r}')
-    b.run(f'head -c 32 /dev/urandom | base64 | {ctl} key add k1')
     r = b.run(f'{incl} blk map 192.0.2.1 port {PORT} export n0 key k1', check=False)
     t.check(r.rc == 2 and 'no such key in this network namespace' in r.err,
             f'a key of the initial namespace, from cl: {r.rc} {r.err!r}')
-    m = json.loads(b.run(f'{incl} -j blk map 192.0.2.1 port {PORT} export n0').out)
+    m = json.loads(b.run(f'{incl} -j blk map 192.0.2.1 port {PORT} export n0 key k2').out)
     disk = '/dev/' + m[0]['disk']
-    b.wait_for(f'test -b {disk}', timeout=30)
+    b.wait_for(f'test -b {disk}', timeout=30 * t.slow)
     sid = m[0]['session']
     mine = [s['id'] for s in json.loads(b.run(f'{incl} -j session show').out)]
     init = [s['id'] for s in t.ferryctl_json(b, 'session show')]
@@ -687,7 +692,7 @@ def blk_netns(t):
     t.eq(sha(a, dev, 4 * MIB), sha(b, '/dev/shm/ns.bin', 4 * MIB), "the data on A's device")
     b.run(f'{ctl} blk unmap {disk}')
     a.run(f'{ctl} blk export del n0')
-    b.run(f'{ctl} key del k1; rm -f /dev/shm/ns.bin')
+    b.run(f'{ctl} key del k1 && {incl} key del k2 && rm -f /dev/shm/ns.bin')
     b.run('ip netns exec cl rdma link del rxe0 && ip -n cl link set eth0 netns 1 && '
           'ip netns del cl')
     for vm in (a, b):

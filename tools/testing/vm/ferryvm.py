@@ -341,8 +341,11 @@ class VM:
             raise VMError(f'{self.name}: command failed: {res}')
         return res
 
-    def wait_for(self, cmd, timeout=60, interval=0.5):
-        """Runs cmd until it succeeds; returns its result or raises VMError."""
+    def wait_for(self, cmd, timeout=None, interval=0.5):
+        """Runs cmd until it succeeds; returns its result or raises VMError.
+        Without a timeout, it waits 60 s (times the kernel's slowness)."""
+        if timeout is None:
+            timeout = 60 * self.slow
         deadline = time.monotonic() + timeout
         while True:
             res = self.run(cmd, timeout=max(5, int(timeout)), check=False)

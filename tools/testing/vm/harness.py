@@ -25,6 +25,13 @@ from ferryvm import ROOT, VM, Link, VMError, sh
 CASES = []
 
 
+def slowness(env):
+    """How many times slower than the normal kernel the guest runs: KASAN
+    and lockdep make the debug kernel about 3 times slower under TCG. Case
+    timeouts, the waits of cases and guest commands stretch by it."""
+    return 3 if env.get('debug') else 1
+
+
 class Case:
     def __init__(self, fn, name, topology, timeout, append, group, fresh=False):
         self.fn = fn
@@ -60,7 +67,7 @@ class Test:
 
     def __init__(self, env, outdir, vms):
         # How much slower the guest is: cases stretch their waits by it.
-        self.slow = 3 if env.get('debug') else 1
+        self.slow = slowness(env)
         self.env = env
         self.outdir = outdir
         self.vms = vms
@@ -274,7 +281,7 @@ class Pool:
                 self.vms = [VM('vm', kernel, d, nics=[None, None], append=c.append)]
             for vm in self.vms:
                 vm.boot_timeout = 600 if self.env.get('debug') else vm.boot_timeout
-                vm.slow = 3 if self.env.get('debug') else 1
+                vm.slow = slowness(self.env)
             self.key = key
         return list(self.vms)
 
@@ -343,9 +350,8 @@ def run_case(c, env, outroot, pool=None):
         timed_out.set()
         for vm in vms:
             vm.kill()
-    # KASAN and lockdep make the debug kernel several times slower under TCG
-    # (two of its VMs on two cores take minutes to boot).
-    timeout = c.timeout * (3 if env.get('debug') else 1)
+    # (Two of the debug kernel's VMs on two cores take minutes to boot.)
+    timeout = c.timeout * slowness(env)
     watchdog = threading.Timer(timeout, expire)
     watchdog.start()
     reusable = False
