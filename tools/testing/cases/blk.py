@@ -341,11 +341,13 @@ def blk_operations(t):
 
 
 def fio_background(t, vm, disk, log):
-    """Starts a 60-second fio of mixed 4 KiB to 256 KiB reads and writes at
-    depth 16 on `disk` in the background; its output goes to `log`."""
+    """Starts fio in the background on `disk`: mixed 4 KiB to 256 KiB reads
+    and writes at depth 16, for 2 minutes (times the kernel's slowness: it
+    must still run when the case removes the disk under it, which takes the
+    debug kernel over a minute to get to); its output goes to `log`."""
     vm.run(f'(fio --name=bg --filename={disk} --direct=1 --ioengine=libaio --rw=randrw '
-           f'--bsrange=4k-256k --iodepth=16 --numjobs=2 --size=32M --time_based --runtime=60 '
-           f'> {log} 2>&1; echo $? > {log}.rc) >/dev/null 2>&1 &')
+           f'--bsrange=4k-256k --iodepth=16 --numjobs=2 --size=32M --time_based '
+           f'--runtime={120 * t.slow} > {log} 2>&1; echo $? > {log}.rc) >/dev/null 2>&1 &')
     name = disk.removeprefix('/dev/')
 
     # (The disk's partitions were read when it was added: fio writes.)
