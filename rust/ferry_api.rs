@@ -199,6 +199,10 @@ impl<'a> NetNs<'a> {
     }
 }
 
+/// The most channels a session has, polled ones included (see
+/// `struct ferry_session_params`).
+pub const MAX_CHANNELS: u16 = 64;
+
 /// What a session negotiated (`struct ferry_limits`).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {

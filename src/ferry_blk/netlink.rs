@@ -8,7 +8,7 @@ use kernel::{prelude::*, str::CString};
 use crate::{
     client::{MapParams, Mapping},
     events::{put_change, put_name, EVENT_SIZE},
-    ferry_api::{NetNs, Peer},
+    ferry_api::{NetNs, Peer, MAX_CHANNELS},
     ferry_blk_nl::{self as nl, export_attr as ea, map_attr as ma, stats_attr as sa},
     genl::{Dump, Request, Writer},
     stats::{IoCounts, Op},
@@ -255,11 +255,13 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
     };
     let export = export_name(req, ma::EXPORT)?;
     let channels = req.u32(ma::CHANNELS).unwrap_or(0);
-    let Ok(channels) =
-        u16::try_from(channels)
-            .map_err(|_| ())
-            .and_then(|c| if c <= 64 { Ok(c) } else { Err(()) })
-    else {
+    let Ok(channels) = u16::try_from(channels).map_err(|_| ()).and_then(|c| {
+        if c <= MAX_CHANNELS {
+            Ok(c)
+        } else {
+            Err(())
+        }
+    }) else {
         req.bad_attr(ma::CHANNELS, c"channels must be 0 (one per CPU) to 64");
         return Err(EINVAL);
     };

@@ -21,6 +21,7 @@ pub(crate) enum Op {
 /// The counters of an export (target) or of one hardware queue of a disk
 /// (client: each queue counts its own requests, on cache lines no other
 /// queue writes).
+#[derive(Default)]
 #[repr(align(64))]
 pub(crate) struct IoStats {
     /// Operations done, by [`Op`].
@@ -37,26 +38,7 @@ pub(crate) struct IoStats {
     failed: AtomicU64,
 }
 
-impl Default for IoStats {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl IoStats {
-    /// Counters at 0.
-    pub(crate) const fn new() -> Self {
-        Self {
-            ops: [const { AtomicU64::new(0) }; 5],
-            bytes_read: AtomicU64::new(0),
-            bytes_written: AtomicU64::new(0),
-            fua: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-            backing_errors: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-        }
-    }
-
     /// Counts an operation that ended (`ok`: successfully), of `len` bytes.
     pub(crate) fn done(&self, op: Op, fua: bool, len: u32, ok: bool) {
         if !ok {

@@ -841,10 +841,10 @@ mod hostile {
         );
         // Every channel fails here, before the write is dropped (a dropped
         // request is answered `EIO` on its own channel, if still up): the
-        // answer goes nowhere, and the session closes. All 64 a session
-        // may have: its limits are not known while its last channels still
+        // answer goes nowhere, and the session closes. All a session may
+        // have: its limits are not known while its last channels still
         // connect, and the others just refuse.
-        for qid in 0..64 {
+        for qid in 0..crate::ferry_api::MAX_CHANNELS {
             let _ = s.reset_channel(qid);
         }
         true
