@@ -17,17 +17,25 @@ import json
 import os
 import subprocess
 import sys
+import time
 import traceback
 
 import guest_state
 
 
-def find_port(name):
-    for p in glob.glob('/sys/class/virtio-ports/*/name'):
-        with open(p) as f:
-            if f.read().strip() == name:
-                return '/dev/' + p.split('/')[-2]
-    return None
+def find_port(name, timeout=120):
+    """The device of the virtio-serial port called `name`. The host names a
+    port after the guest has added it, so on a slow host the agent may start
+    before the name shows: it waits for it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for p in glob.glob('/sys/class/virtio-ports/*/name'):
+            dev = '/dev/' + p.split('/')[-2]
+            if read(p) == name and os.path.exists(dev):
+                return dev
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.1)
 
 
 def read(path):
@@ -46,7 +54,7 @@ def main():
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     port = find_port('ferry.ctl')
     if not port:
-        print('agent: no ferry.ctl port', file=sys.stderr)
+        print('agent: no virtio-serial port named ferry.ctl after 120 s', file=sys.stderr)
         return 1
     fd = os.open(port, os.O_RDWR)
     rx = os.fdopen(fd, 'rb', buffering=0)

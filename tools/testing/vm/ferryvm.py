@@ -310,7 +310,8 @@ class VM:
                 continue
             if not chunk:
                 self._check_alive()
-                raise VMError(f'{self.name}: the guest agent went away')
+                raise VMError(f'{self.name}: the guest agent went away; the console ended: '
+                              + ' | '.join(self._console_tail()))
             self.buf += chunk
         line, self.buf = self.buf.split(b'\n', 1)
         return json.loads(line)
@@ -356,6 +357,20 @@ class VM:
             time.sleep(interval)
 
     # --- console ---------------------------------------------------------
+    def _console_tail(self, lines=6):
+        """The last lines of this boot's console, once QEMU had a moment to
+        write them and exit."""
+        try:
+            self.proc.wait(timeout=5)
+        except (AttributeError, subprocess.TimeoutExpired):
+            pass
+        try:
+            with open(self.console_path, 'rb') as f:
+                text = f.read()[-4096:].decode(errors='replace')
+        except OSError:
+            return []
+        return [x.strip() for x in text.splitlines() if x.strip()][-lines:]
+
     def console(self):
         return self._console_bytes().decode(errors='replace')
 
