@@ -39,6 +39,7 @@ use crate::{
     ferry_api::{
         Dir, Done, Handler, NetNs, Params, Peer, Request, Session, SessionHandle, SessionRef, Wait,
     },
+    indices::DiskIndex,
     stats::{IoCounts, IoStats, Op},
     wire::{self, ExportName, Io, IoOp, Notice, Open, Opened},
 };
@@ -569,7 +570,9 @@ pub(crate) struct MapParams<'a> {
 
 /// A mapped export.
 pub(crate) struct Mapping {
-    pub(crate) index: u32,
+    /// N of the disk `ferryblkN`: free again when the mapping goes, after
+    /// its disk was deleted.
+    index: DiskIndex,
     pub(crate) export: ExportName,
     peer: Peer,
     read_only: bool,
@@ -581,7 +584,8 @@ pub(crate) struct Mapping {
 impl Mapping {
     /// Opens a session to the target, opens the export and adds the disk
     /// `ferryblk{index}`. Sleeps.
-    pub(crate) fn new(index: u32, p: &MapParams<'_>) -> Result<Self> {
+    pub(crate) fn new(index: DiskIndex, p: &MapParams<'_>) -> Result<Self> {
+        let number = index.get();
         let open = Open {
             name: p.export,
             read_only: p.read_only,
@@ -590,7 +594,7 @@ impl Mapping {
         };
         let shared = Arc::pin_init(
             pin_init!(Shared {
-                index,
+                index: number,
                 session: SetOnce::new(),
                 open,
                 handle: AtomicU32::new(0),
@@ -669,7 +673,7 @@ impl Mapping {
             stats.push(IoStats::default(), GFP_KERNEL)?;
         }
         shared.stats.populate(stats);
-        let name = CString::try_from_fmt(fmt!("ferryblk{}", index))?;
+        let name = CString::try_from_fmt(fmt!("ferryblk{}", number))?;
         // Open: requests may go (adding the disk reads its partition table).
         shared.ready.store(true, Release);
         let disk = Arc::new(
@@ -693,6 +697,11 @@ impl Mapping {
             disk,
             session,
         })
+    }
+
+    /// N of the disk `ferryblkN`.
+    pub(crate) fn index(&self) -> u32 {
+        self.index.get()
     }
 
     /// The disk's name.

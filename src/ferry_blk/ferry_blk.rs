@@ -38,12 +38,12 @@ pub mod work;
 
 mod client;
 mod events;
+mod indices;
 mod netlink;
 mod stats;
 mod target;
 mod wire;
 
-use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use kernel::{
     c_str, new_mutex,
     prelude::*,
@@ -53,6 +53,7 @@ use kernel::{
 use blk_sys::{capable_sys_admin, module_get, module_put};
 
 use client::{MapParams, Mapping};
+use indices::DiskIndices;
 use slot::{Published, Slot};
 use target::{Target, TargetService};
 
@@ -72,7 +73,8 @@ pub(crate) struct State {
     /// The mappings, by index.
     #[pin]
     maps: Mutex<KVec<Mapping>>,
-    next_index: AtomicU32,
+    /// The disks' numbers.
+    indices: Arc<DiskIndices>,
     /// Where mappings act on their target's notices (drained when the
     /// module's state goes, at unload).
     notices: work::OwnedQueue,
@@ -94,8 +96,7 @@ impl State {
         if !module_get() {
             return Err(ENODEV);
         }
-        let index = self.next_index.fetch_add(1, Relaxed);
-        let m = match Mapping::new(index, p) {
+        let m = match self.indices.take().and_then(|index| Mapping::new(index, p)) {
             Ok(m) => m,
             Err(e) => {
                 module_put();
@@ -109,6 +110,7 @@ impl State {
             m.sectors(),
             if m.read_only() { ", read-only" } else { "" }
         );
+        let index = m.index();
         let mut maps = self.maps.lock();
         if maps.push(m, GFP_KERNEL).is_err() {
             drop(maps);
@@ -122,7 +124,7 @@ impl State {
     /// Runs `f` on mapping `index`.
     fn with_map<R>(&self, index: u32, f: impl FnOnce(&Mapping) -> Result<R>) -> Result<R> {
         let maps = self.maps.lock();
-        let m = maps.iter().find(|m| m.index == index).ok_or(ENOENT)?;
+        let m = maps.iter().find(|m| m.index() == index).ok_or(ENOENT)?;
         f(m)
     }
 
@@ -131,7 +133,7 @@ impl State {
     fn unmap(&self, index: u32, force: bool) -> Result {
         let m = {
             let mut maps = self.maps.lock();
-            let i = maps.iter().position(|m| m.index == index).ok_or(ENOENT)?;
+            let i = maps.iter().position(|m| m.index() == index).ok_or(ENOENT)?;
             // Without force, the disk must be closed and its target
             // reachable: its requests must be able to drain.
             if (maps[i].in_use() || !maps[i].reachable()) && !force {
@@ -169,11 +171,12 @@ impl kernel::Module for FerryBlk {
             Arc::new(TargetService(target.clone()), GFP_KERNEL)?,
         )?;
         let notices = work::OwnedQueue::new(c_str!("ferry_blk_notices"))?;
+        let indices = DiskIndices::new()?;
         let state = Arc::pin_init(
             pin_init!(State {
                 target,
                 maps <- new_mutex!(KVec::new()),
-                next_index: AtomicU32::new(0),
+                indices,
                 notices,
             }),
             GFP_KERNEL,

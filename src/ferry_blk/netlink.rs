@@ -204,7 +204,7 @@ fn fill_map(w: &mut Writer<'_>, m: &Mapping) -> Result {
 /// Writes what identifies a mapping, its capacity (`sectors`) and state
 /// (an event's attributes).
 fn fill_map_id(w: &mut Writer<'_>, m: &Mapping, sectors: u64) -> Result {
-    w.put_u32(ma::INDEX, m.index)?;
+    w.put_u32(ma::INDEX, m.index())?;
     let (addr, port) = m.peer_addr();
     w.put_bytes(ma::ADDR, addr)?;
     w.put_u16(ma::PORT, port)?;

@@ -654,7 +654,8 @@ def blk_netns(t):
     reached, and a key of the initial namespace is unknown in `cl`; from
     `cl` the export maps with k2, the session is listed in `cl` and not in
     the initial namespace, and data written through the disk is what A's
-    device holds."""
+    device holds. The failed maps took no disk number: the disk is
+    ferryblk0, and so is the one mapped after its unmap."""
     a, b = t.a, t.b
     ctl = t.ferryctl
     t.net_up(a, 0, 1)
@@ -693,6 +694,12 @@ def blk_netns(t):
     b.run(f'dd if=/dev/shm/ns.bin of={disk} bs=64k oflag=direct status=none')
     t.eq(sha(a, dev, 4 * MIB), sha(b, '/dev/shm/ns.bin', 4 * MIB), "the data on A's device")
     b.run(f'{ctl} blk unmap {disk}')
+    # Disk numbers: the maps that failed took none, and an unmap gives its
+    # number back at once.
+    t.eq(m[0]['disk'], 'ferryblk0', 'the first disk, after two maps that failed')
+    again = json.loads(b.run(f'{incl} -j blk map 192.0.2.1 port {PORT} export n0 key k2').out)
+    t.eq(again[0]['disk'], 'ferryblk0', 'the disk mapped after the unmap')
+    b.run(f'{ctl} blk unmap {again[0]["disk"]}')
     a.run(f'{ctl} blk export del n0')
     b.run(f'{ctl} key del k1 && {incl} key del k2 && rm -f /dev/shm/ns.bin')
     b.run('ip netns exec cl rdma link del rxe0 && ip -n cl link set eth0 netns 1 && '
