@@ -225,6 +225,9 @@ pub struct Limits {
     /// The most bytes of data to the peer sent in the request message
     /// itself, unregistered (0: none).
     pub inline_size: u32,
+    /// The most requests from the peer a channel holds at once (this
+    /// side's own queue depth): [`Incoming::tag`] is below it.
+    pub incoming_depth: u32,
 }
 
 /// Whether a send may wait for a credit (or a send buffer).
@@ -727,6 +730,20 @@ impl Incoming {
         unsafe { ffi::ferry_incoming_data_len(self.as_raw()) }
     }
 
+    /// Where the request is held: its channel and its tag there, below
+    /// [`Limits::incoming_depth`]. No two requests of one connection of a
+    /// channel share them while the handler holds them, so a consumer may
+    /// keep a context per tag, made in advance. The tag is free again
+    /// inside [`Incoming::respond`]: give the context back before. One held
+    /// across a client's reconnect may share them with a request of the new
+    /// connection. See `ferry_incoming_tag()`.
+    pub fn tag(&self) -> (u16, u32) {
+        let mut qid = 0u16;
+        // SAFETY: A live request (type invariant); `qid` is valid for writes.
+        let tag = unsafe { ffi::ferry_incoming_tag(self.as_raw(), &mut qid) };
+        (qid, tag)
+    }
+
     /// Answers the request with `status` and a response header; see
     /// `ferry_respond()`.
     pub fn respond(self, status: Result, header: &[u8]) -> Result {
@@ -885,6 +902,7 @@ impl SessionRef {
             virt_boundary_mask: l.virt_boundary_mask,
             dma_alignment: l.dma_alignment,
             inline_size: l.inline_size,
+            incoming_depth: l.incoming_depth,
         })
     }
 

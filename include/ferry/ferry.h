@@ -264,6 +264,8 @@ struct ferry_session_params {
  *	request message itself, with no registration (counted as "inline" in
  *	the session's statistics); 0 if the peer takes none (a version 1.0
  *	peer) or the session asked for none.
+ * @incoming_depth: the most requests from the peer a channel holds at once
+ *	(this side's own queue depth): ferry_incoming_tag() is below it.
  *
  * A request within @max_data, @max_segments and @virt_boundary_mask always
  * fits the session's registrations: a block driver sizes its queue limits
@@ -280,6 +282,7 @@ struct ferry_limits {
 	u32 virt_boundary_mask;
 	u32 dma_alignment;
 	u32 inline_size;
+	u32 incoming_depth;
 };
 
 /* &ferry_session_params.inline_size: no inline data either way. */
@@ -584,6 +587,27 @@ enum ferry_dir ferry_incoming_dir(const struct ferry_incoming *in);
  * Context: any context.
  */
 u32 ferry_incoming_data_len(const struct ferry_incoming *in);
+
+/**
+ * ferry_incoming_tag() - where a request is held
+ * @in: the request.
+ * @qid: if not NULL, set to the channel it came on.
+ *
+ * Lets a consumer keep one context per request it may hold, made in
+ * advance, as a block driver keeps one per blk-mq tag: the tag is below
+ * &ferry_limits.incoming_depth, and no two requests of one connection of a
+ * channel share it while the consumer holds them. The tag is free again
+ * inside ferry_respond(), before it returns: a request with the same tag
+ * may arrive on another CPU meanwhile, so give the context back before
+ * answering (and take it again if the answer fails with -EBUSY). A request
+ * still held from a connection the channel had before a reconnect may share
+ * the tag with one of the new connection (only a client's channels
+ * reconnect).
+ *
+ * Context: any context.
+ * Return: the request's tag on its channel.
+ */
+u32 ferry_incoming_tag(const struct ferry_incoming *in, u16 *qid);
 
 /**
  * ferry_rdma_read() - fetch a request's data from the requester

@@ -66,6 +66,7 @@ checked!(
     ferry_incoming_header,
     ferry_incoming_dir,
     ferry_incoming_data_len,
+    ferry_incoming_tag,
     ferry_rdma_read,
     ferry_rdma_write,
     ferry_respond,
@@ -386,6 +387,7 @@ pub(crate) unsafe extern "C" fn ferry_session_limits(
                 virt_boundary_mask: l.data.virt_boundary_mask,
                 dma_alignment: 0,
                 inline_size: l.inline_size,
+                incoming_depth: l.incoming_depth,
             };
             // SAFETY: `out` is valid for writes (the contract).
             unsafe { out.write(l) };
@@ -620,6 +622,27 @@ pub(crate) unsafe extern "C" fn ferry_incoming_dir(inc: *const ferry_incoming) -
 pub(crate) unsafe extern "C" fn ferry_incoming_data_len(inc: *const ferry_incoming) -> u32 {
     // SAFETY: The consumer owns `inc` (the contract).
     unsafe { Incoming::borrow(inc.cast_mut().cast()) }.data_len()
+}
+
+/// See `ferry_incoming_tag()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// `inc` is the consumer's; `qid` is NULL or valid for writes.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_incoming_tag(
+    inc: *const ferry_incoming,
+    qid: *mut u16,
+) -> u32 {
+    // SAFETY: The consumer owns `inc` (the contract).
+    let i = unsafe { Incoming::borrow(inc.cast_mut().cast()) };
+    if !qid.is_null() {
+        // A request the consumer holds has its channel until it is answered.
+        let q = i.channel().map_or(0, |c| c.index());
+        // SAFETY: Valid for writes (the contract).
+        unsafe { qid.write(q) };
+    }
+    i.tag()
 }
 
 /// Starts the RDMA of `inc` (whose data must go `want`) with `sg`. Data

@@ -24,6 +24,7 @@ EXPORT_SYMBOL_NS_GPL(ferry_submit_on, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_incoming_header, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_incoming_dir, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_incoming_data_len, "FERRY");
+EXPORT_SYMBOL_NS_GPL(ferry_incoming_tag, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_rdma_read, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_rdma_write, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_respond, "FERRY");

@@ -140,6 +140,8 @@ pub(crate) struct Limits {
     pub(crate) data: DataLimits,
     /// The most data to the peer a request carries inline.
     pub(crate) inline_size: u32,
+    /// Requests from the peer a channel holds at most: this side's depth.
+    pub(crate) incoming_depth: u32,
 }
 
 /// The consumer's view of the session so far: what it was told last.

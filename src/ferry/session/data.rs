@@ -201,6 +201,7 @@ impl Session {
             // CAST: a page is a few KiB.
             data: DataLimits::new(pages, kernel::page::PAGE_SIZE as u32),
             inline_size: inline,
+            incoming_depth: self.params.queue_depth,
         })
     }
 
