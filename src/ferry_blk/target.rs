@@ -10,6 +10,13 @@
 //! write's data read from the client first, a read's written to it after
 //! the bio); the bios run on the target's own work queue, which waits for
 //! them. A write is answered only once its bio has completed.
+//!
+//! An operation lives in a slot of its session from its check to its
+//! answer: one slot per tag of a channel (`ferry_incoming_tag()`), made by
+//! the session's open, with its work item and the box its data moves in.
+//! Data of a page or less stays in the slot for the tag's next operation of
+//! that length, so such operations allocate nothing; larger ones allocate
+//! their pages, as nvmet's commands do.
 
 use core::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64,
@@ -20,12 +27,15 @@ use kernel::{
     prelude::*,
     str::CString,
     sync::{Arc, Mutex, SetOnce, SpinLock},
-    workqueue::{impl_has_work, Work, WorkItem},
+    workqueue::{impl_has_work, Queue, Work, WorkItem},
 };
 
 use crate::{
     block::bdev::{Bdev, BdevInfo, BioOp},
-    ferry_api::{Data, Handler, Incoming, SessionHandle, SessionRef, Transfer, Transferred, Wait},
+    ferry_api::{
+        Data, Handler, Incoming, SessionHandle, SessionRef, Transfer, Transferred, Wait,
+        MAX_CHANNELS,
+    },
     stats::{IoStats, Op},
     wire::{self, ExportName, Io, IoOp, Notice, Open, Opened, Refusal},
     work::OwnedQueue,
@@ -280,6 +290,7 @@ impl crate::ferry_api::Service for TargetService {
 
     fn accept(&self, _s: &SessionRef) -> Result<Arc<TargetSession>> {
         let inflight = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
+        let slots = Slots::new()?;
         let state = Arc::pin_init(
             pin_init!(SessionState {
                 phase <- new_mutex!(Phase {
@@ -288,6 +299,7 @@ impl crate::ferry_api::Service for TargetService {
                 }),
                 opened: SetOnce::new(),
                 inflight,
+                slots,
             }),
             GFP_KERNEL,
         )?;
@@ -320,6 +332,8 @@ struct SessionState {
     /// Its operations at work (a reconnected mapping's next session waits
     /// for them: an old write must not land after a newer one).
     inflight: Arc<AtomicU32>,
+    /// Its operations' places, made by its open.
+    slots: Slots,
 }
 
 /// Where a session's open and its end stand.
@@ -412,6 +426,10 @@ impl SessionState {
     /// Answers open `req` of session `s` (`o`, naming export `e`).
     fn answer_open(&self, e: Arc<Export>, s: &SessionRef, req: Incoming, o: Open) {
         let res = self.open(e, s, o);
+        // Here, on the open queue, rather than on a completion.
+        if let (Ok(_), Ok(l)) = (&res, s.limits()) {
+            self.slots.prepare(l.channels, l.incoming_depth);
+        }
         let _ = match res {
             #[cfg(CONFIG_FERRY_KUNIT_TEST)]
             Ok(desc) if hostile::Mode::of(&self.opened) != hostile::Mode::None => {
@@ -436,7 +454,7 @@ fn refuse_open(s: &SessionRef, req: Incoming, r: Refusal) -> Result {
 impl TargetSession {
     /// Starts block operation `hdr` of request `req`, or refuses it. Takes
     /// no lock: the export was opened before the client's first operation.
-    fn io(&self, req: Incoming, hdr: &[u8; wire::IO_LEN]) {
+    fn io(&self, s: &SessionRef, req: Incoming, hdr: &[u8; wire::IO_LEN]) {
         let opened = self.state.opened.as_ref();
         let checked = Io::decode(hdr).and_then(|io| {
             let (e, ro) = opened.ok_or(Refusal::UnknownExport)?;
@@ -474,31 +492,35 @@ impl TargetSession {
                 return;
             }
         };
+        let slot = match self.state.slots.take(s, &req) {
+            Ok(slot) => slot,
+            Err(e) => return finish(None, busy, req, io, Err(e), None),
+        };
         if io.op == IoOp::Write {
             // The data first, from the client's pages.
-            let fetched = Fetched {
-                target: self.target.clone(),
-                busy,
-                io,
-            };
-            match Data::new(io.len as usize) {
-                Ok(d) => match Transfer::new(d, fetched, GFP_KERNEL) {
-                    Ok(t) => req.read(t),
-                    // The context went with the failed box.
-                    Err(e) => {
-                        let _ = req.respond(Err(e), &[]);
-                    }
-                },
-                Err(e) => finish(fetched.busy, req, io, Err(e)),
+            match slot.transfer(io.len) {
+                Ok(mut t) => {
+                    t.ctx = Stage {
+                        slot: Some(slot),
+                        busy: Some(busy),
+                        io: Some(io),
+                        target: Some(self.target.clone()),
+                    };
+                    req.read(t);
+                }
+                Err(e) => finish(Some(&*slot), busy, req, io, Err(e), None),
             }
             return;
         }
-        self.target.queue(Task::Op(Job {
-            busy,
-            req,
-            io,
-            data: None,
-        }));
+        slot.run(
+            self.target.queue.queue(),
+            Job {
+                busy,
+                req,
+                io,
+                data: None,
+            },
+        );
     }
 }
 
@@ -520,13 +542,13 @@ impl Handler for TargetSession {
             match open {
                 // On the target's open queue: an open may wait for the
                 // operations of the mapping's session before a reconnect.
-                Ok((open, export)) => self.target.queue(Task::Open(OpenJob {
+                Ok((open, export)) => self.target.queue_open(OpenJob {
                     export,
                     state: self.state.clone(),
                     session: s.to_owned(),
                     req,
                     open,
-                })),
+                }),
                 Err(r) => {
                     let _ = refuse_open(s, req, r);
                 }
@@ -541,7 +563,7 @@ impl Handler for TargetSession {
         if hostile::drop_write(&self.state.opened, s, &hdr) {
             return;
         }
-        self.io(req, &hdr);
+        self.io(s, req, &hdr);
     }
 
     fn gone(&self, s: &SessionRef, _err: Option<Error>) {
@@ -574,48 +596,66 @@ struct Job {
     busy: Busy,
     req: Incoming,
     io: Io,
-    /// A read's pages, or a write's data.
-    data: Option<Data>,
+    /// A write's data, fetched (and the box it came in).
+    data: Option<KBox<Transfer<Stage, Data>>>,
 }
 
-/// A write's data, fetched from the client.
-struct Fetched {
-    target: Arc<Target>,
-    busy: Busy,
-    io: Io,
+/// Where a read's or a write's data is while ferry moves it: its slot and
+/// its operation (none while the box is kept for the next operation).
+#[derive(Default)]
+struct Stage {
+    /// The operation's slot.
+    slot: Option<Arc<OpSlot>>,
+    /// The operation, counted.
+    busy: Option<Busy>,
+    /// What it is.
+    io: Option<Io>,
+    /// A write's: where its bios go once its data is here. (Never the
+    /// operation's work item's to drop: the target's queue cannot be
+    /// destroyed from its own work.)
+    target: Option<Arc<Target>>,
 }
 
-impl Transferred for Fetched {
-    fn transferred(t: KBox<Transfer<Self, Data>>, req: Incoming, status: Result) {
-        let Transfer { data, ctx } = KBox::into_inner(t);
-        let Fetched { target, busy, io } = ctx;
-        if let Err(e) = status {
-            return finish(busy, req, io, Err(e));
-        }
-        target.queue(Task::Op(Job {
+impl Transferred for Stage {
+    fn transferred(mut t: KBox<Transfer<Self, Data>>, req: Incoming, status: Result) {
+        let Stage {
+            slot,
             busy,
-            req,
             io,
-            data: Some(data),
-        }));
+            target,
+        } = core::mem::take(&mut t.ctx);
+        let (Some(slot), Some(busy), Some(io)) = (slot, busy, io) else {
+            // Never: every transfer starts with all three. The request
+            // answers `EIO` as it goes.
+            return;
+        };
+        match (io.op, status, target) {
+            // A write's data is here: its bios next.
+            (IoOp::Write, Ok(()), Some(target)) => slot.run(
+                target.queue.queue(),
+                Job {
+                    busy,
+                    req,
+                    io,
+                    data: Some(t),
+                },
+            ),
+            // A read's data is delivered, or a transfer failed.
+            (_, status, _) => finish(Some(&*slot), busy, req, io, status, Some(t)),
+        }
     }
 }
 
-/// A read's data, delivered to the client.
-struct Delivered {
+/// Answers block operation `io` with `res`, and counts it; gives its slot
+/// back, with the box its data was in.
+fn finish(
+    slot: Option<&OpSlot>,
     busy: Busy,
+    req: Incoming,
     io: Io,
-}
-
-impl Transferred for Delivered {
-    fn transferred(t: KBox<Transfer<Self, Data>>, req: Incoming, status: Result) {
-        let Delivered { busy, io } = KBox::into_inner(t).ctx;
-        finish(busy, req, io, status);
-    }
-}
-
-/// Answers block operation `io` with `res`, and counts it.
-fn finish(busy: Busy, req: Incoming, io: Io, res: Result) {
+    res: Result,
+    data: Option<KBox<Transfer<Stage, Data>>>,
+) {
     let op = match io.op {
         IoOp::Read => Op::Read,
         IoOp::Write => Op::Write,
@@ -626,9 +666,201 @@ fn finish(busy: Busy, req: Incoming, io: Io, res: Result) {
     busy.0
         .stats
         .done(op, io.flags & wire::IO_FUA != 0, io.len, res.is_ok());
+    // Before the answer: ferry frees the tag inside `respond`, and the
+    // tag's next operation may come on another CPU before it returns.
+    if let Some(slot) = slot {
+        slot.give_back(data);
+    }
     let _ = req.respond(res, &[]);
     // `busy` goes last: the export may go once the answer is out.
     drop(busy);
+}
+
+/// The place of one block operation at a time: one per tag of a channel
+/// (each request a channel may hold), used by every operation of that tag,
+/// so that an operation allocates nothing but its pages of data, and those
+/// only when they are more than a page or not of the length the tag's last
+/// operation had. (It holds nothing of the target: its work item may be the
+/// last to hold it.)
+#[pin_data]
+struct OpSlot {
+    /// Where the operation waits for its bios (on the target's queue).
+    #[pin]
+    work: Work<OpSlot>,
+    /// An operation holds it, from its check to its answer.
+    taken: AtomicBool,
+    /// The operation, while it waits for the queue.
+    #[pin]
+    job: SpinLock<Option<Job>>,
+    /// The box of the last transfer of a page or less, with its pages: the
+    /// next transfer of that length uses them again.
+    #[pin]
+    spare: SpinLock<Option<KBox<Transfer<Stage, Data>>>>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for OpSlot { self.work }
+}
+
+/// The largest data a slot keeps between operations: a page, as
+/// nvmet-rdma keeps an inline page per command.
+const KEPT_BYTES: usize = kernel::page::PAGE_SIZE;
+
+impl OpSlot {
+    /// A free slot. May sleep.
+    fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                work <- new_work!("ferry_blk::OpSlot::work"),
+                taken: AtomicBool::new(false),
+                job <- new_spinlock!(None),
+                spare <- new_spinlock!(None),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Takes the slot if it is free.
+    fn try_take(&self) -> bool {
+        self.taken
+            .compare_exchange(false, true, SeqCst, SeqCst)
+            .is_ok()
+    }
+
+    /// A transfer box with `len` bytes of pages: the kept one, if its pages
+    /// have that length (whatever they hold: the transfer or the bio fills
+    /// them all before they are read). Data of more than a page leaves the
+    /// kept box alone. May sleep.
+    fn transfer(&self, len: u32) -> Result<KBox<Transfer<Stage, Data>>> {
+        // CAST: at most `MAX_IO_BYTES`.
+        let len = len as usize;
+        if len > KEPT_BYTES {
+            return Transfer::new(Data::new(len)?, Stage::default(), GFP_KERNEL);
+        }
+        let spare = self.spare.lock().take();
+        match spare {
+            Some(t) if t.data.len() == len => Ok(t),
+            Some(mut t) => {
+                t.data = Data::new(len)?;
+                Ok(t)
+            }
+            None => Transfer::new(Data::new(len)?, Stage::default(), GFP_KERNEL),
+        }
+    }
+
+    /// Runs `job` on `queue` (the target's).
+    fn run(self: Arc<Self>, queue: &Queue, job: Job) {
+        let none = self.job.lock().replace(job);
+        drop(none);
+        if let Err(this) = queue.enqueue(self) {
+            // Never: one operation at a time holds the slot.
+            let job = this.job.lock().take();
+            if let Some(j) = job {
+                finish(Some(&*this), j.busy, j.req, j.io, Err(EBUSY), j.data);
+            }
+        }
+    }
+
+    /// The operation is over: keeps its box (and its pages) for the next
+    /// one if they are a page at most, and frees the slot.
+    fn give_back(&self, data: Option<KBox<Transfer<Stage, Data>>>) {
+        if let Some(mut t) = data.filter(|t| t.data.len() <= KEPT_BYTES) {
+            // Nothing of the operation stays (its slot would hold itself).
+            t.ctx = Stage::default();
+            let old = self.spare.lock().replace(t);
+            drop(old);
+        }
+        self.taken.store(false, SeqCst);
+    }
+}
+
+impl WorkItem for OpSlot {
+    type Pointer = Arc<OpSlot>;
+
+    fn run(this: Arc<OpSlot>) {
+        // (The lock goes before the operation runs: it sleeps.)
+        let job = this.job.lock().take();
+        if let Some(job) = job {
+            run_op(this, job);
+        }
+    }
+}
+
+/// A session's slots: for each channel, one per tag.
+struct Slots {
+    /// Each channel's, made at the open (or at the channel's first
+    /// operation if the open could not); empty if they could not be made.
+    channels: KVec<SetOnce<KVec<Arc<OpSlot>>>>,
+}
+
+impl Slots {
+    /// None made yet. May sleep.
+    fn new() -> Result<Self> {
+        let mut channels = KVec::with_capacity(usize::from(MAX_CHANNELS), GFP_KERNEL)?;
+        for _ in 0..MAX_CHANNELS {
+            channels.push(SetOnce::new(), GFP_KERNEL)?;
+        }
+        Ok(Self { channels })
+    }
+
+    /// Makes the slots of channels `0..channels`, `depth` each, where they
+    /// are not made yet. May sleep.
+    fn prepare(&self, channels: u16, depth: u32) {
+        for c in self.channels.iter().take(usize::from(channels)) {
+            Self::prepare_channel(c, depth);
+        }
+    }
+
+    /// Makes a channel's `depth` slots if they are not made yet: none if
+    /// there is no memory for them (its operations then get one each).
+    fn prepare_channel(c: &SetOnce<KVec<Arc<OpSlot>>>, depth: u32) {
+        if c.as_ref().is_some() {
+            return;
+        }
+        let make = || -> Result<KVec<Arc<OpSlot>>> {
+            // CAST: a depth is at most a few thousand.
+            let mut slots = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
+            for _ in 0..depth {
+                slots.push(OpSlot::new()?, GFP_KERNEL)?;
+            }
+            Ok(slots)
+        };
+        // Made concurrently by another operation of the channel: theirs
+        // are kept.
+        let _ = c.populate(make().unwrap_or_default());
+    }
+
+    /// Tag `tag` of channel `qid`'s slot, taken, if it has one and it is
+    /// free.
+    fn get(&self, qid: u16, tag: u32) -> Option<Arc<OpSlot>> {
+        let slots = self.channels.get(usize::from(qid))?.as_ref()?;
+        // CAST: a tag is below the depth, a `usize`.
+        let slot = slots.get(tag as usize)?;
+        slot.try_take().then(|| slot.clone())
+    }
+
+    /// The slot of request `req` of session `s`, taken. If its tag has none
+    /// free (its channel's could not be made; never for a taken one, as a
+    /// target's session never reconnects), a new one for this operation
+    /// alone. May sleep.
+    fn take(&self, s: &SessionRef, req: &Incoming) -> Result<Arc<OpSlot>> {
+        let (qid, tag) = req.tag();
+        if let (Some(c), Ok(l)) = (self.channels.get(usize::from(qid)), s.limits()) {
+            Self::prepare_channel(c, l.incoming_depth);
+        }
+        if let Some(slot) = self.get(qid, tag) {
+            return Ok(slot);
+        }
+        crate::ratelimit::pr_warn_limited!(
+            "target: session {}: no slot for tag {} of channel {}: made one\n",
+            s.id(),
+            tag,
+            qid
+        );
+        let slot = OpSlot::new()?;
+        slot.try_take();
+        Ok(slot)
+    }
 }
 
 /// An open, for the target's open queue. (Nothing of it holds the
@@ -643,69 +875,56 @@ struct OpenJob {
     open: Open,
 }
 
-/// What the target's queue runs.
-enum Task {
-    Open(OpenJob),
-    Op(Job),
-}
-
-/// A task on the target's queue, which may sleep (an open waits for the
-/// operations of the session it replaces; an operation for its bios).
+/// An open on the target's open queue, which may sleep (an open waits for
+/// the operations of the session it replaces).
 #[pin_data]
-struct TaskWork {
+struct OpenWork {
     #[pin]
-    work: Work<TaskWork>,
+    work: Work<OpenWork>,
     /// Taken when it runs.
     #[pin]
-    task: SpinLock<Option<Task>>,
+    open: SpinLock<Option<OpenJob>>,
 }
 
 impl_has_work! {
-    impl HasWork<Self> for TaskWork { self.work }
+    impl HasWork<Self> for OpenWork { self.work }
 }
 
 impl Target {
-    /// Runs `task` on its queue: an open on the open queue (it may wait for
-    /// operations on the other). If it cannot (no memory), its request is
-    /// answered `EIO` and an operation ends.
-    fn queue(&self, task: Task) {
-        let queue = match task {
-            Task::Open(_) => &self.opens,
-            Task::Op(_) => &self.queue,
-        };
+    /// Runs `open` on the open queue. If it cannot (no memory), its
+    /// request is answered `EIO`.
+    fn queue_open(&self, open: OpenJob) {
         let w = KBox::pin_init(
-            pin_init!(TaskWork {
-                work <- new_work!("ferry_blk::TaskWork::work"),
-                task <- new_spinlock!(Some(task)),
+            pin_init!(OpenWork {
+                work <- new_work!("ferry_blk::OpenWork::work"),
+                open <- new_spinlock!(Some(open)),
             }),
             GFP_KERNEL,
         );
-        // Without memory the task went with the initializer: its request
-        // answered `EIO` as it dropped, an operation ended.
+        // Without memory the open went with the initializer: its request
+        // answered `EIO` as it dropped.
         // A new box is never queued already: it always goes.
         if let Ok(w) = w {
-            queue.queue().enqueue(w);
+            self.opens.queue().enqueue(w);
         }
     }
 }
 
-impl WorkItem for TaskWork {
-    type Pointer = Pin<KBox<TaskWork>>;
+impl WorkItem for OpenWork {
+    type Pointer = Pin<KBox<OpenWork>>;
 
-    fn run(this: Pin<KBox<TaskWork>>) {
-        // (The lock goes before the task runs: it sleeps.)
-        let task = this.task.lock().take();
-        match task {
-            Some(Task::Op(job)) => run_op(job),
-            Some(Task::Open(o)) => o.state.answer_open(o.export, &o.session, o.req, o.open),
-            None => {}
+    fn run(this: Pin<KBox<OpenWork>>) {
+        // (The lock goes before the open runs: it sleeps.)
+        let open = this.open.lock().take();
+        if let Some(o) = open {
+            o.state.answer_open(o.export, &o.session, o.req, o.open);
         }
     }
 }
 
-/// Runs block operation `job`: its bios, then its data to the client or
-/// its answer.
-fn run_op(job: Job) {
+/// Runs block operation `job` in `slot`: its bios, then its data to the
+/// client or its answer.
+fn run_op(slot: Arc<OpSlot>, job: Job) {
     let Job {
         busy,
         req,
@@ -713,9 +932,9 @@ fn run_op(job: Job) {
         mut data,
     } = job;
     if io.op == IoOp::Read {
-        match Data::new(io.len as usize) {
-            Ok(d) => data = Some(d),
-            Err(e) => return finish(busy, req, io, Err(e)),
+        match slot.transfer(io.len) {
+            Ok(t) => data = Some(t),
+            Err(e) => return finish(Some(&*slot), busy, req, io, Err(e), None),
         }
     }
     let sectors = u64::from(io.len / 512);
@@ -734,7 +953,7 @@ fn run_op(job: Job) {
     let bdev = busy.0.bdev.lock().clone();
     let res = bdev
         .ok_or(ENODEV)
-        .and_then(|b| b.io(op, io.sector, data.as_mut()));
+        .and_then(|b| b.io(op, io.sector, data.as_mut().map(|t| &mut t.data)));
     if let Err(e) = res {
         busy.0.stats.backing_error();
         crate::ratelimit::pr_warn_limited!(
@@ -745,19 +964,20 @@ fn run_op(job: Job) {
             io.sector,
             e
         );
-        return finish(busy, req, io, Err(e));
+        return finish(Some(&*slot), busy, req, io, Err(e), data);
     }
     match (io.op, data) {
         // The data goes to the client's pages now.
-        (IoOp::Read, Some(d)) => {
-            // (Made before the box: a failed box drops the context,
-            // and the request answers `EIO` as it goes.)
-            match Transfer::new(d, Delivered { busy, io }, GFP_KERNEL) {
-                Ok(t) => req.write(t),
-                Err(_) => drop(req),
-            }
+        (IoOp::Read, Some(mut t)) => {
+            t.ctx = Stage {
+                slot: Some(slot),
+                busy: Some(busy),
+                io: Some(io),
+                target: None,
+            };
+            req.write(t);
         }
-        _ => finish(busy, req, io, Ok(())),
+        (_, data) => finish(Some(&*slot), busy, req, io, Ok(()), data),
     }
 }
 
@@ -844,9 +1064,102 @@ mod hostile {
         // answer goes nowhere, and the session closes. All a session may
         // have: its limits are not known while its last channels still
         // connect, and the others just refuse.
-        for qid in 0..crate::ferry_api::MAX_CHANNELS {
+        for qid in 0..MAX_CHANNELS {
             let _ = s.reset_channel(qid);
         }
         true
+    }
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kernel::prelude::kunit_tests(ferry_blk_target_slots)]
+mod tests {
+    use super::*;
+
+    /// Marks `t`'s pages with `byte`.
+    fn mark(t: &mut KBox<Transfer<Stage, Data>>, byte: u8) -> Result {
+        let n = t.data.len();
+        let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
+        v.resize(n, byte, GFP_KERNEL)?;
+        t.data.write(0, &v)
+    }
+
+    /// Whether `t`'s pages hold `byte` throughout.
+    fn marked(t: &KBox<Transfer<Stage, Data>>, byte: u8) -> Result<bool> {
+        let n = t.data.len();
+        let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
+        v.resize(n, 0, GFP_KERNEL)?;
+        t.data.read(0, &mut v)?;
+        Ok(v.iter().all(|&b| b == byte))
+    }
+
+    #[test]
+    fn one_operation_at_a_time_holds_a_slot() -> Result {
+        let slot = OpSlot::new()?;
+        assert!(slot.try_take());
+        assert!(!slot.try_take());
+        slot.give_back(None);
+        assert!(slot.try_take());
+        Ok(())
+    }
+
+    #[test]
+    fn a_page_of_data_is_kept_for_the_next_operation_of_its_length() -> Result {
+        let slot = OpSlot::new()?;
+        let mut t = slot.transfer(4096)?;
+        mark(&mut t, 0x5a)?;
+        slot.give_back(Some(t));
+        // The same pages for the same length (new ones are zeroed).
+        let t = slot.transfer(4096)?;
+        assert!(marked(&t, 0x5a)?);
+        slot.give_back(Some(t));
+        // More than a page leaves the kept page alone, and is not kept.
+        let t = slot.transfer(8192)?;
+        assert!(marked(&t, 0)?);
+        slot.give_back(Some(t));
+        let t = slot.transfer(4096)?;
+        assert!(marked(&t, 0x5a)?);
+        slot.give_back(Some(t));
+        // Another length gets new pages, kept in turn.
+        let mut t = slot.transfer(512)?;
+        assert_eq!(t.data.len(), 512);
+        assert!(marked(&t, 0)?);
+        mark(&mut t, 0xa5)?;
+        slot.give_back(Some(t));
+        assert!(marked(&slot.transfer(512)?, 0xa5)?);
+        Ok(())
+    }
+
+    #[test]
+    fn a_kept_box_holds_nothing_of_its_operation() -> Result {
+        let slot = OpSlot::new()?;
+        let mut t = slot.transfer(4096)?;
+        t.ctx.slot = Some(slot.clone());
+        slot.give_back(Some(t));
+        // The slot does not hold itself through its kept box.
+        let spare = slot.spare.lock();
+        let kept = spare.as_ref().ok_or(ENOENT)?;
+        assert!(kept.ctx.slot.is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn each_tag_has_its_slot_and_a_taken_one_is_not_lent_again() -> Result {
+        let slots = Slots::new()?;
+        assert!(slots.get(0, 0).is_none());
+        slots.prepare(2, 4);
+        let a = slots.get(1, 3).ok_or(ENOENT)?;
+        // Taken: not lent again until given back.
+        assert!(slots.get(1, 3).is_none());
+        let b = slots.get(0, 3).ok_or(ENOENT)?;
+        assert!(!Arc::ptr_eq(&a, &b));
+        // Beyond the depth, the channels made, or all channels: none.
+        assert!(slots.get(0, 4).is_none());
+        assert!(slots.get(2, 0).is_none());
+        assert!(slots.get(MAX_CHANNELS, 0).is_none());
+        a.give_back(None);
+        let again = slots.get(1, 3).ok_or(ENOENT)?;
+        assert!(Arc::ptr_eq(&a, &again));
+        Ok(())
     }
 }
