@@ -19,6 +19,7 @@ use kernel::{
 /// The numbers in use.
 #[pin_data]
 pub(crate) struct DiskIndices {
+    /// A set bit for each number in use.
     #[pin]
     pool: Mutex<IdPool>,
 }
@@ -38,19 +39,16 @@ impl DiskIndices {
     pub(crate) fn take(self: &Arc<Self>) -> Result<DiskIndex> {
         let mut pool = self.pool.lock();
         loop {
-            if let Some(id) = pool.find_unused_id(0) {
-                let id = u32::try_from(id.acquire()).map_err(|_| ENOSPC)?;
+            if let Some(free) = pool.find_unused_id(0) {
+                let id = free.as_u32();
+                free.acquire();
                 return Ok(DiskIndex {
                     indices: self.clone(),
                     id,
                 });
             }
-            // The bitmap is allocated without the lock; `grow` checks the
-            // size is still wanted.
-            let request = pool.grow_request().ok_or(ENOSPC)?;
-            drop(pool);
-            let resizer = request.realloc(GFP_KERNEL)?;
-            pool = self.pool.lock();
+            // (A mutex: the bitmap may be allocated under it.)
+            let resizer = pool.grow_request().ok_or(ENOSPC)?.realloc(GFP_KERNEL)?;
             pool.grow(resizer);
         }
     }
@@ -58,7 +56,9 @@ impl DiskIndices {
 
 /// A number in use, free again when this goes.
 pub(crate) struct DiskIndex {
+    /// Where it goes back to.
     indices: Arc<DiskIndices>,
+    /// The number.
     id: u32,
 }
 
@@ -71,6 +71,7 @@ impl DiskIndex {
 
 impl Drop for DiskIndex {
     fn drop(&mut self) {
+        // CAST: a `u32` fits a `usize`.
         self.indices.pool.lock().release_id(self.id as usize);
     }
 }
