@@ -213,7 +213,8 @@ class VM:
         if self.proc and self.proc.poll() is not None:
             rc = self.proc.returncode
             self.proc = None
-            raise VMError(f'{self.name}: QEMU exited with {rc} (see {self.console_path})')
+            raise VMError(f'{self.name}: QEMU exited with {rc} (see {self.console_path}); '
+                          'the console ended: ' + ' | '.join(self._console_tail()))
 
     def running(self):
         """Whether the VM's QEMU is still running."""
@@ -360,10 +361,11 @@ class VM:
     def _console_tail(self, lines=6):
         """The last lines of this boot's console, once QEMU had a moment to
         write them and exit."""
-        try:
-            self.proc.wait(timeout=5)
-        except (AttributeError, subprocess.TimeoutExpired):
-            pass
+        if self.proc:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         try:
             with open(self.console_path, 'rb') as f:
                 text = f.read()[-4096:].decode(errors='replace')
