@@ -599,7 +599,8 @@ u32 ferry_incoming_data_len(const struct ferry_incoming *in);
  * channel share it while the consumer holds them. The tag is free again
  * inside ferry_respond(), before it returns: a request with the same tag
  * may arrive on another CPU meanwhile, so give the context back before
- * answering (and take it again if the answer fails with -EBUSY). A request
+ * answering (and take it again if the answer fails with -EBUSY or
+ * -EINVAL, which leave the request the caller's). A request
  * still held from a connection the channel had before a reconnect may share
  * the tag with one of the new connection (only a client's channels
  * reconnect).

@@ -624,9 +624,13 @@ impl Transferred for Stage {
             io,
             target,
         } = core::mem::take(&mut t.ctx);
-        let (Some(slot), Some(busy), Some(io)) = (slot, busy, io) else {
-            // Never: every transfer starts with all three. The request
-            // answers `EIO` as it goes.
+        // Never without all three: every transfer starts with them. The
+        // request then answers `EIO` as it goes, and the slot is free.
+        let Some(slot) = slot else {
+            return;
+        };
+        let (Some(busy), Some(io)) = (busy, io) else {
+            slot.give_back(None);
             return;
         };
         match (io.op, status, target) {
@@ -689,6 +693,9 @@ struct OpSlot {
     work: Work<OpSlot>,
     /// An operation holds it, from its check to its answer.
     taken: AtomicBool,
+    /// It keeps a page of data between operations (the first
+    /// [`KEPT_TAGS`] tags of a channel do).
+    keeps: bool,
     /// The operation, while it waits for the queue.
     #[pin]
     job: SpinLock<Option<Job>>,
@@ -706,13 +713,19 @@ impl_has_work! {
 /// nvmet-rdma keeps an inline page per command.
 const KEPT_BYTES: usize = kernel::page::PAGE_SIZE;
 
+/// How many tags of a channel keep a page: at most 512 KiB per channel
+/// (a server's depth may reach some 900 tags, and 64 channels).
+const KEPT_TAGS: u32 = 128;
+
 impl OpSlot {
-    /// A free slot. May sleep.
-    fn new() -> Result<Arc<Self>> {
+    /// A free slot, which keeps a page of data between operations if
+    /// `keeps`. May sleep.
+    fn new(keeps: bool) -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
                 work <- new_work!("ferry_blk::OpSlot::work"),
                 taken: AtomicBool::new(false),
+                keeps,
                 job <- new_spinlock!(None),
                 spare <- new_spinlock!(None),
             }),
@@ -762,9 +775,10 @@ impl OpSlot {
     }
 
     /// The operation is over: keeps its box (and its pages) for the next
-    /// one if they are a page at most, and frees the slot.
+    /// one if they are a page at most and the slot keeps pages, and frees
+    /// the slot.
     fn give_back(&self, data: Option<KBox<Transfer<Stage, Data>>>) {
-        if let Some(mut t) = data.filter(|t| t.data.len() <= KEPT_BYTES) {
+        if let Some(mut t) = data.filter(|t| self.keeps && t.data.len() <= KEPT_BYTES) {
             // Nothing of the operation stays (its slot would hold itself).
             t.ctx = Stage::default();
             let old = self.spare.lock().replace(t);
@@ -820,8 +834,8 @@ impl Slots {
         let make = || -> Result<KVec<Arc<OpSlot>>> {
             // CAST: a depth is at most a few thousand.
             let mut slots = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
-            for _ in 0..depth {
-                slots.push(OpSlot::new()?, GFP_KERNEL)?;
+            for tag in 0..depth {
+                slots.push(OpSlot::new(tag < KEPT_TAGS)?, GFP_KERNEL)?;
             }
             Ok(slots)
         };
@@ -839,25 +853,35 @@ impl Slots {
         slot.try_take().then(|| slot.clone())
     }
 
-    /// The slot of request `req` of session `s`, taken. If its tag has none
-    /// free (its channel's could not be made; never for a taken one, as a
-    /// target's session never reconnects), a new one for this operation
-    /// alone. May sleep.
+    /// The slot of request `req` of session `s`, taken; a new one for this
+    /// operation alone if its channel has none (the session was not
+    /// connected yet at its open, and is not now, or there was no memory).
+    /// May sleep.
     fn take(&self, s: &SessionRef, req: &Incoming) -> Result<Arc<OpSlot>> {
         let (qid, tag) = req.tag();
-        if let (Some(c), Ok(l)) = (self.channels.get(usize::from(qid)), s.limits()) {
-            Self::prepare_channel(c, l.incoming_depth);
+        let c = self.channels.get(usize::from(qid)).ok_or(EINVAL)?;
+        if c.as_ref().is_none() {
+            // Made by the open, unless the session was not connected yet
+            // then: now (the limits take the session's lock).
+            if let Ok(l) = s.limits() {
+                Self::prepare_channel(c, l.incoming_depth);
+            }
         }
         if let Some(slot) = self.get(qid, tag) {
             return Ok(slot);
         }
-        crate::ratelimit::pr_warn_limited!(
-            "target: session {}: no slot for tag {} of channel {}: made one\n",
-            s.id(),
-            tag,
-            qid
-        );
-        let slot = OpSlot::new()?;
+        // CAST: a tag is below the depth, a `usize`.
+        if c.as_ref().is_some_and(|slots| (tag as usize) < slots.len()) {
+            // Never: a target's session does not reconnect, so no operation
+            // of an earlier connection holds the tag's slot.
+            crate::ratelimit::pr_warn_limited!(
+                "target: session {}: the slot of tag {} of channel {} is taken\n",
+                s.id(),
+                tag,
+                qid
+            );
+        }
+        let slot = OpSlot::new(false)?;
         slot.try_take();
         Ok(slot)
     }
@@ -1095,7 +1119,7 @@ mod tests {
 
     #[test]
     fn one_operation_at_a_time_holds_a_slot() -> Result {
-        let slot = OpSlot::new()?;
+        let slot = OpSlot::new(true)?;
         assert!(slot.try_take());
         assert!(!slot.try_take());
         slot.give_back(None);
@@ -1105,19 +1129,19 @@ mod tests {
 
     #[test]
     fn a_page_of_data_is_kept_for_the_next_operation_of_its_length() -> Result {
-        let slot = OpSlot::new()?;
-        let mut t = slot.transfer(4096)?;
+        let slot = OpSlot::new(true)?;
+        let mut t = slot.transfer(KEPT_BYTES as u32)?;
         mark(&mut t, 0x5a)?;
         slot.give_back(Some(t));
         // The same pages for the same length (new ones are zeroed).
-        let t = slot.transfer(4096)?;
+        let t = slot.transfer(KEPT_BYTES as u32)?;
         assert!(marked(&t, 0x5a)?);
         slot.give_back(Some(t));
         // More than a page leaves the kept page alone, and is not kept.
-        let t = slot.transfer(8192)?;
+        let t = slot.transfer(2 * KEPT_BYTES as u32)?;
         assert!(marked(&t, 0)?);
         slot.give_back(Some(t));
-        let t = slot.transfer(4096)?;
+        let t = slot.transfer(KEPT_BYTES as u32)?;
         assert!(marked(&t, 0x5a)?);
         slot.give_back(Some(t));
         // Another length gets new pages, kept in turn.
@@ -1132,8 +1156,8 @@ mod tests {
 
     #[test]
     fn a_kept_box_holds_nothing_of_its_operation() -> Result {
-        let slot = OpSlot::new()?;
-        let mut t = slot.transfer(4096)?;
+        let slot = OpSlot::new(true)?;
+        let mut t = slot.transfer(KEPT_BYTES as u32)?;
         t.ctx.slot = Some(slot.clone());
         slot.give_back(Some(t));
         // The slot does not hold itself through its kept box.
@@ -1160,6 +1184,19 @@ mod tests {
         a.give_back(None);
         let again = slots.get(1, 3).ok_or(ENOENT)?;
         assert!(Arc::ptr_eq(&a, &again));
+        Ok(())
+    }
+
+    #[test]
+    fn only_a_channels_first_tags_keep_a_page() -> Result {
+        let slots = Slots::new()?;
+        slots.prepare(1, KEPT_TAGS + 2);
+        let first = slots.get(0, KEPT_TAGS - 1).ok_or(ENOENT)?;
+        let last = slots.get(0, KEPT_TAGS + 1).ok_or(ENOENT)?;
+        assert!(first.keeps && !last.keeps);
+        let t = last.transfer(KEPT_BYTES as u32)?;
+        last.give_back(Some(t));
+        assert!(last.spare.lock().is_none());
         Ok(())
     }
 }
