@@ -600,10 +600,9 @@ u32 ferry_incoming_data_len(const struct ferry_incoming *in);
  * inside ferry_respond(), before it returns: a request with the same tag
  * may arrive on another CPU meanwhile, so give the context back before
  * answering (and take it again if the answer fails with -EBUSY or
- * -EINVAL, which leave the request the caller's). A request
- * still held from a connection the channel had before a reconnect may share
- * the tag with one of the new connection (only a client's channels
- * reconnect).
+ * -EINVAL, which leave the request the caller's). A request still held
+ * from a connection the channel had before a reconnect may share the tag
+ * with one of the new connection (only a client's channels reconnect).
  *
  * Context: any context.
  * Return: the request's tag on its channel.
