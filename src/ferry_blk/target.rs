@@ -14,13 +14,14 @@
 //! An operation lives in a slot of its session from its check to its
 //! answer: one slot per tag of a channel (`ferry_incoming_tag()`), made by
 //! the session's open, with its work item and the box its data moves in.
-//! Data of a page or less stays in the slot for the tag's next operation of
-//! that length, so such operations allocate nothing; larger ones allocate
-//! their pages, as nvmet's commands do.
+//! Data of a page or less stays in the slot (of a channel's first 128
+//! tags) for the tag's next operation of that length, so a workload of one
+//! such block size allocates nothing; other operations allocate their
+//! pages, as nvmet's commands do.
 
 use core::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64,
-    Ordering::{Relaxed, SeqCst},
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 use kernel::{
     c_str, new_mutex, new_spinlock, new_work,
@@ -735,8 +736,9 @@ impl OpSlot {
 
     /// Takes the slot if it is free.
     fn try_take(&self) -> bool {
+        // Acquire: what the last operation left in the slot is seen.
         self.taken
-            .compare_exchange(false, true, SeqCst, SeqCst)
+            .compare_exchange(false, true, Acquire, Relaxed)
             .is_ok()
     }
 
@@ -784,7 +786,10 @@ impl OpSlot {
             let old = self.spare.lock().replace(t);
             drop(old);
         }
-        self.taken.store(false, SeqCst);
+        // Release: the kept box is in place before the slot is free (a
+        // plain store on x86, where `SeqCst` is a full barrier per
+        // operation).
+        self.taken.store(false, Release);
     }
 }
 
