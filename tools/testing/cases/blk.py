@@ -400,9 +400,14 @@ def blk_forced(t):
     rc = fio_ended(t, vm, '/tmp/fio2.log')
     t.log(f'fio after the forced export del: rc {rc}')
     t.check(rc != 0, 'fio saw no error on a disk whose export was deleted under it')
+    # (Whether the mapping's own counter of failed requests moved is a race:
+    # the target's notice may reach the client before the answers to the
+    # requests it still served, and then every later request ends in the
+    # block layer at the dead disk, before the driver. fio's errors above
+    # are what a user sees.)
     maps = [x for x in show(t, vm) if x['kind'] == 'map']
     t.log(f'the mapping: {maps}')
-    t.check(len(maps) == 1 and maps[0]['state'] == 'dead' and maps[0]['stats']['failed'] > 0,
+    t.check(len(maps) == 1 and maps[0]['state'] == 'dead' and maps[0]['sectors'] == 0,
             f'the mapping after the export went: {maps}')
     vm.run(f'timeout {30 * t.slow} {t.ferryctl} blk unmap {disk}')
     t.eq(show(t, vm), [], 'nothing left')
