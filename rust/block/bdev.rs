@@ -43,14 +43,14 @@ pub struct BdevInfo {
     pub read_only: bool,
 }
 
-/// A block device opened by path, exclusively for its holder: a device
-/// that a file system (or another holder) has open is `EBUSY`. Closed on
-/// drop.
+/// A block device opened by path (or, in tests, by number), exclusively for
+/// its holder: a device that a file system (or another holder) has open is
+/// `EBUSY`. Closed on drop.
 ///
 /// # Invariants
 ///
-/// `file` was opened by `bdev_file_open_by_path` and `bdev` is its device;
-/// both stay valid until drop closes the file.
+/// `file` was opened by `bdev_file_open_by_path` (or `_by_dev`) and `bdev`
+/// is its device; both stay valid until drop closes the file.
 pub struct Bdev {
     file: NonNull<bindings::file>,
     bdev: NonNull<bindings::block_device>,
@@ -95,10 +95,54 @@ pub enum BioOp {
 ///
 /// [`SgPages::sgl`] returns the head of a valid scatterlist of that many
 /// entries, the same on every call, whose pages stay allocated while the
-/// object lives and which nobody else touches while it is borrowed.
+/// object lives, do not move with it (they are a separate allocation), and
+/// which nobody else touches while it is borrowed or lent (a box of it
+/// made raw, by [`Bdev::submit`]).
 pub unsafe trait SgPages: Send {
     /// The scatterlist's head and entry count.
     fn sgl(&self) -> (*mut bindings::scatterlist, u32);
+}
+
+/// What [`Bdev::submit`] does its work for: it holds the device open and
+/// a read's or a write's pages while the bios run, and then hears how they
+/// ended.
+pub trait BioOwner: Send + Sized + 'static {
+    /// The pages a read or a write moves.
+    type Pages: SgPages;
+
+    /// The device the bios go to (`None`: the operation ends in `ENODEV`).
+    fn bdev(&self) -> Option<&Bdev>;
+
+    /// The pages of a read or a write (the other operations have none).
+    fn pages(&mut self) -> &mut Self::Pages;
+
+    /// The operation's bios have all ended: `res` is an error one of them
+    /// had, if any. Runs where the device ends its bios, which may be a
+    /// hard interrupt: it must not sleep, nor take a lock also taken with
+    /// interrupts enabled.
+    fn ended(this: KBox<Self>, res: Result);
+}
+
+/// Ends the last bio of a chain that [`Bdev::submit`] started for `T`.
+///
+/// # Safety
+///
+/// `bio`'s private pointer is a `KBox<T>` made raw by [`Bdev::submit`],
+/// not taken back yet; called once, by the block layer, as `bio` ends.
+unsafe extern "C" fn bio_end<T: BioOwner>(bio: *mut bindings::bio) {
+    // SAFETY: `bio` is ending (the function's contract): ours to read and to
+    // put (the chained ones put themselves).
+    let (private, errno) = unsafe {
+        let r = (
+            bindings::ferry_blk_bio_private(bio),
+            bindings::ferry_blk_bio_errno(bio),
+        );
+        bindings::bio_put(bio);
+        r
+    };
+    // SAFETY: `private` is the box `submit` lent (the function's contract).
+    let owner = unsafe { KBox::from_raw(private.cast::<T>()) };
+    T::ended(owner, to_result(errno));
 }
 
 impl Bdev {
@@ -110,9 +154,33 @@ impl Bdev {
         // SAFETY: `path` is a C string; `file` is valid for writes; a
         // non-null `holder` makes the open exclusive (without holder ops,
         // the block layer only compares it).
-        let bdev = from_err_ptr(unsafe {
+        let bdev = unsafe {
             bindings::ferry_blk_bdev_open(path.as_char_ptr(), write, holder.cast_mut(), &mut file)
-        })?;
+        };
+        Self::opened(bdev, file, write)
+    }
+
+    /// Opens block device `major:minor`, as [`Bdev::open`] does a path:
+    /// for a caller without the path's mount namespace (KUnit's thread).
+    /// Sleeps.
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    pub fn open_dev(major: u32, minor: u32, write: bool, holder: *const c_void) -> Result<Self> {
+        let mut file = core::ptr::null_mut();
+        // SAFETY: `file` is valid for writes; `holder` as in `open`.
+        let bdev = unsafe {
+            bindings::ferry_blk_bdev_open_dev(major, minor, write, holder.cast_mut(), &mut file)
+        };
+        Self::opened(bdev, file, write)
+    }
+
+    /// The device an open helper returned (an error pointer, or the device
+    /// of `file`, which it set).
+    fn opened(
+        bdev: *mut bindings::block_device,
+        file: *mut bindings::file,
+        write: bool,
+    ) -> Result<Self> {
+        let bdev = from_err_ptr(bdev)?;
         // INVARIANT: the helper set `file` on success, and `bdev` is its.
         Ok(Self {
             file: NonNull::new(file).ok_or(EINVAL)?,
@@ -146,44 +214,69 @@ impl Bdev {
         }
     }
 
-    /// Does `op` at `sector` on `pages` (a read's or write's; `None` for
-    /// the others) and waits until it is over: the first error of its
-    /// bios. `EINVAL` for a read or write without pages, `EROFS` for a
-    /// change to a device opened read-only. Sleeps.
-    pub fn io<P: SgPages>(&self, op: BioOp, sector: u64, pages: Option<&mut P>) -> Result {
+    /// Starts `op` at `sector` on `owner`'s device (on its pages for a read
+    /// or a write) and returns without waiting: `owner` hears how it ended
+    /// ([`BioOwner::ended`], exactly once, maybe before this returns), as
+    /// nvmet's block device backend does. The owner holds the device open
+    /// until then. Ends in `EROFS` for a change to a device opened
+    /// read-only. Writes are `REQ_SYNC | REQ_IDLE`, as nvmet's: a client
+    /// waits for them, and writeback throttling leaves them alone. May
+    /// sleep.
+    pub fn submit<T: BioOwner>(op: BioOp, sector: u64, mut owner: KBox<T>) {
+        let Some((b, writable)) = owner.bdev().map(|d| (d.raw(), d.writable)) else {
+            return T::ended(owner, Err(ENODEV));
+        };
         let writes = !matches!(op, BioOp::Read | BioOp::Flush);
-        if writes && !self.writable {
-            return Err(EROFS);
+        if writes && !writable {
+            return T::ended(owner, Err(EROFS));
         }
-        let b = self.raw();
-        let gfp = bindings::FERRY_BLK_GFP_KERNEL;
+        let gfp = bindings::FERRY_BLK_GFP_NOIO;
+        let mut bio: *mut bindings::bio = core::ptr::null_mut();
+        // (`b` stays open while `owner` lives: past the bios' end.)
         let ret = match op {
             BioOp::Read | BioOp::Write { .. } => {
-                let (sgl, nents) = pages.ok_or(EINVAL)?.sgl();
+                let (sgl, nents) = owner.pages().sgl();
                 let opf = match op {
                     BioOp::Read => bindings::FERRY_BLK_OP_READ,
-                    BioOp::Write { fua: true } => {
-                        bindings::FERRY_BLK_OP_WRITE | bindings::FERRY_BLK_REQ_FUA
+                    BioOp::Write { fua } => {
+                        let w = bindings::FERRY_BLK_OP_WRITE
+                            | bindings::FERRY_BLK_REQ_SYNC
+                            | bindings::FERRY_BLK_REQ_IDLE;
+                        if fua {
+                            w | bindings::FERRY_BLK_REQ_FUA
+                        } else {
+                            w
+                        }
                     }
-                    _ => bindings::FERRY_BLK_OP_WRITE,
+                    _ => bindings::FERRY_BLK_OP_READ,
                 };
-                // SAFETY: `sgl` holds `nents` entries whose pages stay valid
-                // and ours while `pages` is borrowed (the `SgPages`
-                // contract), past the wait.
-                unsafe {
-                    let last = self.data_bios(opf, sector, sgl, nents);
-                    let ret = bindings::submit_bio_wait(last);
-                    // Ours to put once waited for (the chained ones put
-                    // themselves as they end).
-                    bindings::bio_put(last);
-                    ret
-                }
+                // SAFETY: `b` is open (above); `sgl` holds `nents` entries
+                // whose pages stay valid and nobody else's while `owner` is
+                // lent (the `SgPages` contract): until the bios end, as it is
+                // lent to them below.
+                bio = unsafe { data_bios(b, opf, sector, sgl, nents) };
+                0
             }
-            // SAFETY: The device is open (type invariant).
-            BioOp::Flush => unsafe { bindings::blkdev_issue_flush(b) },
-            // SAFETY: As above.
+            BioOp::Flush => {
+                // An empty write with a preflush, as `blkdev_issue_flush`
+                // makes; the block layer ends it at once on a device
+                // without a write cache.
+                // SAFETY: `b` is open (above).
+                bio = unsafe {
+                    bindings::ferry_blk_bio_alloc(
+                        b,
+                        0,
+                        bindings::FERRY_BLK_OP_WRITE | bindings::FERRY_BLK_REQ_PREFLUSH,
+                        0,
+                    )
+                };
+                0
+            }
+            // SAFETY: `b` is open (above); `bio` is valid for writes and
+            // starts null, so the chain is a new one.
             BioOp::Discard { sectors } => unsafe {
-                bindings::blkdev_issue_discard(b, sector, sectors, gfp)
+                bindings::__blkdev_issue_discard(b, sector, sectors, gfp, &mut bio);
+                0
             },
             BioOp::WriteZeroes { sectors, nounmap } => {
                 let flags = if nounmap {
@@ -191,70 +284,277 @@ impl Bdev {
                 } else {
                     0
                 };
-                // SAFETY: As above.
-                unsafe { bindings::blkdev_issue_zeroout(b, sector, sectors, gfp, flags) }
-            }
-        };
-        to_result(ret)
-    }
-
-    /// Bios over `nents` entries at `sgl`, chained: all but the last are
-    /// submitted; the last, which ends when they all have, is returned, to
-    /// be submitted.
-    ///
-    /// # Safety
-    ///
-    /// `sgl` holds `nents` valid entries whose pages stay valid until the
-    /// returned bio ends.
-    unsafe fn data_bios(
-        &self,
-        opf: u32,
-        sector: u64,
-        mut sg: *mut bindings::scatterlist,
-        nents: u32,
-    ) -> *mut bindings::bio {
-        // CAST: a constant of 256.
-        let max_vecs = bindings::BIO_MAX_VECS as u16;
-        let vecs = |left: u32| u16::try_from(left).unwrap_or(max_vecs).min(max_vecs);
-        // SAFETY: The device is open.
-        let mut bio =
-            unsafe { bindings::ferry_blk_bio_alloc(self.raw(), vecs(nents), opf, sector) };
-        let mut at = sector;
-        for i in 0..nents {
-            // SAFETY: `sg` is entry `i` of the list (the contract).
-            let (page, offset, len) =
-                unsafe { (bindings::ferry_blk_sg_page(sg), (*sg).offset, (*sg).length) };
-            // SAFETY: `bio` is ours, not submitted; the page stays valid
-            // until the chain ends (the contract).
-            if unsafe { bindings::bio_add_page(bio, page, len, offset) } != len as i32 {
-                // Full: the next bio continues where this one ends, and
-                // ends only after it (chained).
-                // SAFETY: As above; `blk_next_bio` submits `bio`.
+                // SAFETY: As above. (It refuses, `EPERM` for a read-only
+                // device, before it makes any bio.)
                 unsafe {
-                    bio = bindings::blk_next_bio(
-                        bio,
-                        self.raw(),
-                        u32::from(vecs(nents - i)),
-                        opf,
-                        bindings::FERRY_BLK_GFP_NOIO,
-                    );
-                    bindings::ferry_blk_bio_set_sector(bio, at);
-                    // A fresh bio with room for vectors takes a page.
-                    let _ = bindings::bio_add_page(bio, page, len, offset);
+                    bindings::__blkdev_issue_zeroout(b, sector, sectors, gfp, &mut bio, flags)
                 }
             }
-            at += u64::from(len / 512);
-            // SAFETY: Entries up to `nents` are valid (the contract).
-            sg = unsafe { bindings::ferry_blk_sg_next(sg) };
+        };
+        if bio.is_null() {
+            // Refused, or nothing to do (no sectors); a bio made with
+            // `GFP_NOIO` is never missing.
+            let res = match (ret, op) {
+                (0, BioOp::Discard { .. } | BioOp::WriteZeroes { .. }) => Ok(()),
+                (0, _) => Err(ENOMEM),
+                (e, _) => to_result(e),
+            };
+            return T::ended(owner, res);
         }
-        bio
+        let private = KBox::into_raw(owner).cast::<c_void>();
+        // SAFETY: `bio` is the chain's last bio, ours and not submitted yet;
+        // `bio_end::<T>` takes `private` back, exactly once, when the chain
+        // has ended; `submit_bio` takes the bio.
+        unsafe {
+            bindings::ferry_blk_bio_set_end_io(bio, Some(bio_end::<T>), private);
+            bindings::submit_bio(bio);
+        }
     }
+}
+
+/// Bios over `nents` entries at `sgl`, chained: all but the last are
+/// submitted; the last, which ends when they all have, is returned, to
+/// be submitted.
+///
+/// # Safety
+///
+/// `bdev` is open, and `sgl` holds `nents` valid entries whose pages
+/// stay valid until the returned bio ends.
+unsafe fn data_bios(
+    bdev: *mut bindings::block_device,
+    opf: u32,
+    sector: u64,
+    mut sg: *mut bindings::scatterlist,
+    nents: u32,
+) -> *mut bindings::bio {
+    // CAST: a constant of 256.
+    let max_vecs = bindings::BIO_MAX_VECS as u16;
+    let vecs = |left: u32| u16::try_from(left).unwrap_or(max_vecs).min(max_vecs);
+    // SAFETY: The device is open (the function's contract).
+    let mut bio = unsafe { bindings::ferry_blk_bio_alloc(bdev, vecs(nents), opf, sector) };
+    let mut at = sector;
+    for i in 0..nents {
+        // SAFETY: `sg` is entry `i` of the list (the contract).
+        let (page, offset, len) =
+            unsafe { (bindings::ferry_blk_sg_page(sg), (*sg).offset, (*sg).length) };
+        // SAFETY: `bio` is ours, not submitted; the page stays valid
+        // until the chain ends (the contract).
+        if unsafe { bindings::bio_add_page(bio, page, len, offset) } != len as i32 {
+            // Full: the next bio continues where this one ends, and
+            // ends only after it (chained).
+            // SAFETY: As above; `blk_next_bio` submits `bio`.
+            unsafe {
+                bio = bindings::blk_next_bio(
+                    bio,
+                    bdev,
+                    u32::from(vecs(nents - i)),
+                    opf,
+                    bindings::FERRY_BLK_GFP_NOIO,
+                );
+                bindings::ferry_blk_bio_set_sector(bio, at);
+                // A fresh bio with room for vectors takes a page.
+                let _ = bindings::bio_add_page(bio, page, len, offset);
+            }
+        }
+        at += u64::from(len / 512);
+        // SAFETY: Entries up to `nents` are valid (the contract).
+        sg = unsafe { bindings::ferry_blk_sg_next(sg) };
+    }
+    bio
 }
 
 impl Drop for Bdev {
     fn drop(&mut self) {
-        // SAFETY: Opened by `bdev_file_open_by_path` (type invariant); its
-        // I/O is over (`Bdev::io` waits, and borrows it meanwhile).
+        // SAFETY: Opened by `bdev_file_open_by_path` (type invariant); no bio
+        // of it runs: their owners hold it until they end (`submit`).
         unsafe { bindings::bdev_fput(self.file.as_ptr()) };
+    }
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kernel::prelude::kunit_tests(ferry_blk_bdev)]
+mod tests {
+    use super::*;
+    use crate::ferry_api::Data;
+    use kernel::{
+        new_spinlock_irq,
+        sync::{Arc, Completion, SpinLockIrq},
+    };
+
+    /// Where a test's operation tells its end and gives its box back.
+    #[pin_data]
+    struct Back {
+        #[pin]
+        done: Completion,
+        #[pin]
+        probe: SpinLockIrq<Option<KBox<Probe>>>,
+    }
+
+    /// A test's operation: its device, its pages, and how it ended.
+    struct Probe {
+        bdev: Arc<Bdev>,
+        data: Data,
+        res: Option<Result>,
+        back: Arc<Back>,
+    }
+
+    impl BioOwner for Probe {
+        type Pages = Data;
+
+        fn bdev(&self) -> Option<&Bdev> {
+            Some(&self.bdev)
+        }
+
+        fn pages(&mut self) -> &mut Data {
+            &mut self.data
+        }
+
+        fn ended(mut this: KBox<Self>, res: Result) {
+            this.res = Some(res);
+            let back = this.back.clone();
+            *back.probe.lock() = Some(this);
+            back.done.complete_all();
+        }
+    }
+
+    /// Runs `op` at `sector` of `b` on `data` and waits for its end: how it
+    /// ended, and the pages.
+    fn run(b: &Arc<Bdev>, op: BioOp, sector: u64, data: Data) -> Result<(Result, Data)> {
+        let back = Arc::pin_init(
+            pin_init!(Back {
+                done <- Completion::new(),
+                probe <- new_spinlock_irq!(None),
+            }),
+            GFP_KERNEL,
+        )?;
+        let probe = Probe {
+            bdev: b.clone(),
+            data,
+            res: None,
+            back: back.clone(),
+        };
+        Bdev::submit(op, sector, KBox::new(probe, GFP_KERNEL)?);
+        back.done.wait_for_completion();
+        let p = back.probe.lock().take().ok_or(EINVAL)?;
+        let Probe { data, res, .. } = KBox::into_inner(p);
+        Ok((res.ok_or(EINVAL)?, data))
+    }
+
+    /// A RAM disk of the test kernel (brd's `ram15`, which no case uses),
+    /// by number: KUnit's thread does not see the VM's `/dev`.
+    const DISK: (u32, u32) = (1, 15);
+
+    /// Runs `test` on the test disk, opened for writing if `write`, then
+    /// discards the whole disk (a RAM disk frees its pages, and is left as
+    /// the test found it) and closes it, whatever the test found.
+    fn on_disk(write: bool, test: impl FnOnce(&Arc<Bdev>) -> Result) -> Result {
+        let claim = KBox::new(0u8, GFP_KERNEL)?;
+        let holder = core::ptr::from_ref::<u8>(&claim).cast();
+        let b = Arc::new(Bdev::open_dev(DISK.0, DISK.1, write, holder)?, GFP_KERNEL)?;
+        let res = test(&b);
+        let all = BioOp::Discard {
+            sectors: b.info().sectors,
+        };
+        let wiped = if write {
+            run(&b, all, 0, Data::new(512)?)?.0
+        } else {
+            Ok(())
+        };
+        drop(b);
+        drop(claim);
+        res.and(wiped)
+    }
+
+    /// `Ok` if `ok`, else logs what failed and fails (a test's assertion
+    /// that lets it close its device first).
+    fn check(ok: bool, what: &str) -> Result {
+        if ok {
+            Ok(())
+        } else {
+            pr_err!("ferry_blk_bdev: {}\n", what);
+            Err(EINVAL)
+        }
+    }
+
+    /// `len` bytes of `byte`.
+    fn filled(len: usize, byte: u8) -> Result<Data> {
+        let mut d = Data::new(len)?;
+        let mut v = KVec::with_capacity(len, GFP_KERNEL)?;
+        v.resize(len, byte, GFP_KERNEL)?;
+        d.write(0, &v)?;
+        Ok(d)
+    }
+
+    /// Whether `d` holds `byte` throughout.
+    fn holds(d: &Data, byte: u8) -> Result<bool> {
+        let mut v = KVec::with_capacity(d.len(), GFP_KERNEL)?;
+        v.resize(d.len(), !byte, GFP_KERNEL)?;
+        d.read(0, &mut v)?;
+        Ok(v.iter().all(|&x| x == byte))
+    }
+
+    #[test]
+    fn every_operation_ends_in_its_owner() -> Result {
+        on_disk(true, |b| {
+            let write = BioOp::Write { fua: false };
+            check(run(b, write, 8, filled(8192, 0x5a)?)?.0.is_ok(), "write")?;
+            let (res, d) = run(b, BioOp::Read, 8, Data::new(8192)?)?;
+            check(res.is_ok() && holds(&d, 0x5a)?, "read back")?;
+            // A flush, then the range zeroed, keeping its blocks.
+            check(run(b, BioOp::Flush, 0, Data::new(512)?)?.0.is_ok(), "flush")?;
+            let zeroes = BioOp::WriteZeroes {
+                sectors: 16,
+                nounmap: true,
+            };
+            check(
+                run(b, zeroes, 8, Data::new(512)?)?.0.is_ok(),
+                "write zeroes",
+            )?;
+            let (res, d) = run(b, BioOp::Read, 8, filled(8192, 0x77)?)?;
+            check(res.is_ok() && holds(&d, 0)?, "zeroes read back")?;
+            // Discarded: a RAM disk frees the pages, which read as zeroes.
+            let fua = BioOp::Write { fua: true };
+            check(run(b, fua, 8, filled(8192, 0x5a)?)?.0.is_ok(), "FUA write")?;
+            let discard = BioOp::Discard { sectors: 16 };
+            check(run(b, discard, 8, Data::new(512)?)?.0.is_ok(), "discard")?;
+            let (res, d) = run(b, BioOp::Read, 8, Data::new(8192)?)?;
+            check(res.is_ok() && holds(&d, 0)?, "discarded range read back")
+        })
+    }
+
+    #[test]
+    fn data_past_one_bio_is_chained_and_read_back() -> Result {
+        on_disk(true, |b| {
+            // More pages than one bio holds (`BIO_MAX_VECS`).
+            let len = (bindings::BIO_MAX_VECS as usize + 44) * kernel::page::PAGE_SIZE;
+            let write = BioOp::Write { fua: false };
+            check(
+                run(b, write, 0, filled(len, 0xc3)?)?.0.is_ok(),
+                "chained write",
+            )?;
+            let (res, d) = run(b, BioOp::Read, 0, Data::new(len)?)?;
+            check(res.is_ok() && holds(&d, 0xc3)?, "chained read back")?;
+            // Past the end of the disk: the block layer's error, in the owner.
+            let end = b.info().sectors;
+            let res = run(b, BioOp::Read, end, Data::new(4096)?)?.0;
+            check(res == Err(EIO), "a read past the end")
+        })
+    }
+
+    #[test]
+    fn a_read_only_open_refuses_changes() -> Result {
+        on_disk(false, |b| {
+            let write = BioOp::Write { fua: false };
+            check(run(b, write, 0, filled(4096, 1)?)?.0 == Err(EROFS), "write")?;
+            let zeroes = BioOp::WriteZeroes {
+                sectors: 8,
+                nounmap: false,
+            };
+            check(
+                run(b, zeroes, 0, Data::new(512)?)?.0 == Err(EROFS),
+                "zeroes",
+            )?;
+            check(run(b, BioOp::Read, 0, Data::new(4096)?)?.0.is_ok(), "read")
+        })
     }
 }

@@ -143,6 +143,20 @@ struct block_device *ferry_blk_bdev_open(const char *path, bool write,
 	return file_bdev(f);
 }
 
+#if IS_ENABLED(CONFIG_FERRY_KUNIT_TEST)
+struct block_device *ferry_blk_bdev_open_dev(unsigned int major, unsigned int minor,
+					     bool write, void *holder, struct file **file)
+{
+	blk_mode_t mode = BLK_OPEN_READ | (write ? BLK_OPEN_WRITE : 0);
+	struct file *f = bdev_file_open_by_dev(MKDEV(major, minor), mode, holder, NULL);
+
+	if (IS_ERR(f))
+		return ERR_CAST(f);
+	*file = f;
+	return file_bdev(f);
+}
+#endif
+
 sector_t ferry_blk_bdev_nr_sectors(struct block_device *bdev)
 {
 	return bdev_nr_sectors(bdev);
@@ -210,6 +224,22 @@ struct bio *ferry_blk_bio_alloc(struct block_device *bdev, unsigned short nr_vec
 void ferry_blk_bio_set_sector(struct bio *bio, sector_t sector)
 {
 	bio->bi_iter.bi_sector = sector;
+}
+
+void ferry_blk_bio_set_end_io(struct bio *bio, bio_end_io_t *end_io, void *private)
+{
+	bio->bi_end_io = end_io;
+	bio->bi_private = private;
+}
+
+void *ferry_blk_bio_private(struct bio *bio)
+{
+	return bio->bi_private;
+}
+
+int ferry_blk_bio_errno(struct bio *bio)
+{
+	return blk_status_to_errno(bio->bi_status);
 }
 
 struct page *ferry_blk_sg_page(struct scatterlist *sg)

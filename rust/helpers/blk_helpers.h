@@ -38,6 +38,9 @@ const char *ferry_blk_disk_name(struct gendisk *disk);
 
 struct block_device *ferry_blk_bdev_open(const char *path, bool write,
 					 void *holder, struct file **file);
+/* As ferry_blk_bdev_open(), by device number (no path lookup): test builds. */
+struct block_device *ferry_blk_bdev_open_dev(unsigned int major, unsigned int minor,
+					     bool write, void *holder, struct file **file);
 sector_t ferry_blk_bdev_nr_sectors(struct block_device *bdev);
 unsigned int ferry_blk_bdev_logical_block_size(struct block_device *bdev);
 unsigned int ferry_blk_bdev_physical_block_size(struct block_device *bdev);
@@ -53,6 +56,11 @@ bool ferry_blk_bdev_read_only(struct block_device *bdev);
 struct bio *ferry_blk_bio_alloc(struct block_device *bdev, unsigned short nr_vecs,
 				blk_opf_t opf, sector_t sector);
 void ferry_blk_bio_set_sector(struct bio *bio, sector_t sector);
+/* Sets what a bio calls when it ends, and the pointer it passes. */
+void ferry_blk_bio_set_end_io(struct bio *bio, bio_end_io_t *end_io, void *private);
+void *ferry_blk_bio_private(struct bio *bio);
+/* The bio's status as an errno (0 once it ended well). */
+int ferry_blk_bio_errno(struct bio *bio);
 struct page *ferry_blk_sg_page(struct scatterlist *sg);
 struct scatterlist *ferry_blk_sg_next(struct scatterlist *sg);
 

@@ -8,31 +8,37 @@
 //! export before it touches the disk. Reads and writes move their data by
 //! RDMA straight between the client's pages and the pages the bios use (a
 //! write's data read from the client first, a read's written to it after
-//! the bio); the bios run on the target's own work queue, which waits for
-//! them. A write is answered only once its bio has completed.
+//! the bio). An operation's bios are built and submitted on the target's
+//! work queue (not on ferry's completion work, which must stay short: a
+//! submission may sleep on a frozen or busy device), and nothing waits for
+//! them: their end queues the slot's work item again, which answers or
+//! moves a read's data (ferry answers in process context only). A write is
+//! answered only once its bio has completed.
 //!
 //! An operation lives in a slot of its session from its check to its
 //! answer: one slot per tag of a channel (`ferry_incoming_tag()`), made by
 //! the session's open, with its work item and the box its data moves in.
 //! Data of a page or less stays in the slot (of a channel's first 128
 //! tags) for the tag's next operation of that length, so a workload of one
-//! such block size allocates nothing; other operations allocate their
-//! pages, as nvmet's commands do.
+//! such block size allocates nothing (a flush, discard or write of zeroes
+//! borrows the kept box and leaves its pages alone); other operations
+//! allocate their pages, as nvmet's commands do.
 
 use core::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64,
     Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 use kernel::{
-    c_str, new_mutex, new_spinlock, new_work,
+    c_str, new_mutex, new_spinlock, new_spinlock_irq, new_work,
     prelude::*,
+    revocable::Revocable,
     str::CString,
-    sync::{Arc, Mutex, SetOnce, SpinLock},
-    workqueue::{impl_has_work, Queue, Work, WorkItem},
+    sync::{Arc, Mutex, SetOnce, SpinLock, SpinLockIrq},
+    workqueue::{impl_has_work, Work, WorkItem},
 };
 
 use crate::{
-    block::bdev::{Bdev, BdevInfo, BioOp},
+    block::bdev::{Bdev, BdevInfo, BioOp, BioOwner},
     ferry_api::{
         Data, Handler, Incoming, SessionHandle, SessionRef, Transfer, Transferred, Wait,
         MAX_CHANNELS,
@@ -75,9 +81,9 @@ pub(crate) struct Export {
     /// What clients name it by once open.
     pub(crate) handle: u32,
     /// The device, until the export is deleted (the operations at work hold
-    /// it meanwhile).
+    /// it meanwhile). Read under RCU, without a lock.
     #[pin]
-    bdev: Mutex<Option<Arc<Bdev>>>,
+    bdev: Revocable<Arc<Bdev>>,
     /// Its claim on the device: an allocation of its own, whose address is
     /// the holder (dropped after `bdev`, which closes the device).
     _claim: KBox<u8>,
@@ -159,7 +165,7 @@ pub(crate) struct Target {
     #[pin]
     exports: Mutex<KVec<Arc<Export>>>,
     next_handle: AtomicU32,
-    /// Where block operations wait for their bios.
+    /// Where block operations submit their bios, and go on once they ended.
     queue: OwnedQueue,
     /// Where opens wait for the operations of the sessions they replace.
     opens: OwnedQueue,
@@ -216,7 +222,7 @@ impl Target {
                 path: CString::try_from(path)?,
                 access,
                 handle: self.next_handle.fetch_add(1, Relaxed),
-                bdev <- new_mutex!(Some(bdev)),
+                bdev <- Revocable::new(bdev),
                 _claim: claim,
                 info,
                 sectors: AtomicU64::new(info.sectors),
@@ -241,7 +247,7 @@ impl Target {
     /// clients. `EBUSY` if it shrank while clients have it open.
     pub(crate) fn resize(&self, name: &ExportName) -> Result<u64> {
         let e = self.find(name).ok_or(ENOENT)?;
-        let now = e.bdev.lock().as_ref().ok_or(ENOENT)?.info().sectors;
+        let now = e.bdev.try_access_with(|b| b.info().sectors).ok_or(ENOENT)?;
         let (users, _) = e.users();
         if now < e.sectors() && users > 0 {
             return Err(EBUSY);
@@ -278,7 +284,7 @@ impl Target {
             kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
         }
         // The device is free again now, whoever still holds the export.
-        drop(e.bdev.lock().take());
+        e.bdev.revoke();
         Ok(())
     }
 }
@@ -454,7 +460,9 @@ fn refuse_open(s: &SessionRef, req: Incoming, r: Refusal) -> Result {
 
 impl TargetSession {
     /// Starts block operation `hdr` of request `req`, or refuses it. Takes
-    /// no lock: the export was opened before the client's first operation.
+    /// no lock shared with other channels: the export was opened before the
+    /// client's first operation. (A write's data is fetched first; its
+    /// pages are allocated here if the slot keeps none of that length.)
     fn io(&self, s: &SessionRef, req: Incoming, hdr: &[u8; wire::IO_LEN]) {
         let opened = self.state.opened.as_ref();
         let checked = Io::decode(hdr).and_then(|io| {
@@ -502,10 +510,11 @@ impl TargetSession {
             match slot.transfer(io.len) {
                 Ok(mut t) => {
                     t.ctx = Stage {
+                        target: Some(self.target.clone()),
                         slot: Some(slot),
                         busy: Some(busy),
                         io: Some(io),
-                        target: Some(self.target.clone()),
+                        ..Stage::default()
                     };
                     req.read(t);
                 }
@@ -513,15 +522,13 @@ impl TargetSession {
             }
             return;
         }
-        slot.run(
-            self.target.queue.queue(),
-            Job {
-                busy,
-                req,
-                io,
-                data: None,
-            },
-        );
+        slot.run(Job::Start {
+            target: self.target.clone(),
+            busy,
+            req,
+            io,
+            data: None,
+        });
     }
 }
 
@@ -592,38 +599,73 @@ impl Drop for Busy {
     }
 }
 
-/// A block operation, checked.
-struct Job {
-    busy: Busy,
-    req: Incoming,
-    io: Io,
-    /// A write's data, fetched (and the box it came in).
-    data: Option<KBox<Transfer<Stage, Data>>>,
+/// What an operation's work item does next.
+///
+/// The operation holds the target (whose queue its work uses) from its
+/// check until its bios have ended, and drops it before its count
+/// ([`Busy`]): while counted, its export is not deleted yet, so the module,
+/// and with it the target, stays. So the target is never dropped last in a
+/// bio's end (an interrupt, maybe) nor on its own queue (which cannot be
+/// destroyed from its own work). (Fields drop in their order: the target
+/// is first.)
+enum Job {
+    /// A block operation, checked (a write's data fetched): its bios next.
+    Start {
+        target: Arc<Target>,
+        busy: Busy,
+        req: Incoming,
+        io: Io,
+        /// A write's data (and the box it came in).
+        data: Option<KBox<Transfer<Stage, Data>>>,
+    },
+    /// Its bios ended, with `res`: the operation is in the box's stage.
+    Ended {
+        target: Arc<Target>,
+        t: KBox<Transfer<Stage, Data>>,
+        res: Result,
+    },
 }
 
-/// Where a read's or a write's data is while ferry moves it: its slot and
-/// its operation (none while the box is kept for the next operation).
+impl Job {
+    fn target(&self) -> &Target {
+        match self {
+            Job::Start { target, .. } | Job::Ended { target, .. } => target,
+        }
+    }
+}
+
+/// Where an operation is while its data moves or its bios run: its slot
+/// and the operation (none while the box is kept for the next operation).
+/// (Fields drop in their order: the target and the device go before the
+/// operation's count, see [`Job`].)
 #[derive(Default)]
 struct Stage {
+    /// A write's, while its data moves, and every operation's while its
+    /// bios run: the target, whose queue their end goes to.
+    target: Option<Arc<Target>>,
+    /// The device, while the bios run (deleting the export closes it once
+    /// no operation is counted).
+    bdev: Option<Arc<Bdev>>,
     /// The operation's slot.
     slot: Option<Arc<OpSlot>>,
     /// The operation, counted.
     busy: Option<Busy>,
     /// What it is.
     io: Option<Io>,
-    /// A write's: where its bios go once its data is here. (Never the
-    /// operation's work item's to drop: the target's queue cannot be
-    /// destroyed from its own work.)
-    target: Option<Arc<Target>>,
+    /// While its bios run (ferry holds it while the data moves).
+    req: Option<Incoming>,
+    /// Its write of zeroes was tried again with zeroed pages.
+    retried: bool,
 }
 
 impl Transferred for Stage {
     fn transferred(mut t: KBox<Transfer<Self, Data>>, req: Incoming, status: Result) {
         let Stage {
+            target,
             slot,
             busy,
             io,
-            target,
+            ..
         } = core::mem::take(&mut t.ctx);
         // Never without all three: every transfer starts with them. The
         // request then answers `EIO` as it goes, and the slot is free.
@@ -636,18 +678,42 @@ impl Transferred for Stage {
         };
         match (io.op, status, target) {
             // A write's data is here: its bios next.
-            (IoOp::Write, Ok(()), Some(target)) => slot.run(
-                target.queue.queue(),
-                Job {
-                    busy,
-                    req,
-                    io,
-                    data: Some(t),
-                },
-            ),
-            // A read's data is delivered, or a transfer failed.
-            (_, status, _) => finish(Some(&*slot), busy, req, io, status, Some(t)),
+            (IoOp::Write, Ok(()), Some(target)) => slot.run(Job::Start {
+                target,
+                busy,
+                req,
+                io,
+                data: Some(t),
+            }),
+            // A read's data is delivered, or a transfer failed. (The
+            // target goes before the operation's count.)
+            (_, status, target) => {
+                drop(target);
+                finish(Some(&*slot), busy, req, io, status, Some(t))
+            }
         }
+    }
+}
+
+impl BioOwner for Transfer<Stage, Data> {
+    type Pages = Data;
+
+    fn bdev(&self) -> Option<&Bdev> {
+        self.ctx.bdev.as_deref()
+    }
+
+    fn pages(&mut self) -> &mut Data {
+        &mut self.data
+    }
+
+    fn ended(mut t: KBox<Self>, res: Result) {
+        let (Some(slot), Some(target)) = (t.ctx.slot.take(), t.ctx.target.take()) else {
+            // Never: `submit` lends the box with both. Its request cannot be
+            // answered from here (perhaps an interrupt), so it is kept.
+            KBox::leak(t);
+            return;
+        };
+        slot.run(Job::Ended { target, t, res });
     }
 }
 
@@ -685,11 +751,13 @@ fn finish(
 /// (each request a channel may hold), used by every operation of that tag,
 /// so that an operation allocates nothing but its pages of data, and those
 /// only when they are more than a page or not of the length the tag's last
-/// operation had. (It holds nothing of the target: its work item may be the
-/// last to hold it.)
+/// operation had. (It holds nothing of the target but a queued job's,
+/// which its work item drops first: that work item may be the last to hold
+/// the slot.)
 #[pin_data]
 struct OpSlot {
-    /// Where the operation waits for its bios (on the target's queue).
+    /// Where the operation submits its bios, and goes on once they ended
+    /// (on the target's queue).
     #[pin]
     work: Work<OpSlot>,
     /// An operation holds it, from its check to its answer.
@@ -697,9 +765,10 @@ struct OpSlot {
     /// It keeps a page of data between operations (the first
     /// [`KEPT_TAGS`] tags of a channel do).
     keeps: bool,
-    /// The operation, while it waits for the queue.
+    /// What the work item does next, while it waits for the queue. (Set
+    /// where bios end too: with interrupts off.)
     #[pin]
-    job: SpinLock<Option<Job>>,
+    job: SpinLockIrq<Option<Job>>,
     /// The box of the last transfer of a page or less, with its pages: the
     /// next transfer of that length uses them again.
     #[pin]
@@ -727,7 +796,7 @@ impl OpSlot {
                 work <- new_work!("ferry_blk::OpSlot::work"),
                 taken: AtomicBool::new(false),
                 keeps,
-                job <- new_spinlock!(None),
+                job <- new_spinlock_irq!(None),
                 spare <- new_spinlock!(None),
             }),
             GFP_KERNEL,
@@ -763,16 +832,33 @@ impl OpSlot {
         }
     }
 
-    /// Runs `job` on `queue` (the target's).
-    fn run(self: Arc<Self>, queue: &Queue, job: Job) {
-        let none = self.job.lock().replace(job);
-        drop(none);
-        if let Err(this) = queue.enqueue(self) {
-            // Never: one operation at a time holds the slot.
-            let job = this.job.lock().take();
-            if let Some(j) = job {
-                finish(Some(&*this), j.busy, j.req, j.io, Err(EBUSY), j.data);
-            }
+    /// Queues `job` on the target's queue. Any context.
+    fn run(self: &Arc<Self>, job: Job) {
+        let mut next = self.job.lock();
+        if next.is_some() {
+            // Never: one operation at a time holds the slot, and its work
+            // item took its last job. The job is kept (dropping it here would
+            // answer its request, perhaps in an interrupt).
+            drop(next);
+            crate::ratelimit::pr_warn_limited!("target: a slot's work was still queued\n");
+            core::mem::forget(job);
+            return;
+        }
+        let job = next.insert(job);
+        // Under the lock, which the work item takes first: the job's target
+        // is not dropped before the queueing is over. (Queued already:
+        // never, as above.)
+        let _ = job.target().queue.queue().enqueue(self.clone());
+    }
+
+    /// A box for an operation without data (a flush, a discard, a write of
+    /// zeroes): the kept one, whatever its pages (they are not used), or a
+    /// page's. May sleep.
+    fn any_transfer(&self) -> Result<KBox<Transfer<Stage, Data>>> {
+        let spare = self.spare.lock().take();
+        match spare {
+            Some(t) => Ok(t),
+            None => self.transfer(512),
         }
     }
 
@@ -799,8 +885,16 @@ impl WorkItem for OpSlot {
     fn run(this: Arc<OpSlot>) {
         // (The lock goes before the operation runs: it sleeps.)
         let job = this.job.lock().take();
-        if let Some(job) = job {
-            run_op(this, job);
+        match job {
+            Some(Job::Start {
+                target,
+                busy,
+                req,
+                io,
+                data,
+            }) => start_op(this, target, busy, req, io, data),
+            Some(Job::Ended { target, t, res }) => end_op(this, target, t, res),
+            None => {}
         }
     }
 }
@@ -951,21 +1045,56 @@ impl WorkItem for OpenWork {
     }
 }
 
-/// Runs block operation `job` in `slot`: its bios, then its data to the
-/// client or its answer.
-fn run_op(slot: Arc<OpSlot>, job: Job) {
-    let Job {
-        busy,
-        req,
-        io,
-        mut data,
-    } = job;
-    if io.op == IoOp::Read {
-        match slot.transfer(io.len) {
-            Ok(t) => data = Some(t),
-            Err(e) => return finish(Some(&*slot), busy, req, io, Err(e), None),
+/// Starts block operation `io` in `slot`, on the target's queue: its bios,
+/// which end in [`BioOwner::ended`]. `data`: a write's.
+fn start_op(
+    slot: Arc<OpSlot>,
+    target: Arc<Target>,
+    busy: Busy,
+    req: Incoming,
+    io: Io,
+    data: Option<KBox<Transfer<Stage, Data>>>,
+) {
+    let t = match (io.op, data) {
+        (IoOp::Write, Some(t)) => Ok(t),
+        (IoOp::Read, _) => slot.transfer(io.len),
+        (IoOp::Write, None) => Err(EINVAL),
+        (_, _) => slot.any_transfer(),
+    };
+    // Counted before the deletion flag was read: the device is there until
+    // the operation's count goes.
+    let bdev = busy.0.bdev.try_access_with(|b| b.clone());
+    let (mut t, bdev) = match (t, bdev) {
+        (Ok(t), Some(b)) => (t, b),
+        (t, _) => {
+            let (e, t) = match t {
+                Ok(t) => (ENODEV, Some(t)),
+                Err(e) => (e, None),
+            };
+            // (The target goes before the operation's count: see `Job`.)
+            drop(target);
+            return finish(Some(&*slot), busy, req, io, Err(e), t);
         }
-    }
+    };
+    t.ctx = Stage {
+        target: Some(target),
+        bdev: Some(bdev),
+        slot: Some(slot),
+        busy: Some(busy),
+        io: Some(io),
+        req: Some(req),
+        retried: false,
+    };
+    submit(t);
+}
+
+/// Submits the bios of the operation in `t`'s stage, which holds its
+/// device.
+fn submit(t: KBox<Transfer<Stage, Data>>) {
+    let Some(io) = t.ctx.io.as_ref() else {
+        // Never: the stage is the operation's.
+        return;
+    };
     let sectors = u64::from(io.len / 512);
     let op = match io.op {
         IoOp::Read => BioOp::Read,
@@ -979,10 +1108,43 @@ fn run_op(slot: Arc<OpSlot>, job: Job) {
             nounmap: io.flags & wire::IO_NOUNMAP != 0,
         },
     };
-    let bdev = busy.0.bdev.lock().clone();
-    let res = bdev
-        .ok_or(ENODEV)
-        .and_then(|b| b.io(op, io.sector, data.as_mut().map(|t| &mut t.data)));
+    let sector = io.sector;
+    Bdev::submit(op, sector, t);
+}
+
+/// Goes on with the operation in `t`, whose bios ended with `res`: a read's
+/// data to the client, or the answer. On the target's queue.
+fn end_op(slot: Arc<OpSlot>, target: Arc<Target>, mut t: KBox<Transfer<Stage, Data>>, res: Result) {
+    let op = t.ctx.io.as_ref().map(|io| io.op);
+    let res = match (op, res) {
+        // As `blkdev_issue_discard`: a device that stopped discarding.
+        (Some(IoOp::Discard), Err(e)) if e == EOPNOTSUPP => Ok(()),
+        // As `blkdev_issue_zeroout`: a device that refused its native write
+        // of zeroes has it no more, and zeroed pages are written instead.
+        (Some(IoOp::WriteZeroes), Err(e))
+            if e == EOPNOTSUPP
+                && !t.ctx.retried
+                && t.ctx
+                    .bdev
+                    .as_ref()
+                    .is_some_and(|b| b.info().max_write_zeroes_sectors == 0) =>
+        {
+            t.ctx.retried = true;
+            t.ctx.target = Some(target);
+            t.ctx.slot = Some(slot);
+            return submit(t);
+        }
+        (_, res) => res,
+    };
+    // Before the operation's count (see `Job`): the deletion of its export
+    // closes the device once no operation is counted.
+    drop(target);
+    drop(t.ctx.bdev.take());
+    let (Some(busy), Some(io), Some(req)) = (t.ctx.busy.take(), t.ctx.io.take(), t.ctx.req.take())
+    else {
+        // Never: `start_op` lends the box with all three.
+        return slot.give_back(None);
+    };
     if let Err(e) = res {
         busy.0.stats.backing_error();
         crate::ratelimit::pr_warn_limited!(
@@ -993,21 +1155,19 @@ fn run_op(slot: Arc<OpSlot>, job: Job) {
             io.sector,
             e
         );
-        return finish(Some(&*slot), busy, req, io, Err(e), data);
+        return finish(Some(&*slot), busy, req, io, Err(e), Some(t));
     }
-    match (io.op, data) {
+    if io.op == IoOp::Read {
         // The data goes to the client's pages now.
-        (IoOp::Read, Some(mut t)) => {
-            t.ctx = Stage {
-                slot: Some(slot),
-                busy: Some(busy),
-                io: Some(io),
-                target: None,
-            };
-            req.write(t);
-        }
-        (_, data) => finish(Some(&*slot), busy, req, io, Ok(()), data),
+        t.ctx = Stage {
+            slot: Some(slot),
+            busy: Some(busy),
+            io: Some(io),
+            ..Stage::default()
+        };
+        return req.write(t);
     }
+    finish(Some(&*slot), busy, req, io, Ok(()), Some(t))
 }
 
 /// A hostile target, in test builds only (the `blk_hostile_target` case):
