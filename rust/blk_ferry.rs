@@ -99,8 +99,8 @@ where
 }
 
 // SAFETY: A `Data`'s table is a separate allocation over pages it owns,
-// kept until it is dropped (see `ferry_api::Data`); a `&mut` borrow keeps
-// anyone else off them.
+// kept until it is dropped (see `ferry_api::Data`), which do not move with
+// it; a `&mut` borrow, or a box of it made raw, keeps anyone else off them.
 unsafe impl SgPages for Data {
     fn sgl(&self) -> (*mut crate::bindings::scatterlist, u32) {
         let (sgl, n) = Pages::sgl(self);

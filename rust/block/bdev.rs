@@ -110,7 +110,9 @@ pub trait BioOwner: Send + Sized + 'static {
     /// The pages a read or a write moves.
     type Pages: SgPages;
 
-    /// The device the bios go to (`None`: the operation ends in `ENODEV`).
+    /// The device the bios go to (`None`: the operation ends in `ENODEV`),
+    /// which the owner holds open. Asked after [`BioOwner::pages`]; nothing
+    /// reaches the owner between this call and the end of its bios.
     fn bdev(&self) -> Option<&Bdev>;
 
     /// The pages of a read or a write (the other operations have none).
@@ -223,6 +225,12 @@ impl Bdev {
     /// waits for them, and writeback throttling leaves them alone. May
     /// sleep.
     pub fn submit<T: BioOwner>(op: BioOp, sector: u64, mut owner: KBox<T>) {
+        // The pages first: once the device is known, the owner is not
+        // borrowed mutably again (so it cannot let the device go).
+        let pages = match op {
+            BioOp::Read | BioOp::Write { .. } => Some(owner.pages().sgl()),
+            _ => None,
+        };
         let Some((b, writable)) = owner.bdev().map(|d| (d.raw(), d.writable)) else {
             return T::ended(owner, Err(ENODEV));
         };
@@ -235,7 +243,7 @@ impl Bdev {
         // (`b` stays open while `owner` lives: past the bios' end.)
         let ret = match op {
             BioOp::Read | BioOp::Write { .. } => {
-                let (sgl, nents) = owner.pages().sgl();
+                let (sgl, nents) = pages.unwrap_or((core::ptr::null_mut(), 0));
                 let opf = match op {
                     BioOp::Read => bindings::FERRY_BLK_OP_READ,
                     BioOp::Write { fua } => {
@@ -365,8 +373,9 @@ unsafe fn data_bios(
 
 impl Drop for Bdev {
     fn drop(&mut self) {
-        // SAFETY: Opened by `bdev_file_open_by_path` (type invariant); no bio
-        // of it runs: their owners hold it until they end (`submit`).
+        // SAFETY: Opened by `bdev_file_open_by_path` or `_by_dev` (type
+        // invariant); no bio of it runs: their owners hold it until they end
+        // (`submit`).
         unsafe { bindings::bdev_fput(self.file.as_ptr()) };
     }
 }
@@ -476,21 +485,75 @@ mod tests {
         }
     }
 
+    /// A page-sized buffer: the helpers below go a page at a time, so
+    /// that no test needs a large contiguous allocation.
+    fn page_buf(byte: u8) -> Result<KVec<u8>> {
+        let mut v = KVec::with_capacity(kernel::page::PAGE_SIZE, GFP_KERNEL)?;
+        v.resize(kernel::page::PAGE_SIZE, byte, GFP_KERNEL)?;
+        Ok(v)
+    }
+
+    /// `len` bytes made a page at a time: `fill(offset, page)` writes the
+    /// page at `offset` (the last one may be shorter).
+    fn made(len: usize, mut fill: impl FnMut(usize, &mut [u8])) -> Result<Data> {
+        let mut d = Data::new(len)?;
+        let mut v = page_buf(0)?;
+        for off in (0..len).step_by(kernel::page::PAGE_SIZE) {
+            let n = kernel::page::PAGE_SIZE.min(len - off);
+            fill(off, &mut v[..n]);
+            d.write(off, &v[..n])?;
+        }
+        Ok(d)
+    }
+
     /// `len` bytes of `byte`.
     fn filled(len: usize, byte: u8) -> Result<Data> {
-        let mut d = Data::new(len)?;
-        let mut v = KVec::with_capacity(len, GFP_KERNEL)?;
-        v.resize(len, byte, GFP_KERNEL)?;
-        d.write(0, &v)?;
-        Ok(d)
+        made(len, |_, p| p.fill(byte))
+    }
+
+    /// `len` bytes of `seed`, each 512-byte sector starting with its own
+    /// index (little endian): a bio at the wrong sector reads or writes
+    /// another sector's.
+    fn indexed(len: usize, seed: u8) -> Result<Data> {
+        made(len, |off, p| {
+            p.fill(seed);
+            for (i, s) in p.chunks_mut(512).enumerate() {
+                // CAST: a test disk has far fewer than 2^32 sectors.
+                let idx = ((off / 512 + i) as u32).to_le_bytes();
+                let n = idx.len().min(s.len());
+                s[..n].copy_from_slice(&idx[..n]);
+            }
+        })
+    }
+
+    /// Whether `a` and `b` hold the same bytes.
+    fn same(a: &Data, b: &Data) -> Result<bool> {
+        if a.len() != b.len() {
+            return Ok(false);
+        }
+        let (mut x, mut y) = (page_buf(0)?, page_buf(1)?);
+        for off in (0..a.len()).step_by(kernel::page::PAGE_SIZE) {
+            let n = kernel::page::PAGE_SIZE.min(a.len() - off);
+            a.read(off, &mut x[..n])?;
+            b.read(off, &mut y[..n])?;
+            if x[..n] != y[..n] {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Whether `d` holds `byte` throughout.
     fn holds(d: &Data, byte: u8) -> Result<bool> {
-        let mut v = KVec::with_capacity(d.len(), GFP_KERNEL)?;
-        v.resize(d.len(), !byte, GFP_KERNEL)?;
-        d.read(0, &mut v)?;
-        Ok(v.iter().all(|&x| x == byte))
+        let mut v = page_buf(!byte)?;
+        for off in (0..d.len()).step_by(kernel::page::PAGE_SIZE) {
+            let n = kernel::page::PAGE_SIZE.min(d.len() - off);
+            d.read(off, &mut v[..n])?;
+            if v[..n].iter().any(|&x| x != byte) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     #[test]
@@ -517,7 +580,7 @@ mod tests {
             check(run(b, fua, 8, filled(8192, 0x5a)?)?.0.is_ok(), "FUA write")?;
             let discard = BioOp::Discard { sectors: 16 };
             check(run(b, discard, 8, Data::new(512)?)?.0.is_ok(), "discard")?;
-            let (res, d) = run(b, BioOp::Read, 8, Data::new(8192)?)?;
+            let (res, d) = run(b, BioOp::Read, 8, filled(8192, 0x77)?)?;
             check(res.is_ok() && holds(&d, 0)?, "discarded range read back")
         })
     }
@@ -529,11 +592,14 @@ mod tests {
             let len = (bindings::BIO_MAX_VECS as usize + 44) * kernel::page::PAGE_SIZE;
             let write = BioOp::Write { fua: false };
             check(
-                run(b, write, 0, filled(len, 0xc3)?)?.0.is_ok(),
+                run(b, write, 0, indexed(len, 0xc3)?)?.0.is_ok(),
                 "chained write",
             )?;
-            let (res, d) = run(b, BioOp::Read, 0, Data::new(len)?)?;
-            check(res.is_ok() && holds(&d, 0xc3)?, "chained read back")?;
+            let (res, d) = run(b, BioOp::Read, 0, filled(len, 0x11)?)?;
+            check(
+                res.is_ok() && same(&d, &indexed(len, 0xc3)?)?,
+                "chained read back",
+            )?;
             // Past the end of the disk: the block layer's error, in the owner.
             let end = b.info().sectors;
             let res = run(b, BioOp::Read, end, Data::new(4096)?)?.0;

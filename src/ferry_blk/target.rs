@@ -21,8 +21,8 @@
 //! Data of a page or less stays in the slot (of a channel's first 128
 //! tags) for the tag's next operation of that length, so a workload of one
 //! such block size allocates nothing (a flush, discard or write of zeroes
-//! borrows the kept box and leaves its pages alone); other operations
-//! allocate their pages, as nvmet's commands do.
+//! borrows the slot's kept box, if it has one, and leaves its pages alone);
+//! other operations allocate their pages, as nvmet's commands do.
 
 use core::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64,
@@ -627,6 +627,7 @@ enum Job {
 }
 
 impl Job {
+    /// The target, on whose queue the job runs.
     fn target(&self) -> &Target {
         match self {
             Job::Start { target, .. } | Job::Ended { target, .. } => target,
@@ -654,8 +655,10 @@ struct Stage {
     io: Option<Io>,
     /// While its bios run (ferry holds it while the data moves).
     req: Option<Incoming>,
-    /// Its write of zeroes was tried again with zeroed pages.
-    retried: bool,
+    /// Its write of zeroes is written with zeroed pages, or was tried
+    /// natively once already: the device had no native one when it was
+    /// submitted, or it is the retry of one that failed.
+    zero_pages: bool,
 }
 
 impl Transferred for Stage {
@@ -668,11 +671,14 @@ impl Transferred for Stage {
             ..
         } = core::mem::take(&mut t.ctx);
         // Never without all three: every transfer starts with them. The
-        // request then answers `EIO` as it goes, and the slot is free.
+        // request then answers `EIO` as it goes, and the slot is free. (The
+        // target goes before the operation's count: see `Job`.)
         let Some(slot) = slot else {
+            drop(target);
             return;
         };
         let (Some(busy), Some(io)) = (busy, io) else {
+            drop(target);
             slot.give_back(None);
             return;
         };
@@ -685,6 +691,8 @@ impl Transferred for Stage {
                 io,
                 data: Some(t),
             }),
+            // Never: a write's transfer starts with the target.
+            (IoOp::Write, Ok(()), None) => finish(Some(&*slot), busy, req, io, Err(EIO), Some(t)),
             // A read's data is delivered, or a transfer failed. (The
             // target goes before the operation's count.)
             (_, status, target) => {
@@ -709,7 +717,9 @@ impl BioOwner for Transfer<Stage, Data> {
     fn ended(mut t: KBox<Self>, res: Result) {
         let (Some(slot), Some(target)) = (t.ctx.slot.take(), t.ctx.target.take()) else {
             // Never: `submit` lends the box with both. Its request cannot be
-            // answered from here (perhaps an interrupt), so it is kept.
+            // answered from here (perhaps an interrupt), so it is kept, and
+            // its export cannot be deleted any more.
+            crate::ratelimit::pr_warn_limited!("target: a bio ended without its slot\n");
             KBox::leak(t);
             return;
         };
@@ -752,8 +762,9 @@ fn finish(
 /// so that an operation allocates nothing but its pages of data, and those
 /// only when they are more than a page or not of the length the tag's last
 /// operation had. (It holds nothing of the target but a queued job's,
-/// which its work item drops first: that work item may be the last to hold
-/// the slot.)
+/// which its work item drops first: that work item, or a bio's end, may be
+/// the last to hold the slot, which frees nothing that cannot be freed
+/// there.)
 #[pin_data]
 struct OpSlot {
     /// Where the operation submits its bios, and goes on once they ended
@@ -838,7 +849,8 @@ impl OpSlot {
         if next.is_some() {
             // Never: one operation at a time holds the slot, and its work
             // item took its last job. The job is kept (dropping it here would
-            // answer its request, perhaps in an interrupt).
+            // answer its request, perhaps in an interrupt), and its export
+            // cannot be deleted any more.
             drop(next);
             crate::ratelimit::pr_warn_limited!("target: a slot's work was still queued\n");
             core::mem::forget(job);
@@ -1061,20 +1073,19 @@ fn start_op(
         (IoOp::Write, None) => Err(EINVAL),
         (_, _) => slot.any_transfer(),
     };
-    // Counted before the deletion flag was read: the device is there until
-    // the operation's count goes.
-    let bdev = busy.0.bdev.try_access_with(|b| b.clone());
-    let (mut t, bdev) = match (t, bdev) {
-        (Ok(t), Some(b)) => (t, b),
-        (t, _) => {
-            let (e, t) = match t {
-                Ok(t) => (ENODEV, Some(t)),
-                Err(e) => (e, None),
-            };
+    let mut t = match t {
+        Ok(t) => t,
+        Err(e) => {
             // (The target goes before the operation's count: see `Job`.)
             drop(target);
-            return finish(Some(&*slot), busy, req, io, Err(e), t);
+            return finish(Some(&*slot), busy, req, io, Err(e), None);
         }
+    };
+    // Counted before the deletion flag was read: the device is there until
+    // the operation's count goes.
+    let Some(bdev) = busy.0.bdev.try_access_with(|b| b.clone()) else {
+        drop(target);
+        return finish(Some(&*slot), busy, req, io, Err(ENODEV), Some(t));
     };
     t.ctx = Stage {
         target: Some(target),
@@ -1083,14 +1094,23 @@ fn start_op(
         busy: Some(busy),
         io: Some(io),
         req: Some(req),
-        retried: false,
+        zero_pages: false,
     };
     submit(t);
 }
 
 /// Submits the bios of the operation in `t`'s stage, which holds its
 /// device.
-fn submit(t: KBox<Transfer<Stage, Data>>) {
+fn submit(mut t: KBox<Transfer<Stage, Data>>) {
+    let zeroes = t
+        .ctx
+        .io
+        .as_ref()
+        .is_some_and(|io| io.op == IoOp::WriteZeroes);
+    if zeroes && zeroes_limit(&t.ctx) == Some(0) {
+        // `__blkdev_issue_zeroout` writes zeroed pages: nothing to retry.
+        t.ctx.zero_pages = true;
+    }
     let Some(io) = t.ctx.io.as_ref() else {
         // Never: the stage is the operation's.
         return;
@@ -1112,6 +1132,15 @@ fn submit(t: KBox<Transfer<Stage, Data>>) {
     Bdev::submit(op, sector, t);
 }
 
+/// The largest native write of zeroes of the stage's device, if it has one
+/// (0: the device has none).
+fn zeroes_limit(stage: &Stage) -> Option<u32> {
+    stage
+        .bdev
+        .as_ref()
+        .map(|b| b.info().max_write_zeroes_sectors)
+}
+
 /// Goes on with the operation in `t`, whose bios ended with `res`: a read's
 /// data to the client, or the answer. On the target's queue.
 fn end_op(slot: Arc<OpSlot>, target: Arc<Target>, mut t: KBox<Transfer<Stage, Data>>, res: Result) {
@@ -1119,17 +1148,14 @@ fn end_op(slot: Arc<OpSlot>, target: Arc<Target>, mut t: KBox<Transfer<Stage, Da
     let res = match (op, res) {
         // As `blkdev_issue_discard`: a device that stopped discarding.
         (Some(IoOp::Discard), Err(e)) if e == EOPNOTSUPP => Ok(()),
-        // As `blkdev_issue_zeroout`: a device that refused its native write
-        // of zeroes has it no more, and zeroed pages are written instead.
-        (Some(IoOp::WriteZeroes), Err(e))
-            if e == EOPNOTSUPP
-                && !t.ctx.retried
-                && t.ctx
-                    .bdev
-                    .as_ref()
-                    .is_some_and(|b| b.info().max_write_zeroes_sectors == 0) =>
+        // As `blkdev_issue_zeroout`: a device whose native write of zeroes
+        // failed and was turned off meanwhile (its driver set the limit to
+        // 0) gets zeroed pages instead, once. (One that failed without a
+        // native one is not written again.)
+        (Some(IoOp::WriteZeroes), Err(_))
+            if !t.ctx.zero_pages && zeroes_limit(&t.ctx) == Some(0) =>
         {
-            t.ctx.retried = true;
+            t.ctx.zero_pages = true;
             t.ctx.target = Some(target);
             t.ctx.slot = Some(slot);
             return submit(t);
