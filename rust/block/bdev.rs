@@ -195,6 +195,13 @@ impl Bdev {
         self.bdev.as_ptr()
     }
 
+    /// The largest native write of zeroes the device takes now, in sectors
+    /// (0: it has none; a driver may turn it off after a failed one).
+    pub fn max_write_zeroes_sectors(&self) -> u32 {
+        // SAFETY: The device is open (type invariant).
+        unsafe { bindings::ferry_blk_bdev_write_zeroes_sectors(self.raw()) }
+    }
+
     /// What the device is and can do now.
     pub fn info(&self) -> BdevInfo {
         let b = self.raw();
@@ -206,7 +213,7 @@ impl Bdev {
                 physical_block_size: bindings::ferry_blk_bdev_physical_block_size(b),
                 max_discard_sectors: bindings::ferry_blk_bdev_max_discard_sectors(b),
                 discard_granularity: bindings::ferry_blk_bdev_discard_granularity(b),
-                max_write_zeroes_sectors: bindings::ferry_blk_bdev_write_zeroes_sectors(b),
+                max_write_zeroes_sectors: self.max_write_zeroes_sectors(),
                 max_hw_sectors: bindings::ferry_blk_bdev_max_hw_sectors(b),
                 write_cache: bindings::ferry_blk_bdev_write_cache(b),
                 fua: bindings::ferry_blk_bdev_fua(b),

@@ -1102,15 +1102,6 @@ fn start_op(
 /// Submits the bios of the operation in `t`'s stage, which holds its
 /// device.
 fn submit(mut t: KBox<Transfer<Stage, Data>>) {
-    let zeroes = t
-        .ctx
-        .io
-        .as_ref()
-        .is_some_and(|io| io.op == IoOp::WriteZeroes);
-    if zeroes && zeroes_limit(&t.ctx) == Some(0) {
-        // `__blkdev_issue_zeroout` writes zeroed pages: nothing to retry.
-        t.ctx.zero_pages = true;
-    }
     let Some(io) = t.ctx.io.as_ref() else {
         // Never: the stage is the operation's.
         return;
@@ -1129,16 +1120,17 @@ fn submit(mut t: KBox<Transfer<Stage, Data>>) {
         },
     };
     let sector = io.sector;
+    if matches!(op, BioOp::WriteZeroes { .. }) && zeroes_limit(&t.ctx) == Some(0) {
+        // `__blkdev_issue_zeroout` writes zeroed pages: nothing to retry.
+        t.ctx.zero_pages = true;
+    }
     Bdev::submit(op, sector, t);
 }
 
 /// The largest native write of zeroes of the stage's device, if it has one
 /// (0: the device has none).
 fn zeroes_limit(stage: &Stage) -> Option<u32> {
-    stage
-        .bdev
-        .as_ref()
-        .map(|b| b.info().max_write_zeroes_sectors)
+    stage.bdev.as_ref().map(|b| b.max_write_zeroes_sectors())
 }
 
 /// Goes on with the operation in `t`, whose bios ended with `res`: a read's
