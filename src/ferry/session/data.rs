@@ -333,7 +333,21 @@ impl Session {
         if qid >= self.params.channels {
             return Err(EINVAL);
         }
-        self.channel(qid).ok_or(ENOTCONN)?.reset()
+        // A channel is up before its session is: a server's first channels
+        // may already carry requests while its last ones still connect, and
+        // are only in the session's own list then.
+        let c = match self.channel(qid) {
+            Some(c) => c,
+            None => self.connection_channel(qid).ok_or(ENOTCONN)?,
+        };
+        c.reset()
+    }
+
+    /// Channel `qid` of the current connection, whether or not the session
+    /// is connected yet (under the session's lock: process context).
+    fn connection_channel(&self, qid: u16) -> Option<Arc<Channel>> {
+        let inner = self.inner.lock();
+        inner.channels.iter().find(|c| c.index() == qid).cloned()
     }
 
     /// Channel `qid` while the session is connected (none of the session's
