@@ -568,7 +568,7 @@ impl Handler for TargetSession {
             return;
         };
         #[cfg(CONFIG_FERRY_KUNIT_TEST)]
-        if hostile::drop_write(&self.state.opened, s, &hdr) {
+        if hostile::drop_write(&self.state.opened, s, req.tag().0, &hdr) {
             return;
         }
         self.io(s, req, &hdr);
@@ -1253,27 +1253,34 @@ mod hostile {
     }
 
     /// In `Drop` mode, fails session `s` under the write of header `hdr`,
-    /// which is never answered: whether it did.
+    /// which came on channel `qid` and is never answered: whether it did.
     pub(super) fn drop_write(
         opened: &SetOnce<(Arc<Export>, bool)>,
         s: &SessionRef,
+        qid: u16,
         hdr: &[u8; wire::IO_LEN],
     ) -> bool {
         if Mode::of(opened) != Mode::Drop || !Io::decode(hdr).is_ok_and(|io| io.op == IoOp::Write) {
             return false;
         }
+        // The write's own channel fails first, before the write is dropped
+        // (a dropped request is answered `EIO` on its own channel, if still
+        // up): the answer goes nowhere. The first channel to fail closes
+        // the session, which may take the others out of reach before this
+        // gets to them, and they would still answer. Then the others: all
+        // a session may have (its limits are not known while its last
+        // channels still connect, and the others just refuse).
+        let own = s.reset_channel(qid).is_ok();
+        let others = (0..MAX_CHANNELS)
+            .filter(|&q| q != qid && s.reset_channel(q).is_ok())
+            .count();
         pr_info!(
-            "target: hostile export: failing session {} under a write\n",
-            s.id()
+            "target: hostile export: failing session {} under a write (its channel {} reset: {}, {} others)\n",
+            s.id(),
+            qid,
+            own,
+            others
         );
-        // Every channel fails here, before the write is dropped (a dropped
-        // request is answered `EIO` on its own channel, if still up): the
-        // answer goes nowhere, and the session closes. All a session may
-        // have: its limits are not known while its last channels still
-        // connect, and the others just refuse.
-        for qid in 0..MAX_CHANNELS {
-            let _ = s.reset_channel(qid);
-        }
         true
     }
 }

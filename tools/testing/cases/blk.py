@@ -528,7 +528,13 @@ def blk_retry_limit(t):
     t.log(f'the write: rc {r.rc}, {r.err.strip()!r}')
     t.check(r.rc != 0 and 'Link has been severed' in r.err, f'the write failed with ENOLINK: {r}')
     after = [s for s in t.ferryctl_json(vm, 'session show') if s['role'] == 'client'][0]
-    dropped = vm.run('dmesg').out.count('hostile export: failing session')
+    log = vm.run('dmesg').out
+    dropped = log.count('hostile export: failing session')
+    resets = [line[line.rindex('('):] for line in log.splitlines()
+              if 'hostile export: failing session' in line]
+    t.log(f'channels the target reset under each drop: {" ".join(resets)}')
+    t.eq([r for r in resets if 'reset: true' not in r], [],
+         "drops whose own channel the target could not fail (the write was answered)")
     t.log(f'client reconnects {before.get("reconnects", 0)} -> {after.get("reconnects", 0)}; '
           f'the target failed {dropped} sessions under the write')
     t.eq(dropped, 6, 'the write sent once and again 5 times')
