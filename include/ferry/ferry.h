@@ -543,11 +543,12 @@ int ferry_poll_channel(struct ferry_session *s, u16 qid, unsigned int budget);
  * own request tags. Requests whose @done runs were all posted (the peer may
  * have seen them); one that ferry_submit() refused was never posted.
  *
- * A channel that is up while others of its connection still connect (a
- * server's first channels may carry requests before its session counts as
- * connected) is failed all the same.
+ * A service's channel that is up while others of its session still connect
+ * (it may carry requests before the session counts as connected) is failed
+ * all the same; a client's session only sends once connected.
  *
- * Context: process context; does not wait for the reconnect.
+ * Context: process context (a service's session that is still connecting
+ * takes its lock); does not wait for the reconnect.
  * Return: 0; -EINVAL if @qid is not a channel of @s; -ENOTCONN if that
  * channel is not up (the session is reconnecting or closed).
  */

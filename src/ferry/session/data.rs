@@ -333,20 +333,26 @@ impl Session {
         if qid >= self.params.channels {
             return Err(EINVAL);
         }
-        // A channel is up before its session is: a server's first channels
+        // A channel is up before its session is: a service's first channels
         // may already carry requests while its last ones still connect, and
-        // are only in the session's own list then.
+        // are only in the session's own list then. A service's session has
+        // one connection only; a client's list may hold its next attempt,
+        // which a late timeout of the last connection must not fail.
         let c = match self.channel(qid) {
             Some(c) => c,
-            None => self.connection_channel(qid).ok_or(ENOTCONN)?,
+            None if self.role == Role::Server => self.connecting_channel(qid).ok_or(ENOTCONN)?,
+            None => return Err(ENOTCONN),
         };
         c.reset()
     }
 
-    /// Channel `qid` of the current connection, whether or not the session
-    /// is connected yet (under the session's lock: process context).
-    fn connection_channel(&self, qid: u16) -> Option<Arc<Channel>> {
+    /// Channel `qid` of a session that is still connecting (under the
+    /// session's lock: process context).
+    fn connecting_channel(&self, qid: u16) -> Option<Arc<Channel>> {
         let inner = self.inner.lock();
+        if inner.state != SessionState::Connecting {
+            return None;
+        }
         inner.channels.iter().find(|c| c.index() == qid).cloned()
     }
 
