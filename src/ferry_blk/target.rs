@@ -1264,12 +1264,13 @@ mod hostile {
             return false;
         }
         // The write's own channel fails first, before the write is dropped
-        // (a dropped request is answered `EIO` on its own channel, if still
-        // up): the answer goes nowhere. The first channel to fail closes
-        // the session, which may take the others out of reach before this
-        // gets to them, and they would still answer. Then the others: all
-        // a session may have (its limits are not known while its last
-        // channels still connect, and the others just refuse).
+        // (a dropped request is answered `EIO` on its own channel, if that
+        // is still up): the answer goes nowhere. Failed after another, it
+        // could be out of reach already (the first failure closes the
+        // session) and still up, and the write would be answered. The
+        // others fail too, though the session's close would take them
+        // anyway: all a session may have (its limits are not known while
+        // its last channels still connect, and the others just refuse).
         let own = s.reset_channel(qid).is_ok();
         let others = (0..MAX_CHANNELS)
             .filter(|&q| q != qid && s.reset_channel(q).is_ok())

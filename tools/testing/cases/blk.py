@@ -539,8 +539,8 @@ def blk_retry_limit(t):
     resets = [line[line.rindex('('):] for line in log.splitlines()
               if 'hostile export: failing session' in line]
     t.log(f'channels the target reset under each drop: {" ".join(resets)}')
-    t.eq([r for r in resets if 'reset: true' not in r], [],
-         "drops whose own channel the target could not fail (the write was answered)")
+    t.eq([x for x in resets if 'reset: true' not in x], [],
+         "drops whose own channel the target could not fail (the write may have been answered EIO)")
     t.log(f'client reconnects {before.get("reconnects", 0)} -> {after.get("reconnects", 0)}; '
           f'the target failed {dropped} sessions under the write')
     t.eq(dropped, 6, 'the write sent once and again 5 times')
