@@ -282,9 +282,11 @@ class Pool:
             for vm in self.vms:
                 if self.env.get('debug'):
                     vm.boot_timeout = 600
-                    # Four-level paging: with five (TCG offers LA57), an
-                    # interrupt while the boot CPU's features are cleared and
-                    # read again sees a direct-map address KASAN calls wild.
+                    # Four-level paging, as on a CPU without LA57: with five
+                    # (TCG offers LA57), an interrupt while the boot CPU's
+                    # features are cleared and read again meets a direct-map
+                    # address KASAN calls wild, a known upstream false
+                    # positive (see Documentation/testing.md).
                     vm.append.append('no5lvl')
                 vm.slow = slowness(self.env)
             self.key = key
