@@ -130,20 +130,20 @@ FIO_SIZES = (('512', 512), ('4k', 4096), ('64k', 65536), ('1m', MIB), ('4m', 4 *
 
 
 def fio_mib(t):
-    """MiB each fio job writes: 16, so that a block size gets 64 MiB over
-    its two depths (a 512 B write at depth 1 is a round trip through rxe
-    under TCG: 16 MiB of them take minutes), or 4 on the debug kernel
+    """MiB each fio job writes: 16, so that a block size gets 64 MiB from
+    two jobs at two depths (a 512 B write at depth 1 is a round trip through
+    rxe under TCG: 16 MiB of them take minutes), or 4 on the debug kernel
     (under TCG with KASAN it is some twenty times slower; it is there for
     its reports)."""
     return 4 if t.slow > 1 else 16
 
 
-def fio(t, vm, disk, bs, qd, verify_only=False):
+def fio(t, vm, disk, bs, qd, verify_only=False, mib=None):
     """fio with crc32c verification of random writes of `bs` at depth `qd`,
-    two jobs on disjoint ranges of `fio_mib` MiB; with `verify_only`, the
-    separate pass that reads back what the writes left. Returns (bytes
-    written, bytes verified)."""
-    mib = fio_mib(t)
+    two jobs on disjoint ranges of `mib` MiB (`fio_mib`'s by default); with
+    `verify_only`, the separate pass that reads back what the writes left.
+    Returns (bytes written, bytes verified)."""
+    mib = mib or fio_mib(t)
     cmd = (f'fio --name=v --filename={disk} --direct=1 --ioengine=libaio --rw=randwrite '
            f'--bs={bs} --iodepth={qd} --numjobs=2 --size={mib}M --offset_increment={mib}M '
            f'--verify=crc32c --verify_fatal=1 --do_verify=1 --randseed=7 '
@@ -162,26 +162,28 @@ def fio(t, vm, disk, bs, qd, verify_only=False):
 def blk_fio_verify(t):
     """fio verifies (crc32c, verify_fatal) random writes of 512 B, 4 KiB,
     64 KiB, 1 MiB and 4 MiB (which the disk splits: it takes 512 KiB) at
-    queue depths 1 and 32, two jobs on disjoint 16 MiB ranges (64 MiB per
-    block size over its two depths; 16 MiB on the debug kernel), then reads everything back in a
-    separate verifying pass (at depth 32); the target's device and the disk
-    hold the same bytes (sha256)."""
+    queue depths 1 and 32, two jobs on disjoint ranges: 64 MiB per block
+    size, 16 of them at depth 1 and 48 at depth 32 (16 MiB in all on the
+    debug kernel); each run is read back in a separate verifying pass (at
+    depth 32); the target's device and the disk hold the same bytes
+    (sha256)."""
     vm = t.vm
     loop = blk_setup(t, vm, size_mib=96)
     disk = export_and_map(t, vm, 'v0', loop, 'channels 2')
     total = 0
     for name, _ in FIO_SIZES:
-        for qd in (1, 32):
+        # A quarter of the block size's bytes at depth 1, the rest at 32: at
+        # depth 1 a 512 B write is a round trip through rxe under TCG.
+        for qd, mib in ((1, fio_mib(t) // 2), (32, fio_mib(t) * 3 // 2)):
             start = time.monotonic()
-            written, verified = fio(t, vm, disk, name, qd)
+            written, verified = fio(t, vm, disk, name, qd, mib=mib)
             mid = time.monotonic()
             # The separate pass reads at depth 32 whatever depth wrote: the
-            # same blocks, checked the same way, in a third of the time at
-            # depth 1's small sizes (each a round trip under TCG).
-            _, again = fio(t, vm, disk, name, 32, verify_only=True)
+            # same blocks, checked the same way.
+            _, again = fio(t, vm, disk, name, 32, verify_only=True, mib=mib)
             t.log(f'bs {name} qd {qd}: {written} bytes written, {verified} verified '
                   f'({mid - start:.0f} s), {again} verified again ({time.monotonic() - mid:.0f} s)')
-            want = 2 * fio_mib(t) * MIB
+            want = 2 * mib * MIB
             t.check(written >= want and verified >= want and again >= want,
                     f'bs {name} qd {qd}: too few bytes ({written}, {verified}, {again})')
             total += verified + again
