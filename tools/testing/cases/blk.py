@@ -164,9 +164,9 @@ def blk_fio_verify(t):
     64 KiB, 1 MiB and 4 MiB (which the disk splits: it takes 512 KiB) at
     queue depths 1 and 32, two jobs on disjoint ranges: 64 MiB per block
     size, 16 of them at depth 1 and 48 at depth 32 (a quarter on the debug
-    kernel, where 4 MiB blocks take 8 MiB at depth 1); each run is read back in a separate verifying pass (at
-    depth 32); the target's device and the disk hold the same bytes
-    (sha256)."""
+    kernel, where 4 MiB blocks take 8 MiB at depth 1); each run is read
+    back in a separate verifying pass (at depth 32); the target's device
+    and the disk hold the same bytes (sha256)."""
     vm = t.vm
     loop = blk_setup(t, vm, size_mib=96)
     disk = export_and_map(t, vm, 'v0', loop, 'channels 2')
