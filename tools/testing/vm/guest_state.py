@@ -15,12 +15,14 @@ The kernel's log buffer is cleared, so that what a case reads with dmesg is
 its own. Also reported, never undone: the kernel's taint flags and, on a lockdep
 kernel, whether lockdep is still on.
 """
+import ctypes
 import glob
-import json
 import os
 import shlex
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import time
 from stat import S_ISCHR
@@ -118,16 +120,67 @@ def modules():
     return [line.split()[0] for line in read('/proc/modules').splitlines() if line]
 
 
+def netlink_dump(proto, msg_type, body, flags=0x300):
+    """The messages (type, payload) of the kernel's answer to one netlink
+    request, a dump unless told otherwise. The state is read this way, not
+    with `ip`, `rdma` or `losetup`: on the debug kernel each program started
+    costs seconds, and a reset takes a dozen snapshots' worth of them."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, proto) as s:
+        s.settimeout(10)
+        s.bind((0, 0))
+        s.send(struct.pack('=IHHII', 16 + len(body), msg_type, 1 | flags, 1, 0) + body)
+        out = []
+        while True:
+            data = s.recv(1 << 16)
+            while len(data) >= 16:
+                ln, ty, _, _, _ = struct.unpack_from('=IHHII', data)
+                if ty == 3:  # NLMSG_DONE
+                    return out
+                if ty == 2:  # NLMSG_ERROR
+                    err = -struct.unpack_from('=i', data, 16)[0]
+                    if err:
+                        raise OSError(err, os.strerror(err))
+                    return out
+                out.append((ty, data[16:ln]))
+                data = data[(ln + 3) & ~3:]
+            if not flags & 0x300:
+                return out
+
+
+def netlink_attrs(buf):
+    """{type: payload} of a netlink message's attributes."""
+    attrs = {}
+    while len(buf) >= 4:
+        ln, ty = struct.unpack_from('=HH', buf)
+        if ln < 4:
+            break
+        attrs[ty & 0x3fff] = buf[4:ln]
+        buf = buf[(ln + 3) & ~3:]
+    return attrs
+
+
 def rdma_links():
-    rc, out = sh('rdma -j link show')
-    return sorted(x['ifname'] for x in json.loads(out)) if rc == 0 and out else []
+    """The RDMA devices (one entry a port, as `rdma link show` lists them)."""
+    base = '/sys/class/infiniband'
+    links = []
+    for dev in os.listdir(base) if os.path.isdir(base) else []:
+        links += [dev] * max(1, len(os.listdir(f'{base}/{dev}/ports'))
+                             if os.path.isdir(f'{base}/{dev}/ports') else 1)
+    return sorted(links)
 
 
 def rdma_netns_mode():
-    """'shared' or 'exclusive' (`rdma system show` has no JSON form)."""
-    rc, out = sh('rdma system show')
-    words = out.split() if rc == 0 else []
-    return words[words.index('netns') + 1] if 'netns' in words[:-1] else None
+    """'shared' or 'exclusive': RDMA_NLDEV_CMD_SYS_GET, as `rdma system show`."""
+    NETLINK_RDMA, NLDEV, SYS_GET, NETNS_MODE = 20, 5, 6, 66
+    try:
+        msgs = netlink_dump(NETLINK_RDMA, (NLDEV << 10) + SYS_GET, b'', flags=0)
+    except OSError:
+        return None
+    for _, payload in msgs:
+        mode = netlink_attrs(payload).get(NETNS_MODE)
+        if mode:
+            return 'shared' if mode[0] else 'exclusive'
+    return None
 
 
 def netns():
@@ -135,14 +188,25 @@ def netns():
 
 
 def interfaces():
-    """{name: (up, mtu, [addresses other than IPv6 link-local])}"""
-    rc, out = sh('ip -j addr show')
-    ifs = {}
-    for i in json.loads(out) if rc == 0 and out else []:
-        addrs = sorted(f'{a["local"]}/{a["prefixlen"]}' for a in i.get('addr_info', [])
-                       if a.get('scope') != 'link')
-        ifs[i['ifname']] = ('UP' in i.get('flags', []), i.get('mtu'), addrs)
-    return ifs
+    """{name: (up, mtu, [addresses other than link-local])}, as `ip addr show`
+    tells them: RTM_GETLINK and RTM_GETADDR dumps."""
+    RTM_GETLINK, RTM_GETADDR, IFLA_IFNAME, IFLA_MTU = 18, 22, 3, 4
+    IFA_ADDRESS, IFA_LOCAL, RT_SCOPE_LINK, IFF_UP = 1, 2, 253, 1
+    names, ifs = {}, {}
+    for _, payload in netlink_dump(socket.NETLINK_ROUTE, RTM_GETLINK, struct.pack('=BxHiII', 0, 0, 0, 0, 0)):
+        _, _, index, flags, _ = struct.unpack_from('=BxHiII', payload)
+        attrs = netlink_attrs(payload[16:])
+        name = attrs.get(IFLA_IFNAME, b'').rstrip(b'\0').decode()
+        mtu = struct.unpack('=I', attrs[IFLA_MTU])[0] if IFLA_MTU in attrs else None
+        names[index] = name
+        ifs[name] = [bool(flags & IFF_UP), mtu, []]
+    for _, payload in netlink_dump(socket.NETLINK_ROUTE, RTM_GETADDR, struct.pack('=BBBBI', 0, 0, 0, 0, 0)):
+        family, prefixlen, _, scope, index = struct.unpack_from('=BBBBI', payload)
+        attrs = netlink_attrs(payload[8:])
+        addr = attrs.get(IFA_LOCAL, attrs.get(IFA_ADDRESS))
+        if scope != RT_SCOPE_LINK and addr and index in names:
+            ifs[names[index]][2].append(f'{socket.inet_ntop(family, addr)}/{prefixlen}')
+    return {name: (up, mtu, sorted(addrs)) for name, (up, mtu, addrs) in ifs.items()}
 
 
 def ramdisks():
@@ -156,8 +220,9 @@ def nullb_devices():
 
 
 def loop_devices():
-    rc, out = sh('losetup -n -O NAME')
-    return sorted(out.split()) if rc == 0 else []
+    """The attached loop devices (`losetup -n -O NAME`)."""
+    return sorted(f'/dev/{d}' for d in os.listdir('/sys/block')
+                  if d.startswith('loop') and os.path.exists(f'/sys/block/{d}/loop/backing_file'))
 
 
 def sysctls():
@@ -180,6 +245,11 @@ def tmp_entries():
             return sorted(x for x in os.listdir(upper[0])
                           if not S_ISCHR(os.lstat(os.path.join(upper[0], x)).st_mode))
     return []
+
+
+def clear_kernel_log():
+    """`dmesg --clear`: syslog(SYSLOG_ACTION_CLEAR)."""
+    ctypes.CDLL(None, use_errno=True).klogctl(5, None, 0)
 
 
 def taint():
@@ -371,5 +441,5 @@ def restore(base):
         done.append(f'removed from /tmp: {" ".join(new)}')
     # 6. The kernel log: the next case's `dmesg` shows its own messages only
     # (the console, which the runner judges, keeps everything).
-    sh('dmesg --clear')
+    clear_kernel_log()
     return done, differences(base, snapshot(own, base['processes']))

@@ -168,8 +168,13 @@ class Test:
         in unloaded module code). Other leaks are counted in the log only."""
         if not vm.running():
             return
-        r = vm.run('echo scan > /sys/kernel/debug/kmemleak && sleep 6 && '
-                   'echo scan > /sys/kernel/debug/kmemleak && cat /sys/kernel/debug/kmemleak && '
+        # kmemleak reports an object on its second scan as unreferenced, once
+        # it is 5 s old: the second scan starts 6 s after the first at least
+        # (on the debug kernel a scan alone takes longer).
+        began = time.monotonic()
+        vm.run('echo scan > /sys/kernel/debug/kmemleak', timeout=180)
+        time.sleep(max(0.0, 6 - (time.monotonic() - began)))
+        r = vm.run('echo scan > /sys/kernel/debug/kmemleak && cat /sys/kernel/debug/kmemleak && '
                    # What is reported now is this case's: the next case on
                    # this VM starts from a clean list.
                    'echo clear > /sys/kernel/debug/kmemleak', timeout=180)
@@ -378,14 +383,18 @@ def run_case(c, env, outroot, pool=None):
         # Without reuse the VMs go now, as they are: nothing to reset.
         if pool.reuse:
             kept = {}
+            began = time.monotonic()
             errors = _parallel(lambda vm: kept.__setitem__(
                 vm.name, vm.running() and _reset(t, vm, reasons)), vms)
             if errors:
                 raise VMError('reset: ' + '; '.join(errors))
             reusable = all(kept.values())
+            t.log(f'reset took {time.monotonic() - began:.1f} s')
         if env.get('debug'):
+            began = time.monotonic()
             for vm in vms:
                 t.leak_check(vm)
+            t.log(f'leak check took {time.monotonic() - began:.1f} s')
         watchdog.cancel()
     except Exception as e:
         reusable = False
