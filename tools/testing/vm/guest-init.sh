@@ -8,8 +8,9 @@
 # on /usr and /lib (the same directory on a merged /usr). This one lays the
 # /usr overlay itself, on a tmpfs under /dev (devtmpfs, the only writable
 # file system yet), with a whiteout for systemd-udevd in it, and tells
-# virtme-ng's init to leave /usr and /lib alone. Nothing else changes:
-# /usr stays writable, /lib/modules works, every other file is the host's.
+# virtme-ng's init to leave /usr and /lib alone. Nothing else changes but
+# systemd-tmpfiles (below): /usr stays writable, /lib/modules works, every
+# other file is the host's.
 # Should any step fail, the VM boots as virtme-ng boots it, with udev.
 #
 # virtme-ng's init also runs `systemd-tmpfiles --create --boot`, which the

@@ -168,9 +168,11 @@ class Test:
         in unloaded module code). Other leaks are counted in the log only."""
         if not vm.running():
             return
-        # kmemleak reports an object on its second scan as unreferenced, once
-        # it is 5 s old: the second scan starts 6 s after the first at least
-        # (on the debug kernel a scan alone takes longer).
+        # kmemleak reports an unreferenced object on its second scan (the
+        # first records its checksum), once it is 5 s old: the second scan
+        # starts 6 s after this check began at least, so whatever the case
+        # allocated is old enough (on the debug kernel a scan alone takes
+        # longer).
         began = time.monotonic()
         vm.run('echo scan > /sys/kernel/debug/kmemleak', timeout=180)
         time.sleep(max(0.0, 6 - (time.monotonic() - began)))
