@@ -27,6 +27,8 @@ import subprocess
 import time
 from stat import S_ISCHR
 
+import nlraw
+
 # Sysctls a case may change and the next case must not inherit.
 SYSCTLS = (
     'kernel/hung_task_timeout_secs',
@@ -157,14 +159,7 @@ def netlink_dump(proto, msg_type, body, dump=True):
 
 def netlink_attrs(buf):
     """{type: payload} of a netlink message's attributes."""
-    attrs = {}
-    while len(buf) >= 4:
-        ln, ty = struct.unpack_from('=HH', buf)
-        if ln < 4 or ln > len(buf):
-            break
-        attrs[ty & 0x3fff] = buf[4:ln]
-        buf = buf[(ln + 3) & ~3:]
-    return attrs
+    return dict(nlraw.parse_attrs(buf))
 
 
 def rdma_links():
