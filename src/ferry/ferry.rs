@@ -68,6 +68,10 @@ module! {
             default: false,
             description: "Give every message buffer an allocation of its own, as on a device that cannot scatter one over its pages (for tests of that path)",
         },
+        ack_timeout: u8 {
+            default: 14,
+            description: "Local ACK timeout of the client channels this host opens: 4.096 us * 2^N before a transport retry, N from 1 to 31 (14 is 67 ms; tests use 1 to make the device retransmit all the time). A server channel takes what rdma_cm derives from the client's request",
+        },
     },
 }
 
@@ -95,6 +99,16 @@ impl netns::NetExit for NetGone {
 impl kernel::Module for FerryModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         params::set_whole_buffers(module_parameters::whole_buffers.value());
+        let ack_timeout = module_parameters::ack_timeout.value();
+        if params::set_ack_timeout(ack_timeout).is_err() {
+            pr_err!(
+                "ack_timeout={} is out of range ({} to {})\n",
+                ack_timeout,
+                params::ACK_TIMEOUTS.start(),
+                params::ACK_TIMEOUTS.end()
+            );
+            return Err(EINVAL);
+        }
         let events = kernel::sync::Arc::new(netlink::Events, GFP_KERNEL)?;
         let ferry = host::Ferry::new(events)?;
         let client = rdma::client::Registration::new(ferry.clone(), host::OWNER)?;

@@ -3,7 +3,7 @@
 //! What a session is asked for (a client) or runs with (a server): channel
 //! count, queue depth, message and inline sizes, timers.
 
-use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 use kernel::{page::PAGE_SIZE, prelude::*};
 
 use crate::{
@@ -26,6 +26,33 @@ pub(crate) fn set_whole_buffers(on: bool) {
 /// Whether message buffers are one allocation each (see `qp::Area`).
 pub(crate) fn whole_buffers() -> bool {
     WHOLE_BUFFERS.load(Relaxed)
+}
+
+/// The local ACK timeout of a client channel's QP, as rdma_cm takes it: 4.096 µs *
+/// 2^n before a transport retry. 14 is 67 ms.
+pub(crate) const DEFAULT_ACK_TIMEOUT: u8 = 14;
+
+/// The ACK timeouts the module's `ack_timeout` parameter may give: 0 would
+/// mean none (a lost packet would hang the QP), and the field has 5 bits.
+pub(crate) const ACK_TIMEOUTS: core::ops::RangeInclusive<u8> = 1..=31;
+
+/// The module's `ack_timeout` parameter, set once at load.
+static ACK_TIMEOUT: AtomicU8 = AtomicU8::new(DEFAULT_ACK_TIMEOUT);
+
+/// Sets [`ack_timeout`] (at module load): `EINVAL` outside
+/// [`ACK_TIMEOUTS`].
+pub(crate) fn set_ack_timeout(n: u8) -> Result {
+    if !ACK_TIMEOUTS.contains(&n) {
+        return Err(EINVAL);
+    }
+    ACK_TIMEOUT.store(n, Relaxed);
+    Ok(())
+}
+
+/// The local ACK timeout a new channel asks rdma_cm for (see
+/// [`DEFAULT_ACK_TIMEOUT`]).
+pub(crate) fn ack_timeout() -> u8 {
+    ACK_TIMEOUT.load(Relaxed)
 }
 
 /// Most bytes of receive buffers a server gives one channel (its send

@@ -15,7 +15,7 @@ impl<O: Owner> Channel<O> {
             Ok(id) => id,
             Err(_) => return self.fail(Reason::NoResources),
         };
-        let _ = id.set_ack_timeout(ACK_TIMEOUT);
+        let _ = id.set_ack_timeout(crate::params::ack_timeout());
         // Stored before its first event can fail the channel: the teardown
         // that follows a failure takes it under the same lock. A channel
         // closed already stores none (it would never be destroyed).
@@ -352,9 +352,6 @@ impl<O: Owner> Channel<O> {
 
 /// How long address and route resolution may take, in milliseconds.
 pub(super) const RESOLVE_TIMEOUT_MS: u32 = 2000;
-
-/// Local ACK timeout exponent: 4.096 µs * 2^14 = 67 ms per transport retry.
-pub(super) const ACK_TIMEOUT: u8 = 14;
 
 /// Transport retries before a send to a silent peer fails.
 pub(super) const RETRY_COUNT: u8 = 7;
