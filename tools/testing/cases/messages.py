@@ -20,6 +20,18 @@ def client_summary(t, vm, module):
     return tuple(int(x) for x in m.groups())
 
 
+def cecho_round(t, vm, count, args=''):
+    """Loads the C sample's client for `count` messages of 64 B to 64 KiB to
+    the echo service and checks its summary: all echoed, none wrong, the
+    largest the limit less the header. Returns its channel count."""
+    vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=echo '
+           f'count={count} max_msg=65536 {args}', timeout=120 * t.slow)
+    sent, echoed, wrong, biggest, channels = client_summary(t, vm, 'ferry_cecho')
+    t.eq((sent, echoed, wrong), (count, count, 0), 'C client through the Rust service')
+    t.eq(biggest, 65536 - 16, 'largest message: the limit less the header')
+    return channels
+
+
 @case(timeout=300)
 def messages_samples(t):
     """One VM, rxe in loopback: the C sample's client sends 3000 messages of
@@ -33,11 +45,7 @@ def messages_samples(t):
     t.insmod(vm, echo=True)
     vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
     count = 3000
-    vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=echo '
-           f'count={count} max_msg=65536 hold=1', timeout=120 * t.slow)
-    sent, echoed, wrong, biggest, channels = client_summary(t, vm, 'ferry_cecho')
-    t.eq((sent, echoed, wrong), (count, count, 0), 'C client through the Rust service')
-    t.eq(biggest, 65536 - 16, 'largest message: the limit less the header')
+    channels = cecho_round(t, vm, count, 'hold=1')
     t.check(channels >= 1, f'channels: {channels}')
     # The held session's counters, both sides, and the services.
     services = t.ferryctl_json(vm, 'service show')
@@ -90,12 +98,7 @@ def messages_retransmit(t):
     t.insmod(vm, args='ack_timeout=1', echo=True)
     vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
     before = rxe_counters(vm)
-    count = 2000
-    vm.run(f'insmod {t.sample("ferry_cecho")} peer=192.0.2.1 port={PORT} service=echo '
-           f'count={count} max_msg=65536', timeout=120 * t.slow)
-    sent, echoed, wrong, biggest, _ = client_summary(t, vm, 'ferry_cecho')
-    t.eq((sent, echoed, wrong), (count, count, 0), 'C client through the Rust service')
-    t.eq(biggest, 65536 - 16, 'largest message')
+    cecho_round(t, vm, 2000)
     after = rxe_counters(vm)
     delta = {k: after[k] - before.get(k, 0) for k in after}
     t.log(f'rxe counters during the run: {delta}')
