@@ -140,6 +140,11 @@ if [ -f "$OUT/.ferry-built" ]; then
 fi
 
 # --- 3. configure ----------------------------------------------------------
+# Called from ferry's Makefile, this script inherits its command-line
+# variables (`make CLIPPY=1` puts CLIPPY=1 in MAKEFLAGS): the kernel is
+# built with none of them (with CLIPPY it would build its `core` with
+# clippy-driver and fail).
+unset MAKEFLAGS MFLAGS MAKELEVEL MAKEOVERRIDES CLIPPY
 mapfile -t KV < <(kmake_vars)
 mkdir -p "$OUT"
 step "configuring the test kernel (tinyconfig + ${FRAGMENTS[*]##*/})"
