@@ -70,7 +70,7 @@ module! {
         },
         ack_timeout: u8 {
             default: 14,
-            description: "Local ACK timeout of the client channels this host opens: 4.096 us * 2^N before a transport retry, N from 1 to 31 (14 is 67 ms; tests use 1 to make the device retransmit all the time). A server channel takes what rdma_cm derives from the client's request",
+            description: "Local ACK timeout of every client channel this host opens: 4.096 us * 2^N before a transport retry, N from 1 to 20 (14 is 67 ms; tests use 1 to make the device retransmit all the time). A server channel takes what rdma_cm derives from the client's connect request",
         },
     },
 }

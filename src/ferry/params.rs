@@ -33,8 +33,10 @@ pub(crate) fn whole_buffers() -> bool {
 pub(crate) const DEFAULT_ACK_TIMEOUT: u8 = 14;
 
 /// The ACK timeouts the module's `ack_timeout` parameter may give: 0 would
-/// mean none (a lost packet would hang the QP), and the field has 5 bits.
-pub(crate) const ACK_TIMEOUTS: core::ops::RangeInclusive<u8> = 1..=31;
+/// mean none (a lost packet would hang the QP), and rdma_cm scales its own
+/// connection timeouts by it too (20 is 4.3 s per transport retry; at 31 a
+/// lost connect request would be sent again after hours).
+pub(crate) const ACK_TIMEOUTS: core::ops::RangeInclusive<u8> = 1..=20;
 
 /// The module's `ack_timeout` parameter, set once at load.
 static ACK_TIMEOUT: AtomicU8 = AtomicU8::new(DEFAULT_ACK_TIMEOUT);

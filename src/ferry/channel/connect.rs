@@ -353,7 +353,8 @@ impl<O: Owner> Channel<O> {
 /// How long address and route resolution may take, in milliseconds.
 pub(super) const RESOLVE_TIMEOUT_MS: u32 = 2000;
 
-/// Transport retries before a send to a silent peer fails.
+/// Transport retries before a send to a silent peer fails (rxe takes 7 as
+/// no limit: there, only the heartbeats end a silent peer's connection).
 pub(super) const RETRY_COUNT: u8 = 7;
 
 /// RDMA READs a channel has in flight each way, at most.

@@ -94,7 +94,7 @@ def messages_retransmit(t):
     r = vm.run(f'insmod {t.ferry_ko} ack_timeout=0', check=False)
     t.check(r.rc != 0, f'ack_timeout=0 refused: rc {r.rc}')
     logged = vm.run('dmesg | grep -c "ack_timeout=0 is out of range"', check=False).out.strip()
-    t.eq(logged, '1', 'the refusal logged')
+    t.check(logged.isdigit() and int(logged) >= 1, f'the refusal logged: {logged!r}')
     t.insmod(vm, args='ack_timeout=1', echo=True)
     vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
     before = rxe_counters(vm)
@@ -102,9 +102,11 @@ def messages_retransmit(t):
     after = rxe_counters(vm)
     delta = {k: after[k] - before.get(k, 0) for k in after}
     t.log(f'rxe counters during the run: {delta}')
-    t.check(delta.get('completer_retry_err', 0) > 0,
+    # At 8 µs the normal kernel retried 38 to 135 times in four runs (612 to
+    # 2473 duplicates); the debug kernel 2153 times.
+    t.check(delta.get('completer_retry_err', 0) > 10,
             f'the device retransmitted: {delta}')
-    t.check(delta.get('duplicate_request', 0) > 0,
+    t.check(delta.get('duplicate_request', 0) > 100,
             f'the responder saw the duplicates: {delta}')
     log = vm.run('dmesg | grep -E "broke the protocol|channel [0-9]+ .*failed|reconnected"',
                  check=False).out
