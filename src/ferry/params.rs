@@ -28,8 +28,8 @@ pub(crate) fn whole_buffers() -> bool {
     WHOLE_BUFFERS.load(Relaxed)
 }
 
-/// The local ACK timeout of a client channel's QP, as rdma_cm takes it: 4.096 µs *
-/// 2^n before a transport retry. 14 is 67 ms.
+/// The local ACK timeout of a client channel's QP, as rdma_cm takes it:
+/// 4.096 µs * 2^n before a transport retry. 14 is 67 ms.
 pub(crate) const DEFAULT_ACK_TIMEOUT: u8 = 14;
 
 /// The ACK timeouts the module's `ack_timeout` parameter may give: 0 would
@@ -51,7 +51,7 @@ pub(crate) fn set_ack_timeout(n: u8) -> Result {
     Ok(())
 }
 
-/// The local ACK timeout a new channel asks rdma_cm for (see
+/// The local ACK timeout a client channel asks rdma_cm for (see
 /// [`DEFAULT_ACK_TIMEOUT`]).
 pub(crate) fn ack_timeout() -> u8 {
     ACK_TIMEOUT.load(Relaxed)
