@@ -69,7 +69,7 @@ module! {
             description: "Give every message buffer an allocation of its own, as on a device that cannot scatter one over its pages (for tests of that path)",
         },
         ack_timeout: u8 {
-            default: 14,
+            default: crate::params::DEFAULT_ACK_TIMEOUT,
             description: "Local ACK timeout of every client channel this host opens: 4.096 us * 2^N before a transport retry, N from 1 to 20 (14 is 67 ms; tests use 1 to make the device retransmit all the time). A server channel takes what rdma_cm derives from the client's connect request",
         },
     },
