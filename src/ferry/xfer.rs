@@ -230,10 +230,23 @@ impl<R: Request> Finished<R> {
 /// its data, back to the caller.
 pub(crate) type Refused<R> = (Error, R, Option<SgList>);
 
+/// Most bytes of the peer's requests a channel has posted for RDMA at once;
+/// the transfers beyond wait, in order, for earlier ones to end (a larger
+/// one goes alone). Everything the channel sends waits behind the RDMA
+/// posted before it: a send queue is ordered, and rxe sends nothing past a
+/// READ until its responses are in. So this bounds how long a response, a
+/// credit or a heartbeat waits behind data. At 1 MiB it takes 0.1 ms at
+/// 100 Gb/s, and leaves room for 8 transfers of 128 KiB, more than a
+/// path's bandwidth-delay product.
+pub(crate) const RDMA_BUDGET: u64 = 1 << 20;
+
 /// A responder's RDMA in flight: the requester's regions are moved one after
 /// the other, each against its slice of the consumer's list.
 pub(crate) struct RdmaOp<D> {
     pub(crate) done: D,
+    /// While the transfer waits for [`RDMA_BUDGET`]: its first region, and
+    /// where it goes.
+    pub(crate) first: Option<(SgList, Remote)>,
     /// The consumer's list, shared by the slices of a request of several
     /// regions; `None` for one region, which takes the list whole.
     pub(crate) list: Option<Arc<SgList>>,
@@ -267,6 +280,7 @@ impl<D: RdmaDone> RdmaOp<D> {
         };
         let mut op = Self {
             done,
+            first: None,
             list: None,
             head,
             dir,
@@ -324,6 +338,14 @@ pub(crate) struct Xfer<R, D> {
     short: bool,
     /// The responder's tags' transfers.
     incoming: KVec<InSlot<D>>,
+    /// Bytes of the responder's transfers posted and not over.
+    rdma_posted: u64,
+    /// The responder's tags whose transfer waits for [`RDMA_BUDGET`],
+    /// oldest first: a ring of one entry per tag, `wait_len` of them from
+    /// `wait_head` on.
+    waiting: KVec<u32>,
+    wait_head: usize,
+    wait_len: usize,
 }
 
 impl<R: Request, D> Xfer<R, D> {
@@ -344,11 +366,16 @@ impl<R: Request, D> Xfer<R, D> {
             max_regions: 0,
             short: false,
             incoming: KVec::with_capacity(n, GFP_KERNEL)?,
+            rdma_posted: 0,
+            waiting: KVec::with_capacity(n, GFP_KERNEL)?,
+            wait_head: 0,
+            wait_len: 0,
         };
         for _ in 0..n {
             x.out.push(None, GFP_KERNEL)?;
             x.gens.push(0, GFP_KERNEL)?;
             x.incoming.push(InSlot::new(), GFP_KERNEL)?;
+            x.waiting.push(0, GFP_KERNEL)?;
         }
         // The pool may hold more ids than asked for: those are never free.
         if n < x.tags.capacity() {
@@ -680,11 +707,64 @@ impl<R: Request, D> Xfer<R, D> {
         self.incoming.get(tag as usize).map_or(0, |s| s.moved)
     }
 
-    /// Responder: remembers tag `tag`'s RDMA.
-    pub(crate) fn set_rdma(&mut self, tag: u32, op: RdmaOp<D>) {
-        if let Some(s) = self.incoming.get_mut(tag as usize) {
-            s.rdma = Some(op);
+    /// Responder: remembers tag `tag`'s RDMA `op`, whose first region is
+    /// `first` (going to `remote`). They come back if the transfer may be
+    /// posted now, its bytes counted against [`RDMA_BUDGET`]; `None` if it
+    /// waits behind others, for [`Xfer::next_rdma`].
+    pub(crate) fn start_rdma(
+        &mut self,
+        tag: u32,
+        mut op: RdmaOp<D>,
+        first: SgList,
+        remote: Remote,
+    ) -> Option<(SgList, Remote)> {
+        let len = u64::from(op.head.data_len);
+        let Some(slot) = self.incoming.get_mut(tag as usize) else {
+            return Some((first, remote));
+        };
+        let fits = self.rdma_posted == 0 || self.rdma_posted + len <= RDMA_BUDGET;
+        if self.wait_len == 0 && fits {
+            self.rdma_posted += len;
+            slot.rdma = Some(op);
+            return Some((first, remote));
         }
+        op.first = Some((first, remote));
+        slot.rdma = Some(op);
+        // Never full: a tag waits once at most, and the ring has an entry
+        // for each.
+        let at = (self.wait_head + self.wait_len) % self.waiting.len();
+        self.waiting[at] = tag;
+        self.wait_len += 1;
+        None
+    }
+
+    /// Responder: the oldest transfer that waits, if [`RDMA_BUDGET`] lets it
+    /// go now (its bytes are then counted): its tag, first region, where
+    /// that goes, its direction and its bytes.
+    pub(crate) fn next_rdma(&mut self) -> Option<(u32, SgList, Remote, DmaDir, u32)> {
+        while self.wait_len > 0 {
+            let tag = self.waiting[self.wait_head];
+            let op = self
+                .incoming
+                .get_mut(tag as usize)
+                .and_then(|s| s.rdma.as_mut())
+                .filter(|op| op.first.is_some());
+            if let Some(op) = op.as_ref() {
+                let len = u64::from(op.head.data_len);
+                if self.rdma_posted != 0 && self.rdma_posted + len > RDMA_BUDGET {
+                    return None;
+                }
+            }
+            self.wait_head = (self.wait_head + 1) % self.waiting.len();
+            self.wait_len -= 1;
+            // (A transfer gone from its slot waits no more.)
+            if let Some(op) = op {
+                let (sg, remote) = op.first.take()?;
+                self.rdma_posted += u64::from(op.head.data_len);
+                return Some((tag, sg, remote, op.dir, op.head.data_len));
+            }
+        }
+        None
     }
 
     /// Responder: tag `tag`'s RDMA in flight.
@@ -699,17 +779,22 @@ impl<R: Request, D> Xfer<R, D> {
             .is_some_and(|s| s.rdma.is_some())
     }
 
-    /// Responder: the callback of tag `tag`'s RDMA, once it is over.
+    /// Responder: the callback of tag `tag`'s RDMA, once it is over (or
+    /// was never posted); its bytes no longer count against
+    /// [`RDMA_BUDGET`].
     pub(crate) fn take_rdma(&mut self, tag: u32) -> Option<D> {
-        Some(self.incoming.get_mut(tag as usize)?.rdma.take()?.done)
+        let op = self.incoming.get_mut(tag as usize)?.rdma.take()?;
+        if op.first.is_none() {
+            self.rdma_posted = self.rdma_posted.saturating_sub(u64::from(op.head.data_len));
+        }
+        Some(op.done)
     }
 
     /// Responder, teardown: the callback of an RDMA still pending.
     pub(crate) fn take_one_rdma(&mut self) -> Option<D> {
-        self.incoming
-            .iter_mut()
-            .find_map(|s| s.rdma.take())
-            .map(|op| op.done)
+        let tag = self.incoming.iter().position(|s| s.rdma.is_some())?;
+        // CAST: below the tag count, a `u32`.
+        self.take_rdma(tag as u32)
     }
 }
 
@@ -1030,6 +1115,114 @@ mod tag_tests {
         );
         // Only the inline request holds a tag.
         assert_eq!(r.x.load().0, 1);
+        Ok(())
+    }
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kunit_tests(ferry_xfer_rdma)]
+mod rdma_tests {
+    use super::*;
+
+    /// This side's requests, not under test here.
+    struct NoRequest;
+
+    impl Request for NoRequest {
+        fn header(&self) -> &[u8] {
+            &[]
+        }
+        fn dir(&self) -> Dir {
+            Dir::None
+        }
+        fn set_response(&mut self, _status: i32, _moved: u32, _hdr: &[u8]) {}
+        fn complete(self, _status: i32) {}
+    }
+
+    /// A transfer's end, not under test here.
+    struct Quiet;
+
+    impl RdmaDone for Quiet {
+        fn done(self, _status: i32) {}
+    }
+
+    /// Starts the responder's transfer of `len` bytes (one region) on `tag`:
+    /// whether it may be posted now.
+    fn start(x: &mut Xfer<NoRequest, Quiet>, tag: u32, len: u32) -> Result<bool> {
+        let mut head = RequestHead {
+            dir: Dir::ToPeer,
+            descs: [Desc::default(); MAX_DESCS],
+            ndesc: 1,
+            data_len: len,
+            inline: false,
+        };
+        head.descs[0].len = len;
+        let sg = SgList::owned(len as usize)?;
+        let (op, first, remote) =
+            RdmaOp::start(Quiet, sg, head, DmaDir::FromDevice).map_err(|(e, _)| e)?;
+        Ok(x.start_rdma(tag, op, first, remote).is_some())
+    }
+
+    /// The tags `next_rdma` lets go now, in order.
+    fn released(x: &mut Xfer<NoRequest, Quiet>) -> KVec<u32> {
+        let mut tags = KVec::new();
+        while let Some((tag, ..)) = x.next_rdma() {
+            let _ = tags.push(tag, GFP_KERNEL);
+        }
+        tags
+    }
+
+    #[test]
+    fn transfers_beyond_the_budget_wait_in_order() -> Result {
+        let mut x = Xfer::<NoRequest, Quiet>::new(None, 8, 0, 0)?;
+        let quarter = (RDMA_BUDGET / 4) as u32;
+        // Four quarters go at once; the fifth waits, and so does a small one
+        // behind it (no overtaking).
+        for tag in 0..4 {
+            assert!(start(&mut x, tag, quarter)?);
+        }
+        assert!(!start(&mut x, 4, quarter)?);
+        assert!(!start(&mut x, 5, 4096)?);
+        assert!(x.rdma_pending(4) && x.rdma_pending(5));
+        assert!(released(&mut x).is_empty());
+        // One quarter over: the fifth goes; the small one then waits for
+        // the next.
+        assert!(x.take_rdma(0).is_some());
+        assert_eq!(&released(&mut x)[..], &[4]);
+        assert!(x.take_rdma(1).is_some());
+        assert_eq!(&released(&mut x)[..], &[5]);
+        assert!(released(&mut x).is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn a_transfer_larger_than_the_budget_goes_alone() -> Result {
+        let mut x = Xfer::<NoRequest, Quiet>::new(None, 4, 0, 0)?;
+        let big = (2 * RDMA_BUDGET) as u32;
+        assert!(start(&mut x, 0, big)?);
+        assert!(!start(&mut x, 1, 4096)?);
+        assert!(!start(&mut x, 2, big)?);
+        assert!(x.take_rdma(0).is_some());
+        // The small one goes; the big one waits for it to end.
+        assert_eq!(&released(&mut x)[..], &[1]);
+        assert!(x.take_rdma(1).is_some());
+        assert_eq!(&released(&mut x)[..], &[2]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_waiting_transfer_taken_away_is_skipped() -> Result {
+        let mut x = Xfer::<NoRequest, Quiet>::new(None, 4, 0, 0)?;
+        let big = RDMA_BUDGET as u32;
+        assert!(start(&mut x, 0, big)?);
+        assert!(!start(&mut x, 1, big)?);
+        assert!(!start(&mut x, 2, big)?);
+        // The teardown takes every transfer, waiting or not.
+        assert!(x.take_one_rdma().is_some());
+        assert!(x.take_one_rdma().is_some());
+        // Tag 2 remains, and is the next to go.
+        assert_eq!(&released(&mut x)[..], &[2]);
+        assert!(x.take_rdma(2).is_some());
+        assert!(released(&mut x).is_empty());
         Ok(())
     }
 }

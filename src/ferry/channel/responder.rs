@@ -255,21 +255,26 @@ impl<O: Owner> Channel<O> {
         if inner.state != ChanState::Up {
             return Err(ENOTCONN);
         }
-        if inner.xfer.as_ref().is_some_and(|x| x.rdma_pending(tag)) {
-            return Err(EBUSY);
-        }
-        let Some(qp) = inner.lend_qp() else {
+        let Some(x) = inner.xfer.as_mut() else {
             return Err(ENOTCONN);
         };
+        if x.rdma_pending(tag) {
+            return Err(EBUSY);
+        }
         let len = head.data_len;
         // Recorded before it is posted: it may complete, and its `done`
         // answer the request, at once.
-        if let Some(x) = inner.xfer.as_mut() {
-            x.set_rdma(tag, op);
-            x.set_moved(tag, len);
-        }
+        x.set_moved(tag, len);
+        let Some((first, remote)) = x.start_rdma(tag, op, first, remote) else {
+            // Behind other transfers: `rdma_completed` posts it.
+            return Ok(());
+        };
+        let qp = inner.lend_qp();
         drop(inner);
-        let res = qp.rdma(tag, first, remote, dir);
+        let res = match qp.as_ref() {
+            Some(qp) => qp.rdma(tag, first, remote, dir).map_err(|(e, _)| e),
+            None => Err(ENOTCONN),
+        };
         let mut inner = self.inner.lock();
         if res.is_err() {
             // Never posted: `done` is not called; the caller hears the error.
@@ -278,11 +283,55 @@ impl<O: Owner> Channel<O> {
                 x.set_moved(tag, 0);
             }
         }
-        self.end_loan_locked(&mut inner, qp);
+        if let Some(qp) = qp {
+            self.end_loan_locked(&mut inner, qp);
+        }
         drop(inner);
-        res.map_err(|(e, _)| e)?;
+        if res.is_err() {
+            // Transfers may have queued behind this one.
+            self.start_waiting();
+        }
+        res?;
         self.stats.add(Counter::RdmaBytes, u64::from(len));
         Ok(())
+    }
+
+    /// Posts the transfers that waited for [`xfer::RDMA_BUDGET`], as far as it
+    /// goes now. One that cannot be posted fails (its `done` is told).
+    /// Process context, as [`Channel::incoming_rdma`].
+    fn start_waiting(&self) {
+        loop {
+            let mut inner = self.inner.lock();
+            let Some((tag, sg, remote, dir, len)) = inner.xfer.as_mut().and_then(Xfer::next_rdma)
+            else {
+                return;
+            };
+            // A channel closing: the teardown ends the transfer.
+            let Some(qp) = inner.lend_qp() else {
+                drop(inner);
+                drop(sg);
+                return;
+            };
+            drop(inner);
+            let res = qp.rdma(tag, sg, remote, dir).map_err(|(e, _)| e);
+            let mut inner = self.inner.lock();
+            self.end_loan_locked(&mut inner, qp);
+            let cb = match res {
+                Ok(()) => None,
+                Err(_) => inner.xfer.as_mut().and_then(|x| {
+                    x.set_moved(tag, 0);
+                    x.take_rdma(tag)
+                }),
+            };
+            drop(inner);
+            match (res, cb) {
+                (Ok(()), _) => {
+                    self.stats.add(Counter::RdmaBytes, u64::from(len));
+                }
+                (Err(e), Some(cb)) => cb.done(e.to_errno()),
+                (Err(_), None) => {}
+            }
+        }
     }
 
     /// Responder: the transfer of tag `tag` completed (`ok`): posts its next
@@ -326,6 +375,8 @@ impl<O: Owner> Channel<O> {
         }
         let cb = inner.xfer.as_mut().and_then(|x| x.take_rdma(tag));
         drop(inner);
+        // The budget this one held goes to those that wait.
+        self.start_waiting();
         if let Some(cb) = cb {
             cb.done(status);
         }
