@@ -632,9 +632,11 @@ u32 ferry_incoming_tag(const struct ferry_incoming *in, u16 *qid);
  * registration after the other, each against its part of @sgl.
  *
  * A channel has at most 1 MiB of transfers posted at once (a larger one goes
- * alone), so that its responses and heartbeats never wait behind more: a
- * transfer beyond waits, in the order of the calls, and is posted when
- * earlier ones end; if it cannot be posted then, @done gets the error.
+ * alone), so that its responses and heartbeats wait behind little data: a
+ * transfer beyond waits, admitted in the order of the calls, and is posted
+ * when earlier ones end; if it cannot be posted then, @done gets the error.
+ * The @done of such a waiting transfer may run inside a call whose own post
+ * fails: never call this holding a lock that a @done takes.
  *
  * Data that came inline, in the request message (&ferry_limits.inline_size),
  * is copied into @sgl at once, and @done runs before ferry_rdma_read()

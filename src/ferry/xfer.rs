@@ -676,13 +676,15 @@ impl<R: Request, D> Xfer<R, D> {
     }
 
     /// Whether requests are at work: this side's wait for the peer's answer,
-    /// or this side moves the data of the peer's by RDMA.
+    /// or this side moves the data of the peer's by RDMA (or has it wait for
+    /// [`RDMA_BUDGET`]).
     pub(crate) fn busy(&self) -> bool {
         self.in_flight > 0 || self.incoming.iter().any(|s| s.rdma.is_some())
     }
 
     /// What is at work, for logs: this side's requests waiting for an
-    /// answer, and the peer's requests whose RDMA is in flight.
+    /// answer, and the peer's requests whose RDMA is in flight or waits for
+    /// [`RDMA_BUDGET`].
     pub(crate) fn load(&self) -> (u32, usize) {
         let rdma = self.incoming.iter().filter(|s| s.rdma.is_some()).count();
         (self.in_flight, rdma)
@@ -738,6 +740,11 @@ impl<R: Request, D> Xfer<R, D> {
         None
     }
 
+    /// Responder: whether transfers wait for [`RDMA_BUDGET`].
+    pub(crate) fn has_waiting(&self) -> bool {
+        self.wait_len > 0
+    }
+
     /// Responder: the oldest transfer that waits, if [`RDMA_BUDGET`] lets it
     /// go now (its bytes are then counted): its tag, first region, where
     /// that goes, its direction and its bytes.
@@ -772,7 +779,7 @@ impl<R: Request, D> Xfer<R, D> {
         self.incoming.get_mut(tag as usize)?.rdma.as_mut()
     }
 
-    /// Responder: whether tag `tag` has an RDMA in flight.
+    /// Responder: whether tag `tag` has an RDMA in flight, or waiting.
     pub(crate) fn rdma_pending(&self, tag: u32) -> bool {
         self.incoming
             .get(tag as usize)
@@ -785,7 +792,9 @@ impl<R: Request, D> Xfer<R, D> {
     pub(crate) fn take_rdma(&mut self, tag: u32) -> Option<D> {
         let op = self.incoming.get_mut(tag as usize)?.rdma.take()?;
         if op.first.is_none() {
-            self.rdma_posted = self.rdma_posted.saturating_sub(u64::from(op.head.data_len));
+            let len = u64::from(op.head.data_len);
+            kernel::warn_on!(self.rdma_posted < len);
+            self.rdma_posted = self.rdma_posted.saturating_sub(len);
         }
         Some(op.done)
     }
@@ -1123,6 +1132,7 @@ mod tag_tests {
 #[kunit_tests(ferry_xfer_rdma)]
 mod rdma_tests {
     use super::*;
+    use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
     /// This side's requests, not under test here.
     struct NoRequest;
@@ -1138,91 +1148,116 @@ mod rdma_tests {
         fn complete(self, _status: i32) {}
     }
 
-    /// A transfer's end, not under test here.
-    struct Quiet;
+    /// A transfer's end, counted.
+    struct Counted(Arc<AtomicU32>);
 
-    impl RdmaDone for Quiet {
-        fn done(self, _status: i32) {}
-    }
-
-    /// Starts the responder's transfer of `len` bytes (one region) on `tag`:
-    /// whether it may be posted now.
-    fn start(x: &mut Xfer<NoRequest, Quiet>, tag: u32, len: u32) -> Result<bool> {
-        let mut head = RequestHead {
-            dir: Dir::ToPeer,
-            descs: [Desc::default(); MAX_DESCS],
-            ndesc: 1,
-            data_len: len,
-            inline: false,
-        };
-        head.descs[0].len = len;
-        let sg = SgList::owned(len as usize)?;
-        let (op, first, remote) =
-            RdmaOp::start(Quiet, sg, head, DmaDir::FromDevice).map_err(|(e, _)| e)?;
-        Ok(x.start_rdma(tag, op, first, remote).is_some())
-    }
-
-    /// The tags `next_rdma` lets go now, in order.
-    fn released(x: &mut Xfer<NoRequest, Quiet>) -> KVec<u32> {
-        let mut tags = KVec::new();
-        while let Some((tag, ..)) = x.next_rdma() {
-            let _ = tags.push(tag, GFP_KERNEL);
+    impl RdmaDone for Counted {
+        fn done(self, _status: i32) {
+            self.0.fetch_add(1, Relaxed);
         }
-        tags
     }
+
+    struct Rig {
+        x: Xfer<NoRequest, Counted>,
+        ended: Arc<AtomicU32>,
+    }
+
+    impl Rig {
+        fn new(tags: u32) -> Result<Self> {
+            Ok(Self {
+                x: Xfer::new(None, tags, 0, 0)?,
+                ended: Arc::new(AtomicU32::new(0), GFP_KERNEL)?,
+            })
+        }
+
+        /// Starts the responder's transfer of `len` bytes (one region) on
+        /// `tag`: whether it may be posted now.
+        fn start(&mut self, tag: u32, len: u32) -> Result<bool> {
+            let mut head = RequestHead {
+                dir: Dir::ToPeer,
+                descs: [Desc::default(); MAX_DESCS],
+                ndesc: 1,
+                data_len: len,
+                inline: false,
+            };
+            head.descs[0].len = len;
+            let sg = SgList::owned(len as usize)?;
+            let done = Counted(self.ended.clone());
+            let (op, first, remote) =
+                RdmaOp::start(done, sg, head, DmaDir::FromDevice).map_err(|(e, _)| e)?;
+            Ok(self.x.start_rdma(tag, op, first, remote).is_some())
+        }
+
+        /// Ends tag `tag`'s transfer, as its last completion does.
+        fn end(&mut self, tag: u32) {
+            if let Some(done) = self.x.take_rdma(tag) {
+                done.done(0);
+            }
+        }
+
+        /// The tags `next_rdma` lets go now, in order.
+        fn released(&mut self) -> KVec<u32> {
+            let mut tags = KVec::new();
+            while let Some((tag, ..)) = self.x.next_rdma() {
+                let _ = tags.push(tag, GFP_KERNEL);
+            }
+            tags
+        }
+    }
+
+    const KIB: u32 = 1024;
+    const BUDGET: u32 = RDMA_BUDGET as u32;
 
     #[test]
-    fn transfers_beyond_the_budget_wait_in_order() -> Result {
-        let mut x = Xfer::<NoRequest, Quiet>::new(None, 8, 0, 0)?;
-        let quarter = (RDMA_BUDGET / 4) as u32;
-        // Four quarters go at once; the fifth waits, and so does a small one
-        // behind it (no overtaking).
-        for tag in 0..4 {
-            assert!(start(&mut x, tag, quarter)?);
-        }
-        assert!(!start(&mut x, 4, quarter)?);
-        assert!(!start(&mut x, 5, 4096)?);
-        assert!(x.rdma_pending(4) && x.rdma_pending(5));
-        assert!(released(&mut x).is_empty());
-        // One quarter over: the fifth goes; the small one then waits for
-        // the next.
-        assert!(x.take_rdma(0).is_some());
-        assert_eq!(&released(&mut x)[..], &[4]);
-        assert!(x.take_rdma(1).is_some());
-        assert_eq!(&released(&mut x)[..], &[5]);
-        assert!(released(&mut x).is_empty());
+    fn transfers_beyond_the_budget_wait_and_none_overtakes() -> Result {
+        let mut r = Rig::new(8)?;
+        // Three quarters go; half waits; 4 KiB would fit, but waits behind it.
+        assert!(r.start(0, BUDGET / 4 * 3)?);
+        assert!(!r.start(1, BUDGET / 2)?);
+        assert!(!r.start(2, 4 * KIB)?);
+        assert_eq!(r.x.rdma_posted, u64::from(BUDGET / 4 * 3));
+        assert!(r.x.rdma_pending(1) && r.x.rdma_pending(2) && r.x.has_waiting());
+        assert!(r.released().is_empty());
+        // The first over: both go, in order, and count.
+        r.end(0);
+        assert_eq!(&r.released()[..], &[1, 2]);
+        assert_eq!(r.x.rdma_posted, u64::from(BUDGET / 2 + 4 * KIB));
+        assert!(!r.x.has_waiting());
+        r.end(1);
+        r.end(2);
+        assert_eq!(r.x.rdma_posted, 0);
+        assert_eq!(r.ended.load(Relaxed), 3);
         Ok(())
     }
 
     #[test]
     fn a_transfer_larger_than_the_budget_goes_alone() -> Result {
-        let mut x = Xfer::<NoRequest, Quiet>::new(None, 4, 0, 0)?;
-        let big = (2 * RDMA_BUDGET) as u32;
-        assert!(start(&mut x, 0, big)?);
-        assert!(!start(&mut x, 1, 4096)?);
-        assert!(!start(&mut x, 2, big)?);
-        assert!(x.take_rdma(0).is_some());
+        let mut r = Rig::new(4)?;
+        assert!(r.start(0, 2 * BUDGET)?);
+        assert!(!r.start(1, 4 * KIB)?);
+        assert!(!r.start(2, 2 * BUDGET)?);
+        r.end(0);
         // The small one goes; the big one waits for it to end.
-        assert_eq!(&released(&mut x)[..], &[1]);
-        assert!(x.take_rdma(1).is_some());
-        assert_eq!(&released(&mut x)[..], &[2]);
+        assert_eq!(&r.released()[..], &[1]);
+        r.end(1);
+        assert_eq!(&r.released()[..], &[2]);
+        assert_eq!(r.x.rdma_posted, u64::from(2 * BUDGET));
         Ok(())
     }
 
     #[test]
-    fn a_waiting_transfer_taken_away_is_skipped() -> Result {
-        let mut x = Xfer::<NoRequest, Quiet>::new(None, 4, 0, 0)?;
-        let big = RDMA_BUDGET as u32;
-        assert!(start(&mut x, 0, big)?);
-        assert!(!start(&mut x, 1, big)?);
-        assert!(!start(&mut x, 2, big)?);
-        // The teardown takes every transfer, waiting or not.
-        assert!(x.take_one_rdma().is_some());
-        assert!(x.take_one_rdma().is_some());
-        // Tag 2 remains, and is the next to go.
-        assert_eq!(&released(&mut x)[..], &[2]);
-        assert!(x.take_rdma(2).is_some());
-        assert!(released(&mut x).is_empty());
+    fn the_teardown_ends_every_transfer_once() -> Result {
+        let mut r = Rig::new(4)?;
+        assert!(r.start(0, BUDGET)?);
+        assert!(!r.start(1, BUDGET)?);
+        assert!(!r.start(2, 4 * KIB)?);
+        while let Some(done) = r.x.take_one_rdma() {
+            done.done(-103);
+        }
+        assert_eq!(r.ended.load(Relaxed), 3);
+        // Nothing posted counts any more, and none of the waiting goes.
+        assert_eq!(r.x.rdma_posted, 0);
+        assert!(r.released().is_empty());
         Ok(())
     }
 }

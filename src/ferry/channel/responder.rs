@@ -286,9 +286,10 @@ impl<O: Owner> Channel<O> {
         if let Some(qp) = qp {
             self.end_loan_locked(&mut inner, qp);
         }
+        let more = res.is_err() && inner.xfer.as_ref().is_some_and(Xfer::has_waiting);
         drop(inner);
-        if res.is_err() {
-            // Transfers may have queued behind this one.
+        if more {
+            // Transfers queued behind this one while it was being posted.
             self.start_waiting();
         }
         res?;
@@ -297,11 +298,15 @@ impl<O: Owner> Channel<O> {
     }
 
     /// Posts the transfers that waited for [`xfer::RDMA_BUDGET`], as far as it
-    /// goes now. One that cannot be posted fails (its `done` is told).
-    /// Process context, as [`Channel::incoming_rdma`].
+    /// goes now, while the channel is up (its teardown ends the others).
+    /// One that cannot be posted fails (its `done` is told). Process
+    /// context, as [`Channel::incoming_rdma`].
     fn start_waiting(&self) {
         loop {
             let mut inner = self.inner.lock();
+            if inner.state != ChanState::Up {
+                return;
+            }
             let Some((tag, sg, remote, dir, len)) = inner.xfer.as_mut().and_then(Xfer::next_rdma)
             else {
                 return;
@@ -335,7 +340,8 @@ impl<O: Owner> Channel<O> {
     }
 
     /// Responder: the transfer of tag `tag` completed (`ok`): posts its next
-    /// region, if it has one and the channel lives, or tells its consumer.
+    /// region, if it has one and the channel lives, or tells its consumer
+    /// and posts the transfers that waited for its budget.
     pub(super) fn rdma_completed(&self, tag: u32, ok: bool) {
         let mut inner = self.inner.lock();
         if ok {
@@ -373,12 +379,20 @@ impl<O: Owner> Channel<O> {
                 Err(e) => status = e.to_errno(),
             }
         }
-        let cb = inner.xfer.as_mut().and_then(|x| x.take_rdma(tag));
+        let (cb, more) = match inner.xfer.as_mut() {
+            Some(x) => (x.take_rdma(tag), ok && x.has_waiting()),
+            None => (None, false),
+        };
         drop(inner);
-        // The budget this one held goes to those that wait.
-        self.start_waiting();
+        // Its answer first: what `done` sends must not queue behind the
+        // transfers that start next.
         if let Some(cb) = cb {
             cb.done(status);
+        }
+        // The budget it held goes to those that wait. (A failed completion
+        // fails the channel, whose teardown ends them.)
+        if more {
+            self.start_waiting();
         }
     }
 
