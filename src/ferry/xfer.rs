@@ -341,11 +341,9 @@ pub(crate) struct Xfer<R, D> {
     /// Bytes of the responder's transfers posted and not over.
     rdma_posted: u64,
     /// The responder's tags whose transfer waits for [`RDMA_BUDGET`],
-    /// oldest first: a ring of one entry per tag, `wait_len` of them from
-    /// `wait_head` on.
+    /// oldest first (room for every tag, as the responses that wait for
+    /// credits have).
     waiting: KVec<u32>,
-    wait_head: usize,
-    wait_len: usize,
 }
 
 impl<R: Request, D> Xfer<R, D> {
@@ -368,14 +366,11 @@ impl<R: Request, D> Xfer<R, D> {
             incoming: KVec::with_capacity(n, GFP_KERNEL)?,
             rdma_posted: 0,
             waiting: KVec::with_capacity(n, GFP_KERNEL)?,
-            wait_head: 0,
-            wait_len: 0,
         };
         for _ in 0..n {
             x.out.push(None, GFP_KERNEL)?;
             x.gens.push(0, GFP_KERNEL)?;
             x.incoming.push(InSlot::new(), GFP_KERNEL)?;
-            x.waiting.push(0, GFP_KERNEL)?;
         }
         // The pool may hold more ids than asked for: those are never free.
         if n < x.tags.capacity() {
@@ -725,32 +720,30 @@ impl<R: Request, D> Xfer<R, D> {
             return Some((first, remote));
         };
         let fits = self.rdma_posted == 0 || self.rdma_posted + len <= RDMA_BUDGET;
-        if self.wait_len == 0 && fits {
-            self.rdma_posted += len;
+        // (Room for a waiting tag is never short: a tag waits once at most,
+        // and there is room for each.)
+        let waits =
+            !(self.waiting.is_empty() && fits) && self.waiting.push_within_capacity(tag).is_ok();
+        if waits {
+            op.first = Some((first, remote));
             slot.rdma = Some(op);
-            return Some((first, remote));
+            return None;
         }
-        op.first = Some((first, remote));
+        self.rdma_posted += len;
         slot.rdma = Some(op);
-        // Never full: a tag waits once at most, and the ring has an entry
-        // for each.
-        let at = (self.wait_head + self.wait_len) % self.waiting.len();
-        self.waiting[at] = tag;
-        self.wait_len += 1;
-        None
+        Some((first, remote))
     }
 
     /// Responder: whether transfers wait for [`RDMA_BUDGET`].
     pub(crate) fn has_waiting(&self) -> bool {
-        self.wait_len > 0
+        !self.waiting.is_empty()
     }
 
     /// Responder: the oldest transfer that waits, if [`RDMA_BUDGET`] lets it
     /// go now (its bytes are then counted): its tag, first region, where
     /// that goes, its direction and its bytes.
     pub(crate) fn next_rdma(&mut self) -> Option<(u32, SgList, Remote, DmaDir, u32)> {
-        while self.wait_len > 0 {
-            let tag = self.waiting[self.wait_head];
+        while let Some(&tag) = self.waiting.first() {
             let op = self
                 .incoming
                 .get_mut(tag as usize)
@@ -762,8 +755,7 @@ impl<R: Request, D> Xfer<R, D> {
                     return None;
                 }
             }
-            self.wait_head = (self.wait_head + 1) % self.waiting.len();
-            self.wait_len -= 1;
+            let _ = self.waiting.remove(0);
             // (A transfer gone from its slot waits no more.)
             if let Some(op) = op {
                 let (sg, remote) = op.first.take()?;
