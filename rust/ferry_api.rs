@@ -102,6 +102,33 @@ impl Peer {
         };
         st
     }
+
+    /// The address's bytes (4 or 16, network byte order) and the port.
+    pub fn ip_port(&self) -> (&[u8], u16) {
+        match self {
+            Peer::V4(a, port) => (&a[..], *port),
+            Peer::V6(a, port) => (&a[..], *port),
+        }
+    }
+
+    /// The address in `st`; `None` unless it is IPv4 or IPv6.
+    fn from_storage(st: &ffi::__kernel_sockaddr_storage) -> Option<Self> {
+        let mut b = [0u8; 24];
+        // SAFETY: `sockaddr_storage` is 128 plain bytes, more than `b`.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                core::ptr::from_ref(st).cast::<u8>(),
+                b.as_mut_ptr(),
+                b.len(),
+            )
+        };
+        let port = u16::from_be_bytes([b[2], b[3]]);
+        match u16::from_ne_bytes([b[0], b[1]]) {
+            AF_INET => Some(Peer::V4(b[4..8].try_into().ok()?, port)),
+            AF_INET6 => Some(Peer::V6(b[8..24].try_into().ok()?, port)),
+            _ => None,
+        }
+    }
 }
 
 /// [`Params::inline_size`] for no inline data either way.
@@ -885,6 +912,15 @@ impl SessionRef {
     pub fn id(&self) -> u32 {
         // SAFETY: A live handle (type invariant).
         unsafe { ffi::ferry_session_id(self.as_raw()) }
+    }
+
+    /// The peer's address: a client session's listener, or a server
+    /// session's client. See `ferry_session_peer()`.
+    pub fn peer(&self) -> Option<Peer> {
+        let mut st = ffi::__kernel_sockaddr_storage::default();
+        // SAFETY: A live handle (type invariant); `st` is valid for writes.
+        unsafe { ffi::ferry_session_peer(self.as_raw(), &mut st) };
+        Peer::from_storage(&st)
     }
 
     /// What the session negotiated; `ENOTCONN` unless connected.

@@ -391,6 +391,17 @@ void ferry_session_put(struct ferry_session *s);
 u32 ferry_session_id(const struct ferry_session *s);
 
 /**
+ * ferry_session_peer() - the peer's address
+ * @s: the session.
+ * @out: filled in with the peer's address and port (AF_INET or AF_INET6): a
+ *	client session's listener, or a server session's client.
+ *
+ * Context: any context.
+ */
+void ferry_session_peer(const struct ferry_session *s,
+			struct sockaddr_storage *out);
+
+/**
  * ferry_session_limits() - what the session negotiated
  * @s: the session.
  * @out: filled in on success.

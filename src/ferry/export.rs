@@ -20,8 +20,8 @@ use kernel::{prelude::*, sync::Arc, types::ForeignOwnable};
 
 use crate::{
     bindings::{
-        ferry_incoming, ferry_limits, ferry_ops, ferry_request, ferry_service, ferry_session,
-        ferry_session_params, scatterlist,
+        __kernel_sockaddr_storage, ferry_incoming, ferry_limits, ferry_ops, ferry_request,
+        ferry_service, ferry_session, ferry_session_params, scatterlist,
     },
     channel,
     cm::SockAddr,
@@ -55,6 +55,7 @@ checked!(
     ferry_session_get,
     ferry_session_put,
     ferry_session_id,
+    ferry_session_peer,
     ferry_session_limits,
     ferry_send,
     ferry_send_on,
@@ -362,6 +363,29 @@ pub(crate) unsafe extern "C" fn ferry_test_misbehave(s: *mut ferry_session, faul
 pub(crate) unsafe extern "C" fn ferry_session_id(s: *const ferry_session) -> u32 {
     // SAFETY: The caller holds a reference (the contract).
     unsafe { Handle::<Session>::borrow(s) }.id
+}
+
+// `SockAddr` is laid out as `struct sockaddr_storage`.
+const _: () = assert!(
+    core::mem::size_of::<SockAddr>() == core::mem::size_of::<__kernel_sockaddr_storage>()
+        && core::mem::align_of::<SockAddr>() <= core::mem::align_of::<__kernel_sockaddr_storage>()
+);
+
+/// See `ferry_session_peer()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// The caller holds a reference to `s`; `out` is valid for writes.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_session_peer(
+    s: *const ferry_session,
+    out: *mut __kernel_sockaddr_storage,
+) {
+    // SAFETY: The caller holds a reference (the contract).
+    let peer = unsafe { Handle::<Session>::borrow(s) }.peer;
+    // SAFETY: `out` is valid for writes of a `struct sockaddr_storage` (the
+    // contract), which a `SockAddr` is laid out as (asserted above).
+    unsafe { out.cast::<SockAddr>().write(peer) };
 }
 
 /// See `ferry_session_limits()` in `include/ferry/ferry.h`.
