@@ -89,6 +89,24 @@ pub mod export_attr {
     pub const INFLIGHT: u32 = bindings::FERRY_BLK_A_EXPORT_INFLIGHT;
     /// Counters (nest of [`super::stats_attr`]).
     pub const STATS: u32 = bindings::FERRY_BLK_A_EXPORT_STATS;
+    /// A session that has it open (nest of [`super::client_attr`]; one each).
+    pub const CLIENT: u32 = bindings::FERRY_BLK_A_EXPORT_CLIENT;
+}
+
+/// Attributes of an export's client (`FERRY_BLK_A_CLIENT_*`).
+pub mod client_attr {
+    use crate::bindings;
+
+    /// ferry session id.
+    pub const SESSION: u32 = bindings::FERRY_BLK_A_CLIENT_SESSION;
+    /// The client's address.
+    pub const ADDR: u32 = bindings::FERRY_BLK_A_CLIENT_ADDR;
+    /// The client's port.
+    pub const PORT: u32 = bindings::FERRY_BLK_A_CLIENT_PORT;
+    /// Opened read-only.
+    pub const READ_ONLY: u32 = bindings::FERRY_BLK_A_CLIENT_READ_ONLY;
+    /// Its operations at work.
+    pub const INFLIGHT: u32 = bindings::FERRY_BLK_A_CLIENT_INFLIGHT;
 }
 
 /// Attributes of a mapping (`FERRY_BLK_A_MAP_*`).

@@ -711,10 +711,7 @@ impl Mapping {
 
     /// The target's address and port.
     pub(crate) fn peer_addr(&self) -> (&[u8], u16) {
-        match &self.peer {
-            Peer::V4(a, port) => (&a[..], *port),
-            Peer::V6(a, port) => (&a[..], *port),
-        }
+        self.peer.ip_port()
     }
 
     /// Whether it is mapped read-only.

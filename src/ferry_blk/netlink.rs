@@ -9,7 +9,9 @@ use crate::{
     client::{MapParams, Mapping},
     events::{put_change, put_name, EVENT_SIZE},
     ferry_api::{NetNs, Peer, MAX_CHANNELS},
-    ferry_blk_nl::{self as nl, export_attr as ea, map_attr as ma, stats_attr as sa},
+    ferry_blk_nl::{
+        self as nl, client_attr as ca, export_attr as ea, map_attr as ma, stats_attr as sa,
+    },
     genl::{Dump, Request, Writer},
     stats::{IoCounts, Op},
     target::{Access, Export},
@@ -18,7 +20,14 @@ use crate::{
 };
 
 /// Room for an export's or a mapping's attributes in a reply.
-const ENTRY_SIZE: usize = 512;
+const ENTRY_SIZE: usize = 512 + MAX_CLIENTS_LISTED * CLIENT_SIZE;
+
+/// An export's clients listed at most (its `users` counts them all).
+const MAX_CLIENTS_LISTED: usize = 64;
+
+/// Room for one client's attributes: a nest of a session, an IPv6 address, a
+/// port, a flag and a count.
+const CLIENT_SIZE: usize = 4 + 8 + 20 + 8 + 4 + 8;
 
 /// Writes counters as nest `ty`.
 fn put_stats(w: &mut Writer<'_>, ty: u32, s: &IoCounts) -> Result {
@@ -65,7 +74,21 @@ fn fill_export(w: &mut Writer<'_>, e: &Export) -> Result {
     w.put_u32(ea::USERS, u32::try_from(users).unwrap_or(u32::MAX))?;
     w.put_u32(ea::RW_USERS, u32::try_from(rw).unwrap_or(u32::MAX))?;
     w.put_u32(ea::INFLIGHT, e.inflight())?;
-    put_stats(w, ea::STATS, &e.stats.counts())
+    put_stats(w, ea::STATS, &e.stats.counts())?;
+    e.clients(MAX_CLIENTS_LISTED, |s, read_only, inflight| {
+        w.nest(ea::CLIENT, |w| {
+            w.put_u32(ca::SESSION, s.id())?;
+            if let Some(p) = s.peer() {
+                let (addr, port) = p.ip_port();
+                w.put_bytes(ca::ADDR, addr)?;
+                w.put_u16(ca::PORT, port)?;
+            }
+            if read_only {
+                w.put_flag(ca::READ_ONLY)?;
+            }
+            w.put_u32(ca::INFLIGHT, inflight)
+        })
+    })
 }
 
 /// The export name of attribute `ty`, validated.

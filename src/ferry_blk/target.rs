@@ -121,6 +121,19 @@ impl Export {
         }
     }
 
+    /// Calls `f` with each of the first `max` sessions that have it open:
+    /// the session, whether read-only, and its operations at work.
+    pub(crate) fn clients(
+        &self,
+        max: usize,
+        mut f: impl FnMut(&SessionRef, bool, u32) -> Result,
+    ) -> Result {
+        for u in self.users.lock().iter().take(max) {
+            f(&u.session, u.read_only, u.inflight.load(Relaxed))?;
+        }
+        Ok(())
+    }
+
     /// How many sessions have it open, and how many of them read-write.
     pub(crate) fn users(&self) -> (usize, usize) {
         let users = self.users.lock();

@@ -203,15 +203,48 @@ fn bad(what: &str) -> Error {
     Error::Protocol(format!("malformed {what} attribute"))
 }
 
+/// A client of an export as JSON: `session`, `addr`, `port`, `read_only`,
+/// `inflight`.
+fn decode_client(p: &[u8]) -> Result<Value, Error> {
+    let mut o = Map::new();
+    o.insert("read_only".into(), json!(false));
+    for (ty, v) in Attrs::new(p) {
+        let (k, val) = match u32::from(ty) {
+            FERRY_BLK_A_CLIENT_SESSION => (
+                "session",
+                json!(attr::u32(v).ok_or_else(|| bad("session"))?),
+            ),
+            FERRY_BLK_A_CLIENT_ADDR => (
+                "addr",
+                json!(args::decode_addr(v).ok_or_else(|| bad("addr"))?.to_string()),
+            ),
+            FERRY_BLK_A_CLIENT_PORT => ("port", json!(attr::u16(v).ok_or_else(|| bad("port"))?)),
+            FERRY_BLK_A_CLIENT_READ_ONLY => ("read_only", json!(true)),
+            FERRY_BLK_A_CLIENT_INFLIGHT => (
+                "inflight",
+                json!(attr::u32(v).ok_or_else(|| bad("inflight"))?),
+            ),
+            _ => continue,
+        };
+        o.insert(k.into(), val);
+    }
+    Ok(Value::Object(o))
+}
+
 /// An export as JSON: `name`, `path`, `read_only`, `shared`, `handle`,
 /// `sectors`, `logical_block_size`, `users`, `rw_users`, `inflight`,
-/// `stats`.
+/// `stats`, and `clients` (the sessions that have it open, the first 64).
 fn decode_export(p: &[u8]) -> Result<Value, Error> {
     let mut o = Map::new();
     o.insert("kind".into(), json!("export"));
     o.insert("read_only".into(), json!(false));
     o.insert("shared".into(), json!(false));
+    let mut clients = Vec::new();
     for (ty, v) in Attrs::new(p) {
+        if u32::from(ty) == FERRY_BLK_A_EXPORT_CLIENT {
+            clients.push(decode_client(v)?);
+            continue;
+        }
         let (k, val) = match u32::from(ty) {
             FERRY_BLK_A_EXPORT_NAME => ("name", json!(attr::string(v).ok_or_else(|| bad("name"))?)),
             FERRY_BLK_A_EXPORT_PATH => ("path", json!(attr::string(v).ok_or_else(|| bad("path"))?)),
@@ -241,6 +274,7 @@ fn decode_export(p: &[u8]) -> Result<Value, Error> {
         };
         o.insert(k.into(), val);
     }
+    o.insert("clients".into(), Value::Array(clients));
     Ok(Value::Object(o))
 }
 
@@ -316,6 +350,8 @@ pub fn event(cmd: u8, payload: &[u8]) -> Result<Option<(&'static str, Value, Str
     }
     if let Value::Object(o) = &mut v {
         o.remove("kind");
+        // An event names the export, not its clients.
+        o.remove("clients");
         // A change says nothing of access: no default either.
         if u32::from(cmd) == FERRY_BLK_CMD_MAP_CHANGE_NTF {
             o.remove("read_only");
@@ -379,6 +415,23 @@ fn to_text(v: &Value, with_stats: bool) -> String {
     }
     if v.get("shared") == Some(&json!(true)) {
         s += " shared";
+    }
+    // An export's clients, a line each.
+    for c in v
+        .get("clients")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let get = |k: &str| c.get(k).map(plain).unwrap_or_default();
+        s += &format!(
+            "\n    client session {} addr {} port {} inflight {}{}",
+            get("session"),
+            get("addr"),
+            get("port"),
+            get("inflight"),
+            if c["read_only"] == true { " ro" } else { "" }
+        );
     }
     if with_stats {
         if let Some(Value::Object(st)) = v.get("stats") {
@@ -571,5 +624,41 @@ mod tests {
             usage_msg("map 192.0.2.1 export a force"),
             "unknown argument \"force\""
         );
+    }
+
+    #[test]
+    fn an_export_lists_its_clients() {
+        let client = |session, ro: bool| {
+            let b = nl::Builder::new()
+                .u32(FERRY_BLK_A_CLIENT_SESSION, session)
+                .binary(FERRY_BLK_A_CLIENT_ADDR, &[192, 0, 2, 2])
+                .u16(FERRY_BLK_A_CLIENT_PORT, 50000)
+                .u32(FERRY_BLK_A_CLIENT_INFLIGHT, 3);
+            if ro {
+                b.flag(FERRY_BLK_A_CLIENT_READ_ONLY)
+            } else {
+                b
+            }
+        };
+        let b = nl::Builder::new()
+            .str(FERRY_BLK_A_EXPORT_NAME, "ram0")
+            .u32(FERRY_BLK_A_EXPORT_USERS, 2)
+            .binary(FERRY_BLK_A_EXPORT_CLIENT, client(7, false).bytes())
+            .binary(FERRY_BLK_A_EXPORT_CLIENT, client(9, true).bytes());
+        let v = decode_export(b.bytes()).unwrap();
+        assert_eq!(
+            v["clients"],
+            json!([
+                {"session": 7, "addr": "192.0.2.2", "port": 50000, "inflight": 3, "read_only": false},
+                {"session": 9, "addr": "192.0.2.2", "port": 50000, "inflight": 3, "read_only": true},
+            ])
+        );
+        assert!(to_text(&v, false)
+            .contains("\n    client session 9 addr 192.0.2.2 port 50000 inflight 3 ro\n"));
+        // Events name the export alone.
+        let (_, e, _) = event(FERRY_BLK_CMD_EXPORT_ADD_NTF as u8, b.bytes())
+            .unwrap()
+            .unwrap();
+        assert!(e.get("clients").is_none());
     }
 }
