@@ -139,6 +139,22 @@ pub fn decode_addr(p: &[u8]) -> Option<IpAddr> {
     }
 }
 
+/// Checks a name of `what` (a key's, an export's): 1 to `max` of `a-z`,
+/// `0-9`, `.`, `_`, `-`.
+pub fn short_name(what: &str, s: &str, max: u32) -> Result<String, CliError> {
+    let ok = !s.is_empty()
+        && s.len() <= max as usize
+        && s.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(&c));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(usage(format!(
+            "invalid {what} name \"{s}\" (1 to {max} of a-z, 0-9, '.', '_', '-')"
+        )))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,21 +241,5 @@ mod tests {
         assert_eq!(err(number::<u32>("id", "+3")), "invalid id \"+3\"");
         assert_eq!(err(number::<u32>("id", "-1")), "invalid id \"-1\"");
         assert_eq!(err(number::<u32>("id", "0x10")), "invalid id \"0x10\"");
-    }
-}
-
-/// Checks a name of `what` (a key's, an export's): 1 to `max` of `a-z`,
-/// `0-9`, `.`, `_`, `-`.
-pub fn short_name(what: &str, s: &str, max: u32) -> Result<String, CliError> {
-    let ok = !s.is_empty()
-        && s.len() <= max as usize
-        && s.bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(&c));
-    if ok {
-        Ok(s.to_string())
-    } else {
-        Err(usage(format!(
-            "invalid {what} name \"{s}\" (1 to {max} of a-z, 0-9, '.', '_', '-')"
-        )))
     }
 }
