@@ -76,12 +76,15 @@ def blk_events(events):
 @case(timeout=300)
 def blk_map_verify(t):
     """A loop device is exported and mapped back over ferry: the disk's
-    size and block size agree with the export's, 32 MiB of random data
-    written through the disk (direct I/O, 1 MiB and 4 KiB writes) read back
-    identical, and the target's device holds the same bytes (sha256 on both
-    sides); the target counted the writes. Exporting a device in use is
-    refused with EBUSY, and so is unmapping an open disk; then the mapping
-    and the export go, and the module unloads."""
+    size, block sizes, read-only flag and discard limits (`lsblk -D`) agree
+    with the export's, 32 MiB of random data written through the disk
+    (direct I/O, 1 MiB and 4 KiB writes) read back identical, and the
+    target's device holds the same bytes (sha256 on both sides); the target
+    counted the writes and lists its client (session and address).
+    Exporting a device in use is refused with EBUSY, and so are unmapping
+    an open disk and unloading the module while a disk is mapped or an
+    export is left; then the mapping and the export go. A RAM disk (brd)
+    exported and mapped the same way holds what the client wrote to it."""
     vm = t.vm
     loop = blk_setup(t, vm)
     made = t.ferryctl_json(vm, f'blk export add ram0 path {loop}')
@@ -96,6 +99,9 @@ def blk_map_verify(t):
     for what in ('--getsz', '--getss', '--getpbsz', '--getro'):
         t.eq(vm.run(f'blockdev {what} {disk}').out.strip(),
              vm.run(f'blockdev {what} {loop}').out.strip(), f'blockdev {what}')
+    lsblk = 'lsblk -D -b -n -o DISC-ALN,DISC-GRAN,DISC-MAX,DISC-ZERO'
+    t.eq(vm.run(f'{lsblk} {disk}').out.split(), vm.run(f'{lsblk} {loop}').out.split(),
+         'lsblk -D (alignment, granularity, maximum, zeroes)')
     n = 32 * MIB
     vm.run(f'head -c {n} /dev/urandom > /dev/shm/pattern')
     want = sha(vm, '/dev/shm/pattern', n)
@@ -110,6 +116,11 @@ def blk_map_verify(t):
     t.log(f'target counted: {export["stats"]}')
     t.check(export['stats']['bytes_written'] >= n, f'target bytes written: {export["stats"]}')
     t.eq(export['users'], 1, 'sessions using the export')
+    server = [x for x in t.ferryctl_json(vm, 'session show') if x['role'] == 'server']
+    t.eq([(c['session'], c['addr'], c['read_only']) for c in export['clients']],
+         [(server[0]['id'], '192.0.2.1', False)], 'the export\'s client: its session and address')
+    r = vm.run('rmmod ferry_blk', check=False)
+    t.check(r.rc != 0, f'unloading ferry_blk with a disk mapped: {r}')
     # (The target answers an operation just before it stops counting it.)
     t.until(lambda: sorted((x['kind'], x['inflight']) for x in show(t, vm)) == [('export', 0), ('map', 0)],
             10 * t.slow, 'no operation in flight once idle, on either side')
@@ -120,8 +131,21 @@ def blk_map_verify(t):
     r = vm.run(f'{t.ferryctl} blk export del ram0', check=False)
     t.check(r.rc == 2 and 'mapped' in r.err, f'deleting a mapped export: {r.rc} {r.err!r}')
     vm.run(f'{t.ferryctl} blk unmap {disk}')
+    r = vm.run('rmmod ferry_blk', check=False)
+    t.check(r.rc != 0, f'unloading ferry_blk with an export left: {r}')
     vm.run(f'{t.ferryctl} blk export del ram0')
     t.eq(show(t, vm), [], 'nothing left')
+    # A RAM disk (brd) as the backing disk: what the client writes is on it.
+    size = min(int(vm.run('blockdev --getsize64 /dev/ram1').out), 32 * MIB)
+    disk = export_and_map(t, vm, 'brd1', '/dev/ram1')
+    vm.run(f'dd if=/dev/shm/pattern of={disk} bs=64k count={size // 65536} '
+           f'oflag=direct status=none')
+    want = sha(vm, '/dev/shm/pattern', size)
+    t.eq((sha(vm, disk, size), sha(vm, '/dev/ram1', size)), (want, want),
+         f'{size} bytes on a RAM disk, through the client and on the target')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    vm.run(f'{t.ferryctl} blk export del brd1')
+    vm.run('blkdiscard /dev/ram1')
     vm.run('rm -f /dev/shm/pattern')
     blk_teardown(t, vm, loop)
 
@@ -613,7 +637,8 @@ def blk_access_resize(t):
     a read-only one is allowed. The export's device grows (the loop file,
     then `losetup -c`), `blk export resize` tells the client, whose disk
     follows (`blockdev --getsz`), and the new range takes data that reads
-    back identical."""
+    back identical; a device that shrank under a mapping is not resized
+    (EBUSY, the client's disk unchanged)."""
     vm = t.vm
     loop = blk_setup(t, vm)
     monitor_start(t, vm)
@@ -636,6 +661,13 @@ def blk_access_resize(t):
     second = '/dev/' + t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export rw0 ro')[0]['disk']
     vm.wait_for(f'test -b {second}', timeout=30)
     vm.run(f'{t.ferryctl} blk unmap {second}')
+    # A device that shrank under a mapping is not resized.
+    vm.run('truncate -s 32M /dev/shm/blk0.img')
+    vm.run(f'losetup -c {loop}')
+    r = vm.run(f'{t.ferryctl} blk export resize rw0', check=False)
+    t.check(r.rc == 2 and 'shrank' in r.err, f'resize of a shrunk, mapped export: {r}')
+    t.eq(vm.run(f'blockdev --getsz {first}').out.strip(), str(64 * MIB // 512),
+         'the client disk after the refused shrink')
     # Resize: 64 MiB to 96 MiB.
     vm.run('truncate -s 96M /dev/shm/blk0.img')
     vm.run(f'losetup -c {loop}')
