@@ -179,6 +179,10 @@ pub mod stats_attr {
     pub const BACKING_ERRORS: u32 = bindings::FERRY_BLK_A_STATS_BACKING_ERRORS;
     /// Failed, for any reason.
     pub const FAILED: u32 = bindings::FERRY_BLK_A_STATS_FAILED;
+    /// Bytes discarded.
+    pub const BYTES_DISCARDED: u32 = bindings::FERRY_BLK_A_STATS_BYTES_DISCARDED;
+    /// Bytes written as zeroes.
+    pub const BYTES_ZEROED: u32 = bindings::FERRY_BLK_A_STATS_BYTES_ZEROED;
 }
 
 op_doit!(

@@ -41,6 +41,8 @@ fn put_stats(w: &mut Writer<'_>, ty: u32, s: &IoCounts) -> Result {
             (sa::WRITE_ZEROES, s.ops(Op::WriteZeroes)),
             (sa::BYTES_READ, s.bytes_read),
             (sa::BYTES_WRITTEN, s.bytes_written),
+            (sa::BYTES_DISCARDED, s.bytes_discarded),
+            (sa::BYTES_ZEROED, s.bytes_zeroed),
             (sa::REFUSED, s.refused),
             (sa::BACKING_ERRORS, s.backing_errors),
             (sa::FAILED, s.failed),

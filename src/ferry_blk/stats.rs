@@ -26,9 +26,11 @@ pub(crate) enum Op {
 pub(crate) struct IoStats {
     /// Operations done, by [`Op`].
     ops: [AtomicU64; 5],
-    /// Bytes read and written.
+    /// Bytes read, written, discarded and zeroed.
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
+    bytes_discarded: AtomicU64,
+    bytes_zeroed: AtomicU64,
     /// Writes with forced unit access.
     fua: AtomicU64,
     /// Operations that failed, by cause: refused as invalid, the backing
@@ -56,7 +58,13 @@ impl IoStats {
                     self.fua.fetch_add(1, Relaxed);
                 }
             }
-            _ => {}
+            Op::Discard => {
+                self.bytes_discarded.fetch_add(u64::from(len), Relaxed);
+            }
+            Op::WriteZeroes => {
+                self.bytes_zeroed.fetch_add(u64::from(len), Relaxed);
+            }
+            Op::Flush => {}
         }
     }
 
@@ -81,6 +89,8 @@ impl IoStats {
             ops: self.ops.each_ref().map(|a| a.load(Relaxed)),
             bytes_read: self.bytes_read.load(Relaxed),
             bytes_written: self.bytes_written.load(Relaxed),
+            bytes_discarded: self.bytes_discarded.load(Relaxed),
+            bytes_zeroed: self.bytes_zeroed.load(Relaxed),
             fua: self.fua.load(Relaxed),
             refused: self.refused.load(Relaxed),
             backing_errors: self.backing_errors.load(Relaxed),
@@ -98,6 +108,10 @@ pub(crate) struct IoCounts {
     pub(crate) bytes_read: u64,
     /// Bytes written.
     pub(crate) bytes_written: u64,
+    /// Bytes discarded.
+    pub(crate) bytes_discarded: u64,
+    /// Bytes zeroed (WRITE_ZEROES).
+    pub(crate) bytes_zeroed: u64,
     /// Writes with forced unit access.
     pub(crate) fua: u64,
     /// Operations refused as invalid.
@@ -119,6 +133,8 @@ impl IoCounts {
             }
             t.bytes_read += c.bytes_read;
             t.bytes_written += c.bytes_written;
+            t.bytes_discarded += c.bytes_discarded;
+            t.bytes_zeroed += c.bytes_zeroed;
             t.fua += c.fua;
             t.refused += c.refused;
             t.backing_errors += c.backing_errors;
@@ -145,7 +161,9 @@ mod tests {
         s.done(Op::Write, false, 512, true);
         s.done(Op::Read, false, 8192, true);
         s.done(Op::Flush, false, 0, true);
-        s.done(Op::Read, false, 4096, false);
+        s.done(Op::Discard, false, 1 << 20, true);
+        s.done(Op::WriteZeroes, false, 65536, true);
+        s.done(Op::Read, false, 8192, false);
         s.failed_unsent();
         s.backing_error();
         s.refused(Refusal::BadLength);
@@ -155,6 +173,7 @@ mod tests {
             (2, 1, 1)
         );
         assert_eq!((c.bytes_written, c.bytes_read, c.fua), (4608, 8192, 1));
+        assert_eq!((c.bytes_discarded, c.bytes_zeroed), (1 << 20, 65536));
         assert_eq!((c.failed, c.backing_errors, c.refused), (2, 1, 1));
     }
 
@@ -163,10 +182,12 @@ mod tests {
         let q = [IoStats::default(), IoStats::default(), IoStats::default()];
         q[0].done(Op::Write, false, 4096, true);
         q[2].done(Op::Write, true, 4096, true);
-        q[2].done(Op::Discard, false, 0, true);
+        q[2].done(Op::Discard, false, 4096, true);
+        q[0].done(Op::Discard, false, 512, true);
         q[1].failed_unsent();
         let t = IoCounts::sum(&q);
-        assert_eq!((t.ops(Op::Write), t.ops(Op::Discard), t.fua), (2, 1, 1));
+        assert_eq!((t.ops(Op::Write), t.ops(Op::Discard), t.fua), (2, 2, 1));
+        assert_eq!(t.bytes_discarded, 4608);
         assert_eq!((t.bytes_written, t.failed), (8192, 1));
         assert_eq!(IoCounts::sum(&q[..0]), IoCounts::default());
     }

@@ -187,6 +187,8 @@ fn stats(p: &[u8]) -> Value {
             FERRY_BLK_A_STATS_WRITE_ZEROES => "write_zeroes",
             FERRY_BLK_A_STATS_BYTES_READ => "bytes_read",
             FERRY_BLK_A_STATS_BYTES_WRITTEN => "bytes_written",
+            FERRY_BLK_A_STATS_BYTES_DISCARDED => "bytes_discarded",
+            FERRY_BLK_A_STATS_BYTES_ZEROED => "bytes_zeroed",
             FERRY_BLK_A_STATS_REFUSED => "refused",
             FERRY_BLK_A_STATS_BACKING_ERRORS => "backing_errors",
             FERRY_BLK_A_STATS_FAILED => "failed",

@@ -337,7 +337,8 @@ def blk_operations(t):
             t.eq(got, {'flushes': 0, 'fua': 0}, f'{name}: flushes and FUA without a write cache')
     # Zeroes and discards, each over 8 MiB of random data.
     zero = f'cmp -n {8 * MIB} /dev/zero'
-    for cmd, key, at in (('blkdiscard -z', 'write_zeroes', 16), ('blkdiscard', 'discards', 32)):
+    for cmd, key, bytes_key, at in (('blkdiscard -z', 'write_zeroes', 'bytes_zeroed', 16),
+                                    ('blkdiscard', 'discards', 'bytes_discarded', 32)):
         vm.run(f'head -c {8 * MIB} /dev/urandom | dd of=/dev/{c} bs=1M seek={at} oflag=direct '
                f'status=none')
         before = export_stats(t, vm, 'c0')
@@ -345,6 +346,7 @@ def blk_operations(t):
         after = export_stats(t, vm, 'c0')
         t.log(f'{cmd}: {key} +{grew(before, after, key)}')
         t.check(grew(before, after, key) > 0, f'{cmd}: no {key} counted: {after}')
+        t.eq(grew(before, after, bytes_key), 8 * MIB, f'{cmd}: {bytes_key} counted')
         r = vm.run(f'dd if=/dev/{c} bs=1M skip={at} count=8 iflag=direct status=none | {zero}',
                    check=False)
         t.eq(r.rc, 0, f'{cmd}: the range reads back zeros ({r.out.strip()})')
