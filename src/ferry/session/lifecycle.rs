@@ -520,9 +520,15 @@ impl Session {
         let Ok(channels) = clone_all(&inner.channels) else {
             return;
         };
-        let due = inner
-            .next_attempt
-            .is_some_and(|t| t.elapsed().as_millis() >= i64::from(inner.next_delay_ms));
+        // The next attempt waits for the last connection's teardown too: a
+        // request of the old connection (completing with ECONNABORTED) must
+        // not outlive the new one's start (as nvme-rdma tears down before it
+        // reconnects), or its consumer, seeing it still at work, could act
+        // on the new connection for it (a blk-mq timeout resets it).
+        let due = inner.tearing_down == 0
+            && inner
+                .next_attempt
+                .is_some_and(|t| t.elapsed().as_millis() >= i64::from(inner.next_delay_ms));
         let stuck =
             inner.attempt_started.elapsed().as_millis() > i64::from(CONNECT_TIMEOUT_MS) + 1000;
         let gave_up = self.params.give_up_s != 0
