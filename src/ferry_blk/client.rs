@@ -45,7 +45,8 @@ use crate::{
 };
 
 /// How long blk-mq lets a request run before [`Blk::timeout`] resets its
-/// channel.
+/// channel: the disk's `io_timeout` (sysfs may change it, for requests
+/// started from then on).
 const TIMEOUT_MS: u32 = 30_000;
 
 /// How long a map waits for the target's answer to its open.
@@ -319,15 +320,27 @@ impl Operations for Blk {
     }
 
     fn timeout(shared: ArcBorrow<'_, Shared>, rq: TimedOut) -> TimeoutAction {
-        crate::ratelimit::pr_warn_limited!(
-            "client: a request at sector {} timed out on queue {}: resetting its channel\n",
-            rq.sector,
-            rq.hw_queue
-        );
-        if let Some(s) = shared.session.as_ref() {
-            // Its requests complete with ECONNABORTED, and are requeued.
-            // CAST: as in `queue_rq`.
-            let _ = s.reset_channel(rq.hw_queue as u16);
+        // As nvme-rdma: the connection is reset, whatever the cause (a lost
+        // answer, a stalled QP, a target disk that hangs), and the requests
+        // go again once it is back (a slow link or disk wants a larger
+        // `io_timeout`). Its requests complete with ECONNABORTED, and are
+        // requeued; until then the timer runs again. A channel that is not
+        // up is failing already: its request completes once it is torn
+        // down (the session reconnects only then).
+        // CAST: as in `queue_rq`.
+        if let Some(Ok(())) = shared
+            .session
+            .as_ref()
+            .map(|s| s.reset_channel(rq.hw_queue as u16))
+        {
+            crate::ratelimit::pr_warn_limited!(
+                "ferryblk{}: a {:?} at sector {} (tag {}) timed out on queue {}: its channel reset\n",
+                shared.index,
+                rq.op,
+                rq.sector,
+                rq.tag,
+                rq.hw_queue
+            );
         }
         TimeoutAction::ResetTimer
     }

@@ -316,6 +316,8 @@ impl crate::ferry_api::Service for TargetService {
                 phase <- new_mutex!(Phase {
                     ended: false,
                     opening: None,
+                    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+                    held: KVec::new(),
                 }),
                 opened: SetOnce::new(),
                 inflight,
@@ -363,6 +365,10 @@ struct Phase {
     /// The export an open added the session to as a user, while the open
     /// waits for the operations of the session it replaced.
     opening: Option<Arc<Export>>,
+    /// Test builds: the writes a `hostile-hold` export never answers, until
+    /// the session ends.
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    held: KVec<Incoming>,
 }
 
 impl SessionState {
@@ -437,6 +443,9 @@ impl SessionState {
             Some((e, _)) => Some(e.clone()),
             None => phase.opening.clone(),
         };
+        // Answered (to a session that is gone) out of the lock.
+        #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+        let _held = core::mem::take(&mut phase.held);
         drop(phase);
         if let Some(e) = e {
             e.users.lock().retain(|u| u.session.id() != s.id());
@@ -452,7 +461,12 @@ impl SessionState {
         }
         let _ = match res {
             #[cfg(CONFIG_FERRY_KUNIT_TEST)]
-            Ok(desc) if hostile::Mode::of(&self.opened) != hostile::Mode::None => {
+            Ok(desc)
+                if !matches!(
+                    hostile::Mode::of(&self.opened),
+                    hostile::Mode::None | hostile::Mode::Hold
+                ) =>
+            {
                 hostile::answer(s, req, &desc, hostile::Mode::of(&self.opened))
             }
             Ok(desc) => req.respond(Ok(()), &desc.encode()),
@@ -584,6 +598,10 @@ impl Handler for TargetSession {
         if hostile::drop_write(&self.state.opened, s, req.tag().0, &hdr) {
             return;
         }
+        #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+        let Some(req) = hostile::hold_write(&self.state, s, req, &hdr) else {
+            return;
+        };
         self.io(s, req, &hdr);
     }
 
@@ -1222,6 +1240,9 @@ mod hostile {
         /// `hostile-drop`: every write fails the session under it, never
         /// answered (the client requeues it until its retries run out).
         Drop,
+        /// `hostile-hold`: every write is held, never answered, until its
+        /// session ends (the client's timeout resets the connection).
+        Hold,
     }
 
     impl Mode {
@@ -1232,6 +1253,7 @@ mod hostile {
                 Some(n) if n.as_bytes() == b"hostile-bsize" => Self::BlockSize,
                 Some(n) if n.as_bytes() == b"hostile-notices" => Self::Notices,
                 Some(n) if n.as_bytes() == b"hostile-drop" => Self::Drop,
+                Some(n) if n.as_bytes() == b"hostile-hold" => Self::Hold,
                 _ => Self::None,
             }
         }
@@ -1247,7 +1269,7 @@ mod hostile {
         match mode {
             Mode::Short => return req.respond(Ok(()), &b[..b.len() - 1]),
             Mode::BlockSize => b[16..20].copy_from_slice(&1000u32.to_le_bytes()),
-            Mode::Notices | Mode::Drop | Mode::None => {}
+            Mode::Notices | Mode::Drop | Mode::Hold | Mode::None => {}
         }
         req.respond(Ok(()), &b)?;
         if mode == Mode::Notices {
@@ -1296,6 +1318,35 @@ mod hostile {
             others
         );
         true
+    }
+
+    /// In `Hold` mode, keeps the write `req` of header `hdr` unanswered
+    /// until session `s` (whose `state` it is) ends; else gives it back.
+    pub(super) fn hold_write(
+        state: &SessionState,
+        s: &SessionRef,
+        req: Incoming,
+        hdr: &[u8; wire::IO_LEN],
+    ) -> Option<Incoming> {
+        if Mode::of(&state.opened) != Mode::Hold
+            || !Io::decode(hdr).is_ok_and(|io| io.op == IoOp::Write)
+        {
+            return Some(req);
+        }
+        let mut phase = state.phase.lock();
+        if phase.ended {
+            return Some(req);
+        }
+        if phase.held.reserve(1, GFP_KERNEL).is_err() {
+            return Some(req);
+        }
+        // (Room was made: it cannot fail.)
+        let _ = phase.held.push(req, GFP_KERNEL);
+        pr_info!(
+            "target: hostile export: holding a write of session {}\n",
+            s.id()
+        );
+        None
     }
 }
 

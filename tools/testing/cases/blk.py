@@ -43,6 +43,15 @@ def show(t, vm):
     return t.ferryctl_json(vm, '-s blk show')
 
 
+def slow_io_timeout(t, vm, disk):
+    """On a slow kernel, stretches the disk's `io_timeout` (30 s) as every
+    other wait: the debug kernel moves well under 1 MB/s through rxe, and a
+    queue of large writes there takes longer than 30 s to drain (blk-mq
+    would time them out, and the client reset its channel)."""
+    if t.slow > 1:
+        vm.run(f'echo {30000 * t.slow} > /sys/block/{disk.removeprefix("/dev/")}/queue/io_timeout')
+
+
 def export_and_map(t, vm, name, dev, how=''):
     """Exports `dev` as `name` and maps it back (`how`: more of the map
     command): the disk's path, once it is there."""
@@ -50,6 +59,7 @@ def export_and_map(t, vm, name, dev, how=''):
     m = t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export {name} {how}'.rstrip())
     disk = '/dev/' + m[0]['disk']
     vm.wait_for(f'test -b {disk}', timeout=30)
+    slow_io_timeout(t, vm, disk)
     return disk
 
 
@@ -96,6 +106,7 @@ def blk_map_verify(t):
     disk = '/dev/' + maps[0]['disk']
     t.log(f'mapped {disk}: {maps[0]}')
     vm.wait_for(f'test -b {disk}', timeout=30)
+    slow_io_timeout(t, vm, disk)
     for what in ('--getsz', '--getss', '--getpbsz', '--getro'):
         t.eq(vm.run(f'blockdev {what} {disk}').out.strip(),
              vm.run(f'blockdev {what} {loop}').out.strip(), f'blockdev {what}')
@@ -313,6 +324,7 @@ def blk_operations(t):
     p = t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export p0')[0]['disk']
     for disk, cache, fua in ((c, 'write back', '1'), (p, 'write through', '0')):
         vm.wait_for(f'test -b /dev/{disk}', timeout=30)
+        slow_io_timeout(t, vm, disk)
         t.eq(vm.run(f'cat /sys/block/{disk}/queue/write_cache').out.strip(), cache,
              f'{disk}: write cache')
         t.eq(vm.run(f'cat /sys/block/{disk}/queue/fua').out.strip(), fua, f'{disk}: FUA')
@@ -436,6 +448,7 @@ def blk_forced(t):
     # The export deleted by force under its client's load.
     disk = '/dev/' + t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export f0 channels 2')[0]['disk']
     vm.wait_for(f'test -b {disk}', timeout=30)
+    slow_io_timeout(t, vm, disk)
     fio_background(t, vm, disk, '/tmp/fio2.log')
     monitor_start(t, vm)
     r = vm.run(f'{t.ferryctl} blk export del f0', check=False)
@@ -591,6 +604,46 @@ def blk_retry_limit(t):
     vm.run(f'{t.ferryctl} blk export del hostile-drop')
     vm.run('rmmod ferry_blk')
     nullb_del(vm, 'hd0')
+    vm.run('rmmod ferry')
+
+
+@case(timeout=300)
+def blk_timeout_reset(t):
+    """blk-mq's timeout resets the connection, as nvme-rdma's does: a
+    hostile target (test builds: an export named `hostile-hold`) holds
+    every write unanswered while its session stays up. With the disk's
+    `io_timeout` at 1 s, the write times out and the client resets its
+    channel, once per try; ferry reconnects, and the write goes again on
+    each new session, 5 times, then fails with ENOLINK, alone: the mapping
+    stays up and reads work."""
+    vm = t.vm
+    blk_modules(t, vm)
+    dev = nullb(vm, 'ho0')
+    disk = export_and_map(t, vm, 'hostile-hold', dev)
+    vm.run(f'echo 1000 > /sys/block/{disk.removeprefix("/dev/")}/queue/io_timeout')
+    before = [s for s in t.ferryctl_json(vm, 'session show') if s['role'] == 'client'][0]
+    r = vm.run(f'dd if=/dev/zero of={disk} bs=4k count=1 oflag=direct status=none',
+               check=False, timeout=240 * t.slow)
+    t.log(f'the write: rc {r.rc}, {r.err.strip()!r}')
+    t.check(r.rc != 0 and 'Link has been severed' in r.err, f'the write failed with ENOLINK: {r}')
+    after = [s for s in t.ferryctl_json(vm, 'session show') if s['role'] == 'client'][0]
+    log = vm.run('dmesg').out
+    held = log.count('hostile export: holding a write')
+    resets = log.count(': its channel reset')
+    reconnects = after.get('reconnects', 0) - before.get('reconnects', 0)
+    t.log(f'the target held {held} writes; the client timed out {resets} times '
+          f'and reconnected {reconnects} times')
+    t.eq((held, resets, reconnects), (6, 6, 6),
+         'the write sent once and again 5 times, each held, timed out and reset')
+    m = [x for x in show(t, vm) if x['kind'] == 'map'][0]
+    t.eq((m['state'], m['stats']['failed'], m['stats']['writes']), ('up', 1, 0),
+         'the mapping up, one failed write, none done')
+    t.until(lambda: vm.run(f'dd if={disk} of=/dev/null bs=4k count=1 iflag=direct status=none',
+                           check=False).rc == 0, 60 * t.slow, 'a read once the session is back')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    vm.run(f'{t.ferryctl} blk export del hostile-hold')
+    vm.run('rmmod ferry_blk')
+    nullb_del(vm, 'ho0')
     vm.run('rmmod ferry')
 
 
@@ -791,6 +844,7 @@ def blk_two_hosts(t):
     a.run(f'{t.ferryctl} blk export add two0 path {loop}')
     disk = '/dev/' + t.ferryctl_json(b, f'blk map 192.0.2.1 port {PORT} export two0 channels 2')[0]['disk']
     b.wait_for(f'test -b {disk}', timeout=30)
+    slow_io_timeout(t, b, disk)
     for bs in ('4m', '64k'):
         written, verified = fio(t, b, disk, bs, 32)
         _, again = fio(t, b, disk, bs, 32, verify_only=True)
