@@ -393,8 +393,9 @@ u32 ferry_session_id(const struct ferry_session *s);
 /**
  * ferry_session_peer() - the peer's address
  * @s: the session.
- * @out: filled in with the peer's address and port (AF_INET or AF_INET6): a
- *	client session's listener, or a server session's client.
+ * @out: filled in with the peer's address and port (AF_INET or AF_INET6):
+ *	for a client session, the address it was opened with; for a server
+ *	session, the client's, from its first channel's connection.
  *
  * Context: any context.
  */

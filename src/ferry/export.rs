@@ -365,11 +365,9 @@ pub(crate) unsafe extern "C" fn ferry_session_id(s: *const ferry_session) -> u32
     unsafe { Handle::<Session>::borrow(s) }.id
 }
 
-// `SockAddr` is laid out as `struct sockaddr_storage`.
-const _: () = assert!(
-    core::mem::size_of::<SockAddr>() == core::mem::size_of::<__kernel_sockaddr_storage>()
-        && core::mem::align_of::<SockAddr>() <= core::mem::align_of::<__kernel_sockaddr_storage>()
-);
+// `SockAddr` holds the bytes of a `struct sockaddr_storage`.
+const _: () =
+    assert!(core::mem::size_of::<SockAddr>() == core::mem::size_of::<__kernel_sockaddr_storage>());
 
 /// See `ferry_session_peer()` in `include/ferry/ferry.h`.
 ///
@@ -384,8 +382,9 @@ pub(crate) unsafe extern "C" fn ferry_session_peer(
     // SAFETY: The caller holds a reference (the contract).
     let peer = unsafe { Handle::<Session>::borrow(s) }.peer;
     // SAFETY: `out` is valid for writes of a `struct sockaddr_storage` (the
-    // contract), which a `SockAddr` is laid out as (asserted above).
-    unsafe { out.cast::<SockAddr>().write(peer) };
+    // contract), whose size a `SockAddr` has (asserted above); written
+    // unaligned, as the storage may be aligned less than a `SockAddr`.
+    unsafe { out.cast::<SockAddr>().write_unaligned(peer) };
 }
 
 /// See `ferry_session_limits()` in `include/ferry/ferry.h`.

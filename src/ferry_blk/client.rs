@@ -328,19 +328,29 @@ impl Operations for Blk {
         // up is failing already: its request completes once it is torn
         // down (the session reconnects only then).
         // CAST: as in `queue_rq`.
-        if let Some(Ok(())) = shared
+        match shared
             .session
             .as_ref()
             .map(|s| s.reset_channel(rq.hw_queue as u16))
         {
-            crate::ratelimit::pr_warn_limited!(
+            Some(Ok(())) => crate::ratelimit::pr_warn_limited!(
                 "ferryblk{}: a {:?} at sector {} (tag {}) timed out on queue {}: its channel reset\n",
                 shared.index,
                 rq.op,
                 rq.sector,
                 rq.tag,
                 rq.hw_queue
-            );
+            ),
+            Some(Err(e)) if e == ENOTCONN => {}
+            res => crate::ratelimit::pr_warn_limited!(
+                "ferryblk{}: a {:?} at sector {} (tag {}) timed out on queue {}, which could not be reset ({:?})\n",
+                shared.index,
+                rq.op,
+                rq.sector,
+                rq.tag,
+                rq.hw_queue,
+                res.map(|r| r.err())
+            ),
         }
         TimeoutAction::ResetTimer
     }

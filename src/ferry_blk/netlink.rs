@@ -19,11 +19,17 @@ use crate::{
     State,
 };
 
-/// Room for an export's or a mapping's attributes in a reply.
-const ENTRY_SIZE: usize = 512 + MAX_CLIENTS_LISTED * CLIENT_SIZE;
+/// Room for a mapping's attributes in a reply.
+const ENTRY_SIZE: usize = 512;
 
-/// An export's clients listed at most (its `users` counts them all).
-const MAX_CLIENTS_LISTED: usize = 64;
+/// Room for an export's attributes in a reply: a name and a path with their
+/// headers (36 and 260 bytes), flags, numbers and counters (at most 16 bytes
+/// each, with padding), and its clients.
+const EXPORT_SIZE: usize = 36 + 260 + 8 + 8 * 16 + 4 + 14 * 16 + MAX_CLIENTS_LISTED * CLIENT_SIZE;
+
+/// An export's clients listed at most (its `users` counts them all): an
+/// entry stays within a dump's first, page-sized message.
+const MAX_CLIENTS_LISTED: usize = 16;
 
 /// Room for one client's attributes: a nest of a session, an IPv6 address, a
 /// port, a flag and a count.
@@ -77,7 +83,9 @@ fn fill_export(w: &mut Writer<'_>, e: &Export) -> Result {
     w.put_u32(ea::RW_USERS, u32::try_from(rw).unwrap_or(u32::MAX))?;
     w.put_u32(ea::INFLIGHT, e.inflight())?;
     put_stats(w, ea::STATS, &e.stats.counts())?;
-    e.clients(MAX_CLIENTS_LISTED, |s, read_only, inflight| {
+    // The list is best effort: the clients that do not fit are left out
+    // (`users` counts them all), never the export.
+    let _ = e.clients(MAX_CLIENTS_LISTED, |s, read_only, inflight| {
         w.nest(ea::CLIENT, |w| {
             w.put_u32(ca::SESSION, s.id())?;
             if let Some(p) = s.peer() {
@@ -90,7 +98,8 @@ fn fill_export(w: &mut Writer<'_>, e: &Export) -> Result {
             }
             w.put_u32(ca::INFLIGHT, inflight)
         })
-    })
+    });
+    Ok(())
 }
 
 /// The export name of attribute `ty`, validated.
@@ -153,7 +162,7 @@ pub(crate) fn export_add_doit(req: &mut Request<'_>) -> Result {
         export.sectors()
     );
     export_event(nl::cmd::EXPORT_ADD_NTF, &export);
-    let mut reply = req.reply_sized(ENTRY_SIZE)?;
+    let mut reply = req.reply_sized(EXPORT_SIZE)?;
     fill_export(&mut reply.writer(), &export)?;
     reply.send()
 }
@@ -200,7 +209,7 @@ pub(crate) fn export_resize_doit(req: &mut Request<'_>) -> Result {
     }
     let export = state.target.find(&name).ok_or(ENOENT)?;
     export_event(nl::cmd::EXPORT_RESIZE_NTF, &export);
-    let mut reply = req.reply_sized(ENTRY_SIZE)?;
+    let mut reply = req.reply_sized(EXPORT_SIZE)?;
     fill_export(&mut reply.writer(), &export)?;
     reply.send()
 }

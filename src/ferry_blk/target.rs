@@ -1340,8 +1340,9 @@ mod hostile {
         if phase.held.reserve(1, GFP_KERNEL).is_err() {
             return Some(req);
         }
-        // (Room was made: it cannot fail.)
-        let _ = phase.held.push(req, GFP_KERNEL);
+        if let Err(e) = phase.held.push_within_capacity(req) {
+            return Some(e.0);
+        }
         pr_info!(
             "target: hostile export: holding a write of session {}\n",
             s.id()

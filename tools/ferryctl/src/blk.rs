@@ -384,7 +384,7 @@ fn plain(v: &Value) -> String {
     }
 }
 
-/// One line of text for an export or a mapping.
+/// The text of an export (a line, and a line per client) or a mapping.
 fn to_text(v: &Value, with_stats: bool) -> String {
     let get = |k: &str| {
         v.get(k)
