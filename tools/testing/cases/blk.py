@@ -571,6 +571,23 @@ def blk_hostile_target(t):
     vm.run('rmmod ferry')
 
 
+def failed_alone(t, vm, disk, export, dev):
+    """After a write that failed for good on `disk` (export `export` of
+    null_blk device `dev`): the mapping is up with that one failed write
+    and none done, and reads work once the session is back. Then the
+    mapping, the export and the modules go."""
+    m = [x for x in show(t, vm) if x['kind'] == 'map'][0]
+    t.eq((m['state'], m['stats']['failed'], m['stats']['writes']), ('up', 1, 0),
+         'the mapping up, one failed write, none done')
+    t.until(lambda: vm.run(f'dd if={disk} of=/dev/null bs=4k count=1 iflag=direct status=none',
+                           check=False).rc == 0, 60 * t.slow, 'a read once the session is back')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    vm.run(f'{t.ferryctl} blk export del {export}')
+    vm.run('rmmod ferry_blk')
+    nullb_del(vm, dev)
+    vm.run('rmmod ferry')
+
+
 @case(timeout=300)
 def blk_retry_limit(t):
     """A request whose connection fails under it goes again once the
@@ -599,16 +616,7 @@ def blk_retry_limit(t):
     t.log(f'client reconnects {before.get("reconnects", 0)} -> {after.get("reconnects", 0)}; '
           f'the target failed {dropped} sessions under the write')
     t.eq(dropped, 6, 'the write sent once and again 5 times')
-    m = [x for x in show(t, vm) if x['kind'] == 'map'][0]
-    t.eq((m['state'], m['stats']['failed'], m['stats']['writes']), ('up', 1, 0),
-         'the mapping up, one failed write, none done')
-    t.until(lambda: vm.run(f'dd if={disk} of=/dev/null bs=4k count=1 iflag=direct status=none',
-                           check=False).rc == 0, 60 * t.slow, 'a read once the session is back')
-    vm.run(f'{t.ferryctl} blk unmap {disk}')
-    vm.run(f'{t.ferryctl} blk export del hostile-drop')
-    vm.run('rmmod ferry_blk')
-    nullb_del(vm, 'hd0')
-    vm.run('rmmod ferry')
+    failed_alone(t, vm, disk, 'hostile-drop', 'hd0')
 
 
 @case(timeout=300)
@@ -639,16 +647,7 @@ def blk_timeout_reset(t):
     reconnects = lambda: [s for s in t.ferryctl_json(vm, 'session show')
                           if s['role'] == 'client'][0].get('reconnects', 0) - before.get('reconnects', 0)
     t.until(lambda: reconnects() == 6, 30 * t.slow, 'a reconnect after each reset')
-    m = [x for x in show(t, vm) if x['kind'] == 'map'][0]
-    t.eq((m['state'], m['stats']['failed'], m['stats']['writes']), ('up', 1, 0),
-         'the mapping up, one failed write, none done')
-    t.until(lambda: vm.run(f'dd if={disk} of=/dev/null bs=4k count=1 iflag=direct status=none',
-                           check=False).rc == 0, 60 * t.slow, 'a read once the session is back')
-    vm.run(f'{t.ferryctl} blk unmap {disk}')
-    vm.run(f'{t.ferryctl} blk export del hostile-hold')
-    vm.run('rmmod ferry_blk')
-    nullb_del(vm, 'ho0')
-    vm.run('rmmod ferry')
+    failed_alone(t, vm, disk, 'hostile-hold', 'ho0')
 
 
 @case(timeout=300)
