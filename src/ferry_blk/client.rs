@@ -320,10 +320,9 @@ impl Operations for Blk {
     }
 
     fn timeout(shared: ArcBorrow<'_, Shared>, rq: TimedOut) -> TimeoutAction {
-        // As nvme-rdma: the connection is reset, whatever the cause (a lost
-        // answer, a stalled QP, a target disk that hangs), and the requests
-        // go again once it is back (a slow link or disk wants a larger
-        // `io_timeout`). Its requests complete with ECONNABORTED, and are
+        // As nvme-rdma: the connection is reset (a lost answer, a stalled
+        // QP), and the requests go again once it is back (a slow link or
+        // disk wants a larger `io_timeout`). Its requests complete with ECONNABORTED, and are
         // requeued; until then the timer runs again. A channel that is not
         // up is failing already: its request completes once it is torn
         // down (the session reconnects only then).
@@ -342,15 +341,17 @@ impl Operations for Blk {
                 rq.hw_queue
             ),
             Some(Err(e)) if e == ENOTCONN => {}
-            res => crate::ratelimit::pr_warn_limited!(
+            Some(Err(e)) => crate::ratelimit::pr_warn_limited!(
                 "ferryblk{}: a {:?} at sector {} (tag {}) timed out on queue {}, which could not be reset ({:?})\n",
                 shared.index,
                 rq.op,
                 rq.sector,
                 rq.tag,
                 rq.hw_queue,
-                res.map(|r| r.err())
+                e
             ),
+            // (No session: the map failed before its disk was made.)
+            None => {}
         }
         TimeoutAction::ResetTimer
     }
