@@ -186,8 +186,11 @@ fi
 step "VM tests: KUnit, integration cases, runner self-tests"
 vm_results=$FERRY_CACHE/vm-results.json
 rm -f "$vm_results"
+# The patterns are split on blanks and never expanded by this shell (an
+# unquoted "[!b]*" would match files here instead of cases).
 only=()
-[ -n "${FERRY_TESTS:-}" ] && only=(--only $FERRY_TESTS)
+read -ra patterns <<< "${FERRY_TESTS:-}"
+[ ${#patterns[@]} -gt 0 ] && only=(--only "${patterns[@]}")
 python3 tools/testing/vm/run.py --kernel "$BZIMAGE" --ksrc "$KSRC" \
 	--ferry-ko "$FERRY_ROOT/ferry.ko" \
 	--ferryctl "$FERRY_ROOT/tools/ferryctl/target/release/ferryctl" \

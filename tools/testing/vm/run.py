@@ -50,6 +50,12 @@ def main():
     cases = [c for c in harness.CASES
              if (args.group == 'all' or c.group == args.group)
              and (not args.only or any(fnmatch.fnmatch(c.name, p) for p in args.only))]
+    # A pattern that names no case is a mistake (a typo, or a shell that
+    # expanded it): it fails the run instead of passing with fewer cases.
+    unmatched = [p for p in args.only if not any(fnmatch.fnmatch(c.name, p) for c in harness.CASES)]
+    if unmatched:
+        print(f'run.py: no case matches {" ".join(unmatched)}', file=sys.stderr)
+        return 2
     if args.list:
         for c in cases:
             print(f'{c.group:12} {c.topology:7} {c.name}')
