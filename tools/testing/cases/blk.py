@@ -852,8 +852,8 @@ def blk_two_hosts(t):
     # (Each job writes whole blocks: 4 MiB blocks take 4 MiB on the debug
     # kernel, whose jobs write 2 MiB otherwise.)
     most = 0
-    for bs, size in (('4m', 4 * MIB), ('64k', 64 * 1024)):
-        mib = whole_blocks(fio_mib(t), size)
+    for bs in ('4m', '64k'):
+        mib = whole_blocks(fio_mib(t), dict(FIO_SIZES)[bs])
         most = max(most, mib)
         written, verified = fio(t, b, disk, bs, 32, mib=mib)
         _, again = fio(t, b, disk, bs, 32, verify_only=True, mib=mib)
