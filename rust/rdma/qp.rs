@@ -164,8 +164,9 @@ pub trait Completion: Send + Sync + 'static {
     /// Its slot and those of every earlier send are free again.
     fn send_done(this: ArcBorrow<'_, Self>, slot: u32, wc: &Wc);
 
-    /// Work of tag `tag` completed. For [`TagOp::Rdma`], the handler calls
-    /// [`Qp::rdma_done`] once it is done with the transfer.
+    /// Work of tag `tag` completed. For [`TagOp::Rdma`], the transfer's
+    /// rdma_rw context is gone and its list given back before this runs: the
+    /// tag may carry the next transfer at once.
     fn tag_done(_this: ArcBorrow<'_, Self>, _tag: u32, _op: TagOp, _wc: &Wc) {}
 
     /// Called with `true` before each completion's handler runs and with
@@ -1094,7 +1095,8 @@ impl<H: Completion> Qp<H> {
     /// with rdma_rw: `DmaDir::FromDevice` reads the peer's memory into `sg`
     /// (RDMA READ), `DmaDir::ToDevice` writes `sg` into the peer's (RDMA
     /// WRITE); `sg` must hold exactly `remote.len` bytes. Completes on
-    /// [`TagOp::Rdma`] of `tag`; [`Qp::rdma_done`] then gives the list back.
+    /// [`TagOp::Rdma`] of `tag`, when the QP has destroyed the context and
+    /// dropped the list (or at the QP's teardown, after its drain).
     /// On failure the list comes back with the error: `EBUSY` if the tag has
     /// a transfer already, `EINVAL` for a length mismatch.
     pub fn rdma(
@@ -1178,11 +1180,6 @@ impl<H: Completion> Qp<H> {
         Ok(())
     }
 
-    /// Ends tag `tag`'s transfer once its [`TagOp::Rdma`] completion has
-    /// been handled: unmaps the list and gives it back.
-    pub fn rdma_done(&self, tag: u32) -> Option<SgList> {
-        self.inner.rw_destroy(tag)
-    }
 }
 
 /// What [`Inner::fill_and_send`] posts.
@@ -1239,7 +1236,10 @@ impl<H: Completion> Inner<H> {
     }
 
     /// Destroys tag `tag`'s rdma_rw context, if it has one, and gives its
-    /// list back.
+    /// list back. Called only when none of the context's work requests can
+    /// still be at work: right after posting them failed, on the completion
+    /// of the chain's last one (which completes after the others, flushed
+    /// or not), and after the QP's drain.
     fn rw_destroy(&self, tag: u32) -> Option<SgList> {
         let busy = self.rw_busy.get(tag as usize)?;
         if !busy.load(Ordering::Acquire) {
@@ -1248,7 +1248,7 @@ impl<H: Completion> Inner<H> {
         let rw = self.rw[tag as usize].get();
         // SAFETY: `busy` is set, so the context was initialized on this QP by
         // `Qp::rdma` with the list it holds, and its work has completed (the
-        // callers: after its completion, or after the drain).
+        // callers, listed above; none is a public function).
         let sg = unsafe {
             let sg = (*rw).sg.take();
             if let Some(l) = sg.as_ref() {
@@ -1513,12 +1513,20 @@ unsafe extern "C" fn done<H: Completion>(_cq: *mut bindings::ib_cq, wc: *mut bin
     H::handling(inner.handler.as_arc_borrow(), true);
     match slot.op {
         None => inner.complete(slot.slot, wc),
-        Some(op) => H::tag_done(
+        Some(op) => {
+            if op == TagOp::Rdma {
+                // The chain's last request: every one before it has completed
+                // (a queue completes in order), so its context goes now,
+                // before anything can post on the tag again.
+                drop(inner.rw_destroy(slot.slot));
+            }
+            H::tag_done(
             inner.handler.as_arc_borrow(),
             slot.slot,
             op,
             &Wc::from_raw(wc),
-        ),
+            )
+        }
     }
     H::handling(inner.handler.as_arc_borrow(), false);
 }

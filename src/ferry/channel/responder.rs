@@ -348,11 +348,11 @@ impl<O: Owner> Channel<O> {
             inner.last_ack = Instant::now();
         }
         // While the channel shuts down its QP is being drained: the teardown
-        // completes the transfer once the QP is gone.
-        let Some(qp) = inner.qp.as_deref() else {
+        // completes the transfer once the QP is gone. (The QP has destroyed
+        // the transfer's rdma_rw context already.)
+        if inner.qp.is_none() {
             return;
-        };
-        let _ = qp.rdma_done(tag);
+        }
         let mut status = if ok { 0 } else { EIO.to_errno() };
         let next = match inner.xfer.as_mut().and_then(|x| x.rdma_op(tag)) {
             Some(op) if ok => op.next_desc(),
