@@ -22,7 +22,12 @@
  *   drain processes what is left). While one runs, that channel processes no
  *   other completion, so they should be short; they must not wait for a
  *   credit (ferry_send() without %FERRY_NOWAIT fails with -EDEADLK there) and
- *   must not call ferry_session_close().
+ *   must not call ferry_session_close(). A request's @done runs there too,
+ *   or in the thread tearing its channel down, under the same rules.
+ *   @writable also comes from ferry's work queue once a channel's pool of
+ *   regions grew, and @up from whichever thread tells the session's state
+ *   (below): a wait there is allowed, as nothing of the channel waits for
+ *   it.
  * - @down and @gone run on ferry's own work queue, or in the thread that
  *   closes the session (ferry_session_close(), ferry_service_unregister()).
  *   No callback may call ferry_session_close() on its own session.
@@ -148,9 +153,10 @@ enum ferry_dir {
  * @done: called once the request is over, exactly once for each request
  *	ferry_submit() accepted. By then every key the peer had for the pages
  *	is invalid and the pages are unmapped: the caller owns them again. Runs
- *	in process context, on the channel's completion work (do not wait
- *	there), or on ferry's work queue or the closing thread when the session
- *	fails.
+ *	in process context, on the channel's completion work, or on ferry's
+ *	work queue or the closing thread when the session fails (the
+ *	channel's teardown): both are ferry callbacks, where a wait for room
+ *	fails with -EDEADLK.
  * @priv: the caller's.
  * @status: set before @done: 0 or the peer's status (a negative errno), or
  *	ferry's error: -ECONNABORTED if the connection failed before the

@@ -590,6 +590,7 @@ struct rq_client {
 	struct ferry_session *s;
 	struct work_struct reset;	/* atomic=1: the reset that races */
 	int reset_ret;
+	atomic_t waited;		/* a @done tried a waiting send */
 	struct rq_slot slots[64];
 };
 
@@ -615,6 +616,20 @@ static void rq_done(struct ferry_request *rq)
 	if (rq->status) {
 		pr_warn("client: request failed: %d\n", rq->status);
 		atomic_inc(&rc->failed);
+		/*
+		 * The first failed request asks for a send that would wait
+		 * (the session reconnects): a @done is a ferry callback, so
+		 * -EDEADLK at once, not a wait for a reconnect that waits for
+		 * this very teardown.
+		 */
+		if (!atomic && atomic_inc_return(&rc->waited) == 1) {
+			u64 start = ktime_get_ns();
+			u8 byte = 0;
+			int ret = ferry_send(rc->s, &byte, 1, 0);
+
+			pr_info("client: a waiting send from a failed request's @done: %d after %llu ms\n",
+				ret, div_u64(ktime_get_ns() - start, NSEC_PER_MSEC));
+		}
 	} else if (le32_to_cpu(sl->hdr.op) == DATA_READ) {
 		pattern(&sl->data, le32_to_cpu(sl->hdr.len), sl->seed, true, &ok);
 		if (!ok || rq->moved != le32_to_cpu(sl->hdr.len))

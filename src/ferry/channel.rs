@@ -156,6 +156,8 @@ struct Inner<O: Owner> {
     state: ChanState,
     /// The session's role, which the state table depends on.
     role: Role,
+    /// The session's local id and the channel's index, for the log.
+    names: (u32, u16),
     /// Shared only with a thread it is lent to (see the module docs).
     qp: Option<Arc<Qp<Channel<O>>>>,
     /// The head of the QP's send ring.
@@ -223,7 +225,9 @@ impl<O: Owner> Inner<O> {
             return true;
         }
         pr_warn!(
-            "channel: refused state change {:?} -> {:?}\n",
+            "session {} channel {}: refused state change {:?} -> {:?}\n",
+            self.names.0,
+            self.names.1,
             self.state,
             to
         );
@@ -268,8 +272,9 @@ pub(crate) struct Channel<O: Owner> {
     #[pin]
     idle: CondVar,
     pub(crate) stats: Stats,
-    /// The task handling a completion of the channel (0 when none), so that a
-    /// consumer's callback cannot wait for a credit only this task can return.
+    /// The task handling a completion of the channel, or running its
+    /// teardown's `done` callbacks (0 when none), so that a consumer's
+    /// callback cannot wait for room only this task can make.
     cb_task: AtomicUsize,
     /// Polls a polled channel that its consumer left alone (queued by the
     /// tick on ferry's work queue, so that the callbacks it runs delay no
@@ -317,6 +322,7 @@ impl<O: Owner> Channel<O> {
 
     fn new(session: &Arc<O>, index: u16, generation: u32, state: ChanState) -> Result<Arc<Self>> {
         let now = Instant::now();
+        let names = (O::id(session), index);
         Arc::pin_init(
             pin_init!(Self {
                 session: session.clone(),
@@ -326,6 +332,7 @@ impl<O: Owner> Channel<O> {
                 inner <- new_spinlock_irq!(Inner {
                     state,
                     role: session.role(),
+                    names,
                     qp: None,
                     ring: None,
                     lent: 0,
@@ -501,6 +508,11 @@ impl<O: Owner> Channel<O> {
         };
         drop(pool);
         drop(responder);
+        // The `done` callbacks below are the channel's callbacks, as its
+        // completions' are (a wait for room there fails with EDEADLK: the
+        // reconnect that would make room waits for this teardown). No
+        // completion runs any more: the QP and its CQ are gone.
+        self.cb_task.store(current_task(), Release);
         loop {
             let f = self.inner.lock().xfer.as_mut().and_then(Xfer::abort_one);
             let Some((f, regs)) = f else { break };
@@ -517,6 +529,7 @@ impl<O: Owner> Channel<O> {
             let Some(cb) = cb else { break };
             cb.done(ECONNABORTED.to_errno());
         }
+        self.cb_task.store(0, Release);
         // Nothing of the device stays: its PD's registration reference would
         // hold up the device's removal, and a region registered after it
         // would outlive the device. A growth of the pool that started

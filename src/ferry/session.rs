@@ -174,6 +174,12 @@ struct Inner {
     /// The connect attempt the channels belong to.
     generation: u32,
     channels: KVec<Arc<Channel>>,
+    /// Channels out of the session whose teardown is at work: their
+    /// completions (the drain's) and the teardown's own `done` callbacks
+    /// still count as callbacks of the session (see
+    /// [`Session::in_callback`]). Room for three lists of channels is made
+    /// with the session, so tearing down never allocates.
+    retiring: KVec<Arc<Channel>>,
     /// Server: the service, once the first hello named it.
     service: Option<ServiceName>,
     reason: Reason,
@@ -325,6 +331,8 @@ impl Session {
         psk: Option<Arc<Psk>>,
     ) -> Result<Arc<Self>> {
         let mut queues = KVec::with_capacity(usize::from(params.channels), GFP_KERNEL)?;
+        // A failure's teardown, a device removal's and a close's may overlap.
+        let retiring = KVec::with_capacity(3 * usize::from(params.channels), GFP_KERNEL)?;
         for _ in 0..params.channels {
             queues.push(RcuCell::new(), GFP_KERNEL)?;
         }
@@ -344,6 +352,7 @@ impl Session {
                     tearing_down: 0,
                     generation: 0,
                     channels: KVec::new(),
+                    retiring,
                     service: None,
                     reason: Reason::None,
                     reconnects: 0,

@@ -245,7 +245,8 @@ impl<O: Owner> Channel<O> {
                     Some(r) => r.reason,
                     None if ev.status() == cm::REJ_INVALID_SERVICE_ID => Reason::NoListener,
                     None => {
-                        pr_info!(
+                        // A peer can send any number of these.
+                        crate::ratelimit::pr_info_limited!(
                             "session {}: connect rejected: {}\n",
                             self.session.id(),
                             id.reject_msg(ev.status())

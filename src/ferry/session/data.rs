@@ -49,7 +49,9 @@ impl Session {
                 Err((e, t)) if e == EAGAIN => t,
                 r => return r,
             };
-            if self.in_callback() {
+            // Once, before `wait` is held (`in_callback` takes `inner`): the
+            // thread stays what it is.
+            if guard.is_none() && self.in_callback() {
                 return Err((EDEADLK, item));
             }
             let left = i64::from(self.params.timeout_ms) - start.elapsed().as_millis();
@@ -382,11 +384,16 @@ impl Session {
             .sum()
     }
 
-    /// Whether the current thread runs a callback of one of the channels.
+    /// Whether the current thread runs a callback of one of the channels,
+    /// published or being torn down. Not on the data path: only before a
+    /// wait.
     pub(super) fn in_callback(&self) -> bool {
-        let guard = rcu::read_lock();
-        self.queues
-            .iter()
-            .any(|q| q.get(&guard).is_some_and(|c| c.in_callback()))
+        let published = {
+            let guard = rcu::read_lock();
+            self.queues
+                .iter()
+                .any(|q| q.get(&guard).is_some_and(|c| c.in_callback()))
+        };
+        published || self.inner.lock().retiring.iter().any(|c| c.in_callback())
     }
 }

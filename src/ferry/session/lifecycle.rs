@@ -390,7 +390,8 @@ impl Session {
         }
         let delay = inner.backoff.next_delay_ms(work::random_u32());
         if inner.connected_once && inner.state == SessionState::Reconnecting {
-            pr_info!(
+            // Bounded by the backoff per session, not across sessions.
+            crate::ratelimit::pr_info_limited!(
                 "session {}: attempt {} to {} failed ({}), next in {} ms\n",
                 self.id,
                 inner.backoff.attempts(),
@@ -437,7 +438,7 @@ impl Session {
         self.sendable.store(ENOTCONN.to_errno(), Release);
         self.unpublish();
         drop(inner);
-        shutdown_all(&channels);
+        self.shut_down(&channels);
         let mut inner = self.inner.lock();
         // Channels a failure or a device removal tears down may still be
         // completing requests: the session is not closed before they are.
@@ -490,7 +491,7 @@ impl Session {
             c.fail(Reason::DeviceRemoved);
         }
         // (The failure takes them out of the session and keeps their counts.)
-        shutdown_all(&hit);
+        self.shut_down(&hit);
         self.torn_down();
     }
 
@@ -498,12 +499,31 @@ impl Session {
     /// complete), keeps their counts, and ends a teardown counted in
     /// `tearing_down`.
     pub(super) fn tear_down(&self, channels: &[Arc<Channel>]) {
-        shutdown_all(channels);
+        self.shut_down(channels);
         // Drained: their counts are final, and stay the session's.
         for c in channels.iter() {
             self.retired.absorb(&c.stats.snapshot());
         }
         self.torn_down();
+    }
+
+    /// Tears down `channels`, each waiting for its QP and CM id; meanwhile
+    /// they are `retiring`, so their callbacks still count as the session's.
+    fn shut_down(&self, channels: &[Arc<Channel>]) {
+        {
+            let mut inner = self.inner.lock();
+            for c in channels {
+                // Never beyond the room made with the session (three lists).
+                let _ = inner.retiring.push_within_capacity(c.clone());
+            }
+        }
+        for c in channels {
+            c.shutdown();
+        }
+        self.inner
+            .lock()
+            .retiring
+            .retain(|r| !channels.iter().any(|c| Arc::ptr_eq(c, r)));
     }
 
     /// A teardown counted in `tearing_down` is over.
@@ -592,12 +612,6 @@ impl WorkItem for Session {
     }
 }
 
-/// Tears down `channels`, each waiting for its QP and CM id.
-pub(super) fn shutdown_all(channels: &[Arc<Channel>]) {
-    for c in channels {
-        c.shutdown();
-    }
-}
 
 /// A copy of `channels`, to work on without the session's lock.
 pub(super) fn clone_all(channels: &[Arc<Channel>]) -> Result<KVec<Arc<Channel>>> {

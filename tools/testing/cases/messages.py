@@ -262,8 +262,10 @@ def requests_reset(t):
     """A consumer resets its channel (ferry_reset_channel(), as a blk-mq
     .timeout would) with 8 requests of 4 KiB to 4 MiB in flight: those fail
     with -ECONNABORTED, each exactly once, the session reconnects once and
-    every later request succeeds, byte for byte; then the same on a polled
-    channel."""
+    every later request succeeds, byte for byte; a send that would wait,
+    from the first failed request's @done, gets -EDEADLK (the reconnect it
+    would wait for waits for the teardown running that @done); then the
+    same on a polled channel."""
     vm = t.vm
     t.net_up(vm, 0, 1)
     t.rxe_add(vm)
@@ -287,6 +289,12 @@ def requests_reset(t):
              f'poll={poll}: every failed request got -ECONNABORTED')
         t.check(re.search(r'client session \d+: down \(-103\)', log) is not None,
                 f'poll={poll}: the consumer heard down (-ECONNABORTED): {log!r}')
+        # A failed request's @done is a ferry callback wherever it runs (the
+        # channel's drain, or its teardown after the QP is gone): a send
+        # that would wait for the reconnect fails at once.
+        waited = re.search(r"waiting send from a failed request's @done: (-?\d+)", log)
+        t.eq(waited and waited.group(1), '-35',
+             f'poll={poll}: a waiting send from @done got -EDEADLK: {waited and waited.group(0)!r}')
         client = [s for s in t.ferryctl_json(vm, 'session show') if s['role'] == 'client']
         t.eq([(s['state'], s['reconnects']) for s in client], [('connected', 1)],
              f'poll={poll}: the client session reconnected once')
