@@ -100,6 +100,18 @@ pub mod listener {
     pub const PENDING: u32 = bindings::FERRY_A_LISTENER_PENDING;
     /// New sessions refused for the limits.
     pub const BUSY_REFUSED: u32 = bindings::FERRY_A_LISTENER_BUSY_REFUSED;
+    /// Requests refused that proved the secret but were stale.
+    pub const STALE_REFUSED: u32 = bindings::FERRY_A_LISTENER_STALE_REFUSED;
+    /// Most open sessions, from all addresses.
+    pub const MAX_SESSIONS: u32 = bindings::FERRY_A_LISTENER_MAX_SESSIONS;
+    /// Most open sessions from one address.
+    pub const MAX_SESSIONS_PER_PEER: u32 = bindings::FERRY_A_LISTENER_MAX_SESSIONS_PER_PEER;
+    /// Most sessions waiting for their hello, from all addresses.
+    pub const MAX_PENDING: u32 = bindings::FERRY_A_LISTENER_MAX_PENDING;
+    /// Most sessions waiting for their hello from one address.
+    pub const MAX_PENDING_PER_PEER: u32 = bindings::FERRY_A_LISTENER_MAX_PENDING_PER_PEER;
+    /// Most channels of a session.
+    pub const MAX_CHANNELS: u32 = bindings::FERRY_A_LISTENER_MAX_CHANNELS;
 }
 
 /// Attribute numbers of the `session` set.
@@ -395,7 +407,7 @@ op_dumpit!(
 );
 op_doit!(
     /// `FERRY_CMD_LISTENER_ADD`, do.
-    ferry_nl_listener_add_doit => crate::netlink::listener_add_doit, maxattr FERRY_A_LISTENER_KEY
+    ferry_nl_listener_add_doit => crate::netlink::listener_add_doit, maxattr FERRY_A_LISTENER_MAX_CHANNELS
 );
 op_doit!(
     /// `FERRY_CMD_LISTENER_DEL`, do.

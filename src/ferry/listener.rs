@@ -34,16 +34,96 @@ use crate::{
 /// Connection requests rdma_cm queues for a listener.
 const BACKLOG: i32 = 128;
 
-/// Most sessions waiting for their first hello, from one address and in all
-/// (a connection takes a QP and its receive buffers until its hello is in
-/// or its deadline passes, see `HELLO_DEADLINE_MS`).
+/// Most sessions waiting for their first hello, from one address and in all,
+/// by default (a connection takes a QP and its receive buffers until its
+/// hello is in or its deadline passes, see `HELLO_DEADLINE_MS`).
 pub(crate) const MAX_PENDING_PER_PEER: u32 = 8;
 /// See [`MAX_PENDING_PER_PEER`].
 pub(crate) const MAX_PENDING: u32 = 64;
-/// Most sessions one listener keeps from one address, and in all.
+/// Most sessions one listener keeps from one address, and in all, by
+/// default.
 pub(crate) const MAX_SESSIONS_PER_PEER: u32 = 256;
 /// See [`MAX_SESSIONS_PER_PEER`].
 pub(crate) const MAX_SESSIONS: u32 = 1024;
+
+/// A listener's admission limits (`listener add`'s `max-*` attributes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Most open sessions, from all addresses.
+    pub(crate) sessions: u32,
+    /// Most open sessions from one address.
+    pub(crate) sessions_per_peer: u32,
+    /// Most sessions waiting for their first hello, from all addresses.
+    pub(crate) pending: u32,
+    /// Most sessions waiting for their first hello from one address.
+    pub(crate) pending_per_peer: u32,
+    /// Most channels of a session (1 to [`crate::wire::MAX_CHANNELS`]).
+    pub(crate) channels: u16,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            sessions: MAX_SESSIONS,
+            sessions_per_peer: MAX_SESSIONS_PER_PEER,
+            pending: MAX_PENDING,
+            pending_per_peer: MAX_PENDING_PER_PEER,
+            channels: crate::wire::MAX_CHANNELS,
+        }
+    }
+}
+
+/// What becomes of a connection request, from what the host knows of the
+/// session it names (see [`judge`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// A session the host does not know: a new one, with a fresh secret.
+    New,
+    /// A known session whose server side is gone, started again by its
+    /// client (channel 0, a newer generation than it had).
+    Restart,
+    /// A channel of the live session's current attempt.
+    Join,
+    /// A newer attempt of the live session's client: the old one goes.
+    Replace,
+    /// Refused: the session's secret is not proved.
+    Forged,
+    /// Refused: the secret is proved, but the request is no newer than the
+    /// session's own attempt (a replayed request, or a late one).
+    Stale,
+    /// Refused: a channel other than 0 of a session the host does not know.
+    NotFirst,
+}
+
+/// Whether generation `a` is newer than `b` (serial number arithmetic).
+fn newer(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+/// Judges a request for channel `channel` of attempt `generation`: `known`
+/// is the newest generation the host had for the session and whether the
+/// request proved its secret, if the host knows the session; `live` is the
+/// generation of its live server session, if there is one.
+pub(crate) fn judge(
+    channel: u16,
+    generation: u32,
+    known: Option<(u32, bool)>,
+    live: Option<u32>,
+) -> Verdict {
+    match (known, live) {
+        (Some((_, false)), _) => Verdict::Forged,
+        (Some((had, true)), None) if channel == 0 && newer(generation, had) => Verdict::Restart,
+        (Some(_), None) => Verdict::Stale,
+        (Some(_), Some(g)) if g == generation => Verdict::Join,
+        (Some(_), Some(g)) if newer(generation, g) => Verdict::Replace,
+        (Some(_), Some(_)) => Verdict::Stale,
+        // A live session has its record from before it was listed; this is
+        // a request racing its end. The client tries again.
+        (None, Some(_)) => Verdict::Stale,
+        (None, None) if channel != 0 => Verdict::NotFirst,
+        (None, None) => Verdict::New,
+    }
+}
 
 /// What a listener holds, for its admission limits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,12 +139,12 @@ pub(crate) struct Admission {
 }
 
 impl Admission {
-    /// Whether a new session may start: none of the limits reached.
-    pub(crate) fn admits(&self) -> bool {
-        self.pending_peer < MAX_PENDING_PER_PEER
-            && self.pending < MAX_PENDING
-            && self.sessions_peer < MAX_SESSIONS_PER_PEER
-            && self.sessions < MAX_SESSIONS
+    /// Whether a new session may start: none of `limits` reached.
+    pub(crate) fn admits(&self, limits: &Limits) -> bool {
+        self.pending_peer < limits.pending_per_peer
+            && self.pending < limits.pending
+            && self.sessions_peer < limits.sessions_per_peer
+            && self.sessions < limits.sessions
     }
 }
 
@@ -102,10 +182,15 @@ pub(crate) struct Listener {
     sessions: Arc<dyn session::Host>,
     /// Requests refused because they did not prove a known session's secret.
     pub(crate) auth_refused: AtomicU64,
+    /// Requests that proved the secret but were no newer than the
+    /// session's attempt, or named a channel it has (replayed, or late).
+    pub(crate) stale_refused: AtomicU64,
     /// New sessions refused for the admission limits.
     pub(crate) busy_refused: AtomicU64,
     /// The key every session accepted here must prove.
     pub(crate) psk: Option<Arc<Psk>>,
+    /// Its admission limits.
+    pub(crate) limits: Limits,
     /// Closes the listener when its device goes away (not in its own
     /// handler, which closing waits for); embedded, so never lost for want
     /// of memory.
@@ -134,6 +219,7 @@ impl Listener {
         host: Arc<dyn Host>,
         sessions: Arc<dyn session::Host>,
         psk: Option<Arc<Psk>>,
+        limits: Limits,
     ) -> Result<Arc<Self>> {
         let l = Arc::pin_init(
             pin_init!(Self {
@@ -144,8 +230,10 @@ impl Listener {
                 host,
                 sessions,
                 auth_refused: AtomicU64::new(0),
+                stale_refused: AtomicU64::new(0),
                 busy_refused: AtomicU64::new(0),
                 psk,
+                limits,
                 work <- new_work!("ferry::Listener::work"),
             }),
             GFP_KERNEL,
@@ -190,32 +278,37 @@ impl Listener {
                 return Self::refuse(req, r);
             }
         };
+        let peer = req.id().dst_addr();
         if self.sessions.shutting_down() {
+            crate::ratelimit::pr_info_limited!(
+                "listener {}: refused a request from {}: ferry is being unloaded\n",
+                self.id,
+                peer
+            );
             return Self::refuse(req, Reason::ShuttingDown);
         }
         // Version 1.2 made the session's secret part of the handshake: an
         // older client cannot join a session it opened, so it gets none.
         if data.minor < 2 {
+            crate::ratelimit::pr_info_limited!(
+                "listener {}: refused a request from {}: protocol 1.{} (1.2 or later needed)\n",
+                self.id,
+                peer,
+                data.minor
+            );
             return Self::refuse(req, Reason::Version);
         }
-        let peer = req.id().dst_addr();
         let existing = self.host.server_session(&self.net, data.session_id, &peer);
         let known = self.host.session_secret(&self.net, data.session_id, &peer);
         let proved = known.is_some_and(|(s, _)| data.proves(ev.private_data(), &s));
-        let secret = match known {
-            // A session whose server side is gone starts again on channel 0
-            // alone, with a newer generation than it had: a replayed request
-            // is not.
-            Some((_, generation))
-                if proved
-                    && existing.is_none()
-                    && (data.channel != 0
-                        || (data.generation.wrapping_sub(generation) as i32) <= 0) =>
-            {
-                return Self::refuse(req, Reason::BadChannel);
-            }
-            Some((secret, _)) if proved => secret,
-            Some(_) => {
+        let verdict = judge(
+            data.channel,
+            data.generation,
+            known.map(|(_, g)| (g, proved)),
+            existing.as_ref().map(|s| s.generation()),
+        );
+        let secret = match (verdict, known) {
+            (Verdict::Forged, _) => {
                 self.auth_refused.fetch_add(1, Relaxed);
                 crate::ratelimit::pr_warn_limited!(
                     "listener {}: refused a connect from {} to session {:#x} (channel {}): {}\n",
@@ -231,20 +324,51 @@ impl Listener {
                 );
                 return Self::refuse(req, Reason::AuthFailed);
             }
-            // Unknown: a new session, which starts with channel 0.
-            None if data.channel != 0 => return Self::refuse(req, Reason::BadChannel),
-            None => {
+            (Verdict::Stale, _) => {
+                self.stale_refused.fetch_add(1, Relaxed);
+                crate::ratelimit::pr_warn_limited!(
+                    "listener {}: refused a connect from {} to session {:#x} (channel {}, attempt {}): not newer than the session's (replayed, or late)\n",
+                    self.id,
+                    peer,
+                    data.session_id,
+                    data.channel,
+                    data.generation
+                );
+                return Self::refuse(req, Reason::BadChannel);
+            }
+            (Verdict::NotFirst, _) => {
+                crate::ratelimit::pr_info_limited!(
+                    "listener {}: refused a connect from {} to channel {} of session {:#x}, which it does not know\n",
+                    self.id,
+                    peer,
+                    data.channel,
+                    data.session_id
+                );
+                return Self::refuse(req, Reason::BadChannel);
+            }
+            (Verdict::New, _) => {
                 let mut s = [0u8; SECRET_LEN];
                 crate::crypto::random_bytes(&mut s);
                 s
             }
+            (_, Some((secret, _))) => secret,
+            // `judge` gives the others only for a known session.
+            (_, None) => return Self::refuse(req, Reason::BadChannel),
         };
         // A new session, or one replacing its stale self: the limits first,
         // before anything is allocated for it.
-        let new = existing
-            .as_ref()
-            .is_none_or(|s| s.generation() != data.generation);
-        if new && !self.host.admission(self.id, &peer).admits() {
+        if verdict != Verdict::Join && data.channels > self.limits.channels {
+            self.busy_refused.fetch_add(1, Relaxed);
+            crate::ratelimit::pr_warn_limited!(
+                "listener {}: refused a new session from {}: {} channels asked, {} at most here\n",
+                self.id,
+                peer,
+                data.channels,
+                self.limits.channels
+            );
+            return Self::refuse(req, Reason::Busy);
+        }
+        if verdict != Verdict::Join && !self.host.admission(self.id, &peer).admits(&self.limits) {
             self.busy_refused.fetch_add(1, Relaxed);
             crate::ratelimit::pr_warn_limited!(
                 "listener {}: refused a new session from {}: too many sessions, or too many waiting for their hello\n",
@@ -254,22 +378,34 @@ impl Listener {
             return Self::refuse(req, Reason::Busy);
         }
         // The session the channel joins, if it exists already.
-        let joined = match existing {
-            Some(s) if s.generation() == data.generation => {
+        let joined = match (verdict, existing) {
+            (Verdict::Join, Some(s)) => {
                 if let Err(r) = s.check_request(data.generation, data.channel, data.channels) {
+                    // The attempt is the session's: a channel it has (a
+                    // replay of a live channel's request), or a count it
+                    // was not opened with.
+                    self.stale_refused.fetch_add(1, Relaxed);
+                    crate::ratelimit::pr_warn_limited!(
+                        "listener {}: refused a connect from {} to session {:#x} (channel {} of {}): {}\n",
+                        self.id,
+                        peer,
+                        data.session_id,
+                        data.channel,
+                        data.channels,
+                        r.describe()
+                    );
                     return Self::refuse(req, r);
                 }
                 Some(s)
             }
             // A newer attempt from the same client: what is left of the old one
             // is half-open and must not block it.
-            Some(s) if (data.generation.wrapping_sub(s.generation()) as i32) > 0 => {
+            (Verdict::Replace, Some(s)) => {
                 // Not here: closing waits for CM handlers.
                 s.close_later(Reason::PeerClosed);
                 None
             }
-            Some(_) => return Self::refuse(req, Reason::BadChannel),
-            None => None,
+            _ => None,
         };
         let session = match joined {
             Some(s) => s,
@@ -294,7 +430,32 @@ impl Listener {
                 );
                 match made {
                     Ok(s) => s,
-                    Err(_) => return Self::refuse(req, Reason::NoResources),
+                    // The store of secrets is full, for this address or in
+                    // all: it never drops one to make room.
+                    Err(e) if e == EDQUOT || e == ENOSPC => {
+                        self.busy_refused.fetch_add(1, Relaxed);
+                        let whose = if e == EDQUOT {
+                            c"for its address"
+                        } else {
+                            c"in all"
+                        };
+                        crate::ratelimit::pr_warn_limited!(
+                            "listener {}: refused a new session from {}: too many sessions' secrets kept {}\n",
+                            self.id,
+                            peer,
+                            whose
+                        );
+                        return Self::refuse(req, Reason::Busy);
+                    }
+                    Err(e) => {
+                        crate::ratelimit::pr_warn_limited!(
+                            "listener {}: refused a new session from {}: error {}\n",
+                            self.id,
+                            peer,
+                            e.to_errno()
+                        );
+                        return Self::refuse(req, Reason::NoResources);
+                    }
                 }
             }
         };
@@ -322,5 +483,46 @@ impl Handler for Listener {
 
     fn connect_request(this: ArcBorrow<'_, Self>, req: ConnectRequest<'_>, ev: &Event<'_>) {
         this.accept_request(req, ev);
+    }
+}
+
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+#[kunit_tests(ferry_listener_judge)]
+mod tests {
+    use super::{judge, Verdict};
+
+    #[test]
+    fn unknown_sessions_start_on_channel_0() {
+        assert_eq!(judge(0, 1, None, None), Verdict::New);
+        assert_eq!(judge(1, 1, None, None), Verdict::NotFirst);
+    }
+
+    #[test]
+    fn a_known_session_needs_its_secret() {
+        // Whatever else the request says.
+        assert_eq!(judge(0, 9, Some((1, false)), None), Verdict::Forged);
+        assert_eq!(judge(1, 1, Some((1, false)), Some(1)), Verdict::Forged);
+        assert_eq!(judge(0, 2, Some((1, false)), Some(1)), Verdict::Forged);
+    }
+
+    #[test]
+    fn a_replayed_request_starts_nothing() {
+        // The server side is gone: only channel 0 of a newer attempt.
+        assert_eq!(judge(0, 2, Some((1, true)), None), Verdict::Restart);
+        assert_eq!(judge(0, 1, Some((1, true)), None), Verdict::Stale);
+        assert_eq!(judge(1, 2, Some((1, true)), None), Verdict::Stale);
+        // Live: an older attempt's request is stale; the same attempt's
+        // joins (the session refuses a channel it has); a newer replaces.
+        assert_eq!(judge(0, 1, Some((2, true)), Some(2)), Verdict::Stale);
+        assert_eq!(judge(1, 2, Some((2, true)), Some(2)), Verdict::Join);
+        assert_eq!(judge(0, 3, Some((2, true)), Some(2)), Verdict::Replace);
+        // Generations wrap.
+        assert_eq!(judge(0, 0, Some((u32::MAX, true)), None), Verdict::Restart);
+        assert_eq!(judge(0, u32::MAX, Some((0, true)), None), Verdict::Stale);
+    }
+
+    #[test]
+    fn a_live_session_without_its_record_is_a_race() {
+        assert_eq!(judge(0, 1, None, Some(1)), Verdict::Stale);
     }
 }

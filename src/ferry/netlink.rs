@@ -19,7 +19,7 @@ use crate::{
     genl::{Dump, Request, Writer},
     host::{Ferry, Observer},
     keys::Psk,
-    listener::Listener,
+    listener::{Limits, Listener},
     params::Params,
     session::Session,
     stats::{Counter, Counters, COUNTERS, WC_STATUSES},
@@ -106,7 +106,7 @@ fn sockaddr(req: &mut Request<'_>, addr_ty: u32, port_ty: u32) -> Result<SockAdd
 }
 
 /// Room for a listener's attributes in a reply.
-const LISTENER_SIZE: usize = 192;
+const LISTENER_SIZE: usize = 320;
 
 /// Writes a listener's attributes.
 fn fill_listener(w: &mut Writer<'_>, ferry: &Ferry, l: &Listener) -> Result {
@@ -127,7 +127,49 @@ fn fill_listener(w: &mut Writer<'_>, ferry: &Ferry, l: &Listener) -> Result {
         l_attr::AUTH_REFUSED,
         l.auth_refused.load(core::sync::atomic::Ordering::Relaxed),
         l_attr::PAD,
-    )
+    )?;
+    w.put_u64(
+        l_attr::STALE_REFUSED,
+        l.stale_refused.load(core::sync::atomic::Ordering::Relaxed),
+        l_attr::PAD,
+    )?;
+    let m = &l.limits;
+    w.put_u32(l_attr::MAX_SESSIONS, m.sessions)?;
+    w.put_u32(l_attr::MAX_SESSIONS_PER_PEER, m.sessions_per_peer)?;
+    w.put_u32(l_attr::MAX_PENDING, m.pending)?;
+    w.put_u32(l_attr::MAX_PENDING_PER_PEER, m.pending_per_peer)?;
+    w.put_u32(l_attr::MAX_CHANNELS, u32::from(m.channels))
+}
+
+/// The admission limits of a `listener-add` request: each given one at
+/// least 1 (channels at most 64), the others their defaults.
+fn listener_limits(req: &mut Request<'_>) -> Result<Limits> {
+    let mut m = Limits::default();
+    for (ty, field) in [
+        (l_attr::MAX_SESSIONS, &mut m.sessions),
+        (l_attr::MAX_SESSIONS_PER_PEER, &mut m.sessions_per_peer),
+        (l_attr::MAX_PENDING, &mut m.pending),
+        (l_attr::MAX_PENDING_PER_PEER, &mut m.pending_per_peer),
+    ] {
+        match req.u32(ty) {
+            Some(0) => {
+                req.bad_attr(ty, c"a limit is at least 1");
+                return Err(EINVAL);
+            }
+            Some(v) => *field = v,
+            None => {}
+        }
+    }
+    if let Some(v) = req.u32(l_attr::MAX_CHANNELS) {
+        match u16::try_from(v) {
+            Ok(c) if (1..=crate::wire::MAX_CHANNELS).contains(&c) => m.channels = c,
+            _ => {
+                req.bad_attr(l_attr::MAX_CHANNELS, c"channels: 1 to 64");
+                return Err(EINVAL);
+            }
+        }
+    }
+    Ok(m)
 }
 
 /// `listener-add`: listen on an address and port.
@@ -139,7 +181,8 @@ pub(crate) fn listener_add_doit(req: &mut Request<'_>) -> Result {
         return Err(EINVAL);
     }
     let psk = named_key(req, &ferry, l_attr::KEY)?;
-    let l = match ferry.add_listener(req.net(), addr, psk) {
+    let limits = listener_limits(req)?;
+    let l = match ferry.add_listener(req.net(), addr, psk, limits) {
         Ok(l) => l,
         Err(e) => {
             req.error(match e {

@@ -10,8 +10,14 @@
 //! closes on any failure while its client reconnects with a newer
 //! generation, and whoever learns the id must not take it in the meantime.
 //! A record whose client never had the secret goes with its last session,
-//! so a lost hello reply does not lock the client out. At most
-//! [`MAX_IDLE`] idle records are kept; beyond, the oldest goes.
+//! so a lost hello reply does not lock the client out.
+//!
+//! No record is ever dropped to make room: whoever floods the store with
+//! sessions of their own (an unprivileged user on a client's host shares
+//! its address) could otherwise push out a reconnecting client's record and
+//! then claim its id. A new record is refused instead, beyond
+//! [`MAX_PER_PEER`] from one address or [`MAX_RECORDS`] in all, and the
+//! request that needed it gets "busy". Records only expire.
 
 use kernel::{
     prelude::*,
@@ -24,8 +30,10 @@ use crate::{cm::SockAddr, wire::Secret};
 /// than a client's default give-up time (600 s).
 pub(crate) const IDLE_TTL_MS: i64 = 15 * 60 * 1000;
 
-/// Most records kept without a session.
-pub(crate) const MAX_IDLE: usize = 4096;
+/// Most records of one client address (live and idle), in all namespaces.
+pub(crate) const MAX_PER_PEER: usize = 1024;
+/// Most records in all (about 100 bytes each).
+pub(crate) const MAX_RECORDS: usize = 16384;
 
 struct Record {
     /// The namespace, by address, as listeners and sessions compare theirs.
@@ -60,17 +68,19 @@ impl Record {
 pub(crate) struct Secrets {
     records: KVec<Record>,
     ttl_ms: i64,
-    /// Most idle records kept ([`MAX_IDLE`] but in tests).
-    max_idle: usize,
+    /// Most records of one address, and in all ([`MAX_PER_PEER`],
+    /// [`MAX_RECORDS`] but in tests).
+    max: (usize, usize),
 }
 
 impl Secrets {
-    /// No records; idle ones are kept `ttl_ms`, at most `max_idle` of them.
-    pub(crate) fn new(ttl_ms: i64, max_idle: usize) -> Self {
+    /// No records; idle ones are kept `ttl_ms`; at most `max.0` of one
+    /// address, `max.1` in all.
+    pub(crate) fn new(ttl_ms: i64, max: (usize, usize)) -> Self {
         Self {
             records: KVec::new(),
             ttl_ms,
-            max_idle,
+            max,
         }
     }
 
@@ -92,7 +102,9 @@ impl Secrets {
     /// A server session with `secret` starts for `generation`: its record
     /// is created or taken up again. `EBUSY` if the record has another
     /// secret (two requests raced for an id nobody had): the loser is
-    /// refused, the winner's secret stays.
+    /// refused, the winner's secret stays. `EDQUOT` if a new record would
+    /// pass the limit of its address, `ENOSPC` the limit in all: nothing is
+    /// dropped to make room.
     pub(crate) fn claim(
         &mut self,
         net: usize,
@@ -116,6 +128,13 @@ impl Secrets {
                 r.generation = generation;
             }
             return Ok(());
+        }
+        if self.records.len() >= self.max.1 {
+            return Err(ENOSPC);
+        }
+        let ip = peer.ip();
+        if self.records.iter().filter(|r| r.peer.ip() == ip).count() >= self.max.0 {
+            return Err(EDQUOT);
         }
         // Room for a few more at once: a vector that grows copies the
         // secrets and frees the old buffer unwiped, so it grows seldom.
@@ -202,7 +221,7 @@ impl Secrets {
         crate::crypto::wipe_spare(&mut spare[..n]);
     }
 
-    /// Drops expired records, and the oldest idle ones beyond `max_idle`.
+    /// Drops expired records.
     fn prune(&mut self) {
         let mut i = 0;
         while i < self.records.len() {
@@ -210,24 +229,6 @@ impl Secrets {
                 self.forget(i);
             } else {
                 i += 1;
-            }
-        }
-        while self.idle() > self.max_idle {
-            // The oldest idle record (ages from one reading of the clock);
-            // of equal ages, the first listed.
-            let now = Instant::<Monotonic>::now();
-            let mut oldest: Option<(usize, i64)> = None;
-            for (i, r) in self.records.iter().enumerate() {
-                if let Some(t) = r.idle_since {
-                    let age = (now - t).as_nanos();
-                    if oldest.is_none_or(|(_, a)| age > a) {
-                        oldest = Some((i, age));
-                    }
-                }
-            }
-            match oldest {
-                Some((i, _)) => self.forget(i),
-                None => break,
             }
         }
     }
@@ -252,7 +253,7 @@ mod tests {
 
     #[test]
     fn a_secret_lives_with_its_sessions() -> Result {
-        let mut s = Secrets::new(IDLE_TTL_MS, MAX_IDLE);
+        let mut s = Secrets::new(IDLE_TTL_MS, (MAX_PER_PEER, MAX_RECORDS));
         assert_eq!(s.find(0, 1, &peer(1)), None);
         s.claim(0, 1, &peer(1), [1; 16], 1)?;
         assert_eq!(s.find(0, 1, &peer(1)), Some(([1; 16], 1)));
@@ -278,7 +279,7 @@ mod tests {
 
     #[test]
     fn a_claim_never_replaces_a_secret() -> Result {
-        let mut s = Secrets::new(IDLE_TTL_MS, MAX_IDLE);
+        let mut s = Secrets::new(IDLE_TTL_MS, (MAX_PER_PEER, MAX_RECORDS));
         s.claim(0, 5, &peer(1), [5; 16], 1)?;
         assert_eq!(s.claim(0, 5, &peer(1), [6; 16], 1), Err(EBUSY));
         assert_eq!(s.find(0, 5, &peer(1)), Some(([5; 16], 1)));
@@ -287,7 +288,7 @@ mod tests {
 
     #[test]
     fn an_unconfirmed_secret_goes_with_its_session() -> Result {
-        let mut s = Secrets::new(IDLE_TTL_MS, MAX_IDLE);
+        let mut s = Secrets::new(IDLE_TTL_MS, (MAX_PER_PEER, MAX_RECORDS));
         s.claim(0, 7, &peer(1), [7; 16], 1)?;
         s.release(0, 7, &peer(1), false);
         assert_eq!(s.find(0, 7, &peer(1)), None);
@@ -300,25 +301,46 @@ mod tests {
     #[test]
     fn idle_secrets_expire_and_are_bounded() -> Result {
         // Expired at once: found no more, pruned at the next claim.
-        let mut s = Secrets::new(0, MAX_IDLE);
+        let mut s = Secrets::new(0, (MAX_PER_PEER, MAX_RECORDS));
         s.claim(0, 1, &peer(1), [1; 16], 1)?;
         s.release(0, 1, &peer(1), true);
         assert_eq!(s.find(0, 1, &peer(1)), None);
         s.claim(0, 2, &peer(1), [2; 16], 1)?;
         assert_eq!(s.idle(), 0);
-        // At most `max_idle` idle records: the oldest goes first. (The
-        // module keeps MAX_IDLE; a few show the rule, and 4096 claims, each
-        // pruning, take half a minute on a KASAN kernel under emulation.)
-        const MAX: usize = 16;
-        let mut s = Secrets::new(IDLE_TTL_MS, MAX);
-        for id in 1..=MAX as u64 + 1 {
-            s.claim(0, id, &peer(1), [3; 16], 1)?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_full_store_refuses_and_never_drops_a_record() -> Result {
+        // (The module keeps MAX_PER_PEER and MAX_RECORDS; a few show the
+        // rule, and thousands of claims, each pruning, take long on a KASAN
+        // kernel under emulation.)
+        const PER_PEER: usize = 4;
+        const ALL: usize = 6;
+        let mut s = Secrets::new(IDLE_TTL_MS, (PER_PEER, ALL));
+        // The victim's session, closed, its client reconnecting.
+        s.claim(0, 1, &peer(1), [1; 16], 1)?;
+        s.release(0, 1, &peer(1), true);
+        // Someone at the same address opens and closes sessions.
+        for id in 2..=PER_PEER as u64 {
+            s.claim(0, id, &peer(1), [2; 16], 1)?;
             s.release(0, id, &peer(1), true);
         }
-        s.claim(0, u64::MAX, &peer(1), [4; 16], 1)?;
-        assert!(s.idle() <= MAX);
-        assert_eq!(s.find(0, 1, &peer(1)), None);
-        assert_eq!(s.find(0, MAX as u64 + 1, &peer(1)), Some(([3; 16], 1)));
+        assert_eq!(s.claim(0, 99, &peer(1), [2; 16], 1), Err(EDQUOT));
+        // In another namespace too: the address is the same host.
+        assert_eq!(s.claim(7, 99, &peer(1), [2; 16], 1), Err(EDQUOT));
+        // The victim's record stayed, and its reconnect takes it up.
+        assert_eq!(s.find(0, 1, &peer(1)), Some(([1; 16], 1)));
+        s.claim(0, 1, &peer(1), [1; 16], 2)?;
+        // Other addresses until the store is full.
+        s.claim(0, 10, &peer(2), [3; 16], 1)?;
+        s.claim(0, 11, &peer(3), [3; 16], 1)?;
+        assert_eq!(s.claim(0, 12, &peer(4), [3; 16], 1), Err(ENOSPC));
+        // Expired records make room again.
+        let mut s = Secrets::new(0, (1, 1));
+        s.claim(0, 1, &peer(1), [1; 16], 1)?;
+        s.release(0, 1, &peer(1), true);
+        s.claim(0, 2, &peer(1), [2; 16], 1)?;
         Ok(())
     }
 }

@@ -129,7 +129,7 @@ impl Transport {
             listeners <- new_mutex!(KVec::new()),
             secrets <- new_mutex!(Secrets::new(
                 super::secrets::IDLE_TTL_MS,
-                super::secrets::MAX_IDLE
+                (super::secrets::MAX_PER_PEER, super::secrets::MAX_RECORDS)
             )),
             keys <- new_mutex!(Keys::default()),
             queue <- new_mutex!(Some(queue)),
@@ -392,6 +392,7 @@ impl Ferry {
         net: &Net,
         addr: SockAddr,
         psk: Option<Arc<Psk>>,
+        limits: crate::listener::Limits,
     ) -> Result<Arc<Listener>> {
         if self.shutting_down() {
             return Err(ESHUTDOWN);
@@ -406,7 +407,7 @@ impl Ferry {
             return Err(EADDRINUSE);
         }
         let id = self.transport.next_listener.fetch_add(1, Relaxed);
-        let l = Listener::new(id, net, addr, self.clone(), self.clone(), psk)?;
+        let l = Listener::new(id, net, addr, self.clone(), self.clone(), psk, limits)?;
         let mut list = self.transport.listeners.lock();
         if let Err(e) = list.push(l.clone(), GFP_KERNEL) {
             drop(list);

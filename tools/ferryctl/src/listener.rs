@@ -25,6 +25,62 @@ pub struct Listener {
     pub key: Option<String>,
     pub pending: Option<u32>,
     pub busy_refused: Option<u64>,
+    pub stale_refused: Option<u64>,
+    pub limits: Limits,
+}
+
+/// A listener's admission limits: on `listener add`, each one given; in a
+/// reply, each one the kernel reported.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Limits {
+    pub max_sessions: Option<u32>,
+    pub max_sessions_per_peer: Option<u32>,
+    pub max_pending: Option<u32>,
+    pub max_pending_per_peer: Option<u32>,
+    pub max_channels: Option<u32>,
+}
+
+/// Each limit: its attribute, its name on the command line and in text
+/// (JSON: with `_` for `-`), and its field.
+fn limit_fields(l: &mut Limits) -> [(u32, &'static str, &mut Option<u32>); 5] {
+    [
+        (
+            FERRY_A_LISTENER_MAX_SESSIONS,
+            "max-sessions",
+            &mut l.max_sessions,
+        ),
+        (
+            FERRY_A_LISTENER_MAX_SESSIONS_PER_PEER,
+            "max-sessions-per-peer",
+            &mut l.max_sessions_per_peer,
+        ),
+        (
+            FERRY_A_LISTENER_MAX_PENDING,
+            "max-pending",
+            &mut l.max_pending,
+        ),
+        (
+            FERRY_A_LISTENER_MAX_PENDING_PER_PEER,
+            "max-pending-per-peer",
+            &mut l.max_pending_per_peer,
+        ),
+        (
+            FERRY_A_LISTENER_MAX_CHANNELS,
+            "max-channels",
+            &mut l.max_channels,
+        ),
+    ]
+}
+
+impl Limits {
+    /// The limits given, in order: (attribute, name, value).
+    fn given(&self) -> Vec<(u32, &'static str, u32)> {
+        let mut copy = self.clone();
+        limit_fields(&mut copy)
+            .into_iter()
+            .filter_map(|(ty, name, v)| v.map(|v| (ty, name, v)))
+            .collect()
+    }
 }
 
 fn bad(what: &str) -> Error {
@@ -60,7 +116,16 @@ impl Listener {
                 FERRY_A_LISTENER_AUTH_REFUSED => {
                     l.auth_refused = Some(attr::u64(p).ok_or_else(|| bad("auth-refused"))?)
                 }
-                _ => {}
+                FERRY_A_LISTENER_STALE_REFUSED => {
+                    l.stale_refused = Some(attr::u64(p).ok_or_else(|| bad("stale-refused"))?)
+                }
+                t => {
+                    for (ty, name, field) in limit_fields(&mut l.limits) {
+                        if ty == t {
+                            *field = Some(attr::u32(p).ok_or_else(|| bad(name))?);
+                        }
+                    }
+                }
             }
         }
         if !have_id {
@@ -70,7 +135,9 @@ impl Listener {
     }
 
     /// The JSON object: `id`, `addr`, `port`, `sessions`, `auth_refused`,
-    /// `pending`, `busy_refused`, `key` (if the listener requires one).
+    /// `pending`, `busy_refused`, `stale_refused`, the limits (`max_sessions`,
+    /// `max_sessions_per_peer`, `max_pending`, `max_pending_per_peer`,
+    /// `max_channels`), `key` (if the listener requires one).
     pub fn to_json(&self) -> Value {
         let mut o = Map::new();
         o.insert("id".into(), json!(self.id));
@@ -91,6 +158,12 @@ impl Listener {
         }
         if let Some(n) = self.busy_refused {
             o.insert("busy_refused".into(), json!(n));
+        }
+        if let Some(n) = self.stale_refused {
+            o.insert("stale_refused".into(), json!(n));
+        }
+        for (_, name, v) in self.limits.given() {
+            o.insert(name.replace('-', "_"), json!(v));
         }
         if let Some(k) = &self.key {
             o.insert("key".into(), json!(k));
@@ -119,8 +192,18 @@ impl Listener {
         if let Some(n) = self.busy_refused {
             s += &format!(" busy-refused {n}");
         }
+        if let Some(n) = self.stale_refused {
+            s += &format!(" stale-refused {n}");
+        }
         if let Some(k) = &self.key {
             s += &format!(" key {k}");
+        }
+        let limits = self.limits.given();
+        if !limits.is_empty() {
+            s += "\n   ";
+            for (_, name, v) in limits {
+                s += &format!(" {name} {v}");
+            }
         }
         s.push('\n');
         s
@@ -138,18 +221,25 @@ pub fn attr_name(ty: u16) -> Option<&'static str> {
         FERRY_A_LISTENER_KEY => Some("key"),
         FERRY_A_LISTENER_PENDING => Some("pending"),
         FERRY_A_LISTENER_BUSY_REFUSED => Some("busy-refused"),
-        _ => None,
+        FERRY_A_LISTENER_STALE_REFUSED => Some("stale-refused"),
+        t => limit_fields(&mut Limits::default())
+            .into_iter()
+            .find(|(ty, _, _)| *ty == t)
+            .map(|(_, name, _)| name),
     }
 }
 
 /// A parsed `listener` command.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cmd {
-    /// `listener add ADDR port PORT [key NAME]`
+    /// `listener add ADDR port PORT [key NAME] [max-sessions N]
+    /// [max-sessions-per-peer N] [max-pending N] [max-pending-per-peer N]
+    /// [max-channels N]`
     Add {
         addr: IpAddr,
         port: u16,
         key: Option<String>,
+        limits: Limits,
     },
     /// `listener del id ID`
     Del { id: u32 },
@@ -163,11 +253,33 @@ impl Cmd {
         if matches(command, "show") || matches(command, "list") {
             Self::show(args)
         } else if matches(command, "add") {
-            let kw = KwArgs::parse(args, &["addr", "port", "key"], Some("addr"))?;
+            let kw = KwArgs::parse(
+                args,
+                &[
+                    "addr",
+                    "port",
+                    "key",
+                    "max-sessions",
+                    "max-sessions-per-peer",
+                    "max-pending",
+                    "max-pending-per-peer",
+                    "max-channels",
+                ],
+                Some("addr"),
+            )?;
             let addr = args::parse_addr(kw.required("addr")?)?;
             let port = args::number("port", kw.required("port")?)?;
             let key = kw.get("key").map(crate::key::name).transpose()?;
-            Ok(Some(Cmd::Add { addr, port, key }))
+            let mut limits = Limits::default();
+            for (_, name, field) in limit_fields(&mut limits) {
+                *field = kw.num(name)?;
+            }
+            Ok(Some(Cmd::Add {
+                addr,
+                port,
+                key,
+                limits,
+            }))
         } else if matches(command, "delete") {
             Ok(Some(Cmd::Del {
                 id: args::required_id(args)?,
@@ -191,12 +303,20 @@ impl Cmd {
     pub fn request(&self) -> (u32, u16, nl::Builder) {
         let b = nl::Builder::new();
         match self {
-            Cmd::Add { addr, port, key } => {
+            Cmd::Add {
+                addr,
+                port,
+                key,
+                limits,
+            } => {
                 let mut b = b
                     .binary(FERRY_A_LISTENER_ADDR, &args::addr_bytes(addr))
                     .u16(FERRY_A_LISTENER_PORT, *port);
                 if let Some(k) = key {
                     b = b.str(FERRY_A_LISTENER_KEY, k);
+                }
+                for (ty, _, v) in limits.given() {
+                    b = b.u32(ty, v);
                 }
                 (FERRY_CMD_LISTENER_ADD, 0, b)
             }
@@ -256,6 +376,7 @@ mod tests {
                 addr: "192.0.2.1".parse().unwrap(),
                 port: 4791,
                 key: None,
+                limits: Limits::default(),
             }
         );
         assert_eq!(parse("a addr :: port 1 key k-1").unwrap().unwrap(), {
@@ -263,8 +384,24 @@ mod tests {
                 addr: "::".parse().unwrap(),
                 port: 1,
                 key: Some("k-1".into()),
+                limits: Limits::default(),
             }
         });
+        assert_eq!(
+            parse("add ::1 port 1 max-sessions-per-peer 2 max-channels 4")
+                .unwrap()
+                .unwrap(),
+            Cmd::Add {
+                addr: "::1".parse().unwrap(),
+                port: 1,
+                key: None,
+                limits: Limits {
+                    max_sessions_per_peer: Some(2),
+                    max_channels: Some(4),
+                    ..Limits::default()
+                },
+            }
+        );
         assert!(matches!(
             parse("add ::1 port 1 key K"),
             Err(CliError::Usage(_))
@@ -290,6 +427,10 @@ mod tests {
         assert_eq!(usage_msg("show id -1"), "invalid id \"-1\"");
         assert_eq!(usage_msg("show 1 2"), "unknown argument \"2\"");
         assert_eq!(usage_msg("frob"), "unknown listener command \"frob\"");
+        assert_eq!(
+            usage_msg("add ::1 port 1 max-pending x"),
+            "invalid max-pending \"x\""
+        );
     }
 
     #[test]

@@ -42,11 +42,15 @@ ferryctl key show
     Pre-shared keys, by name: 16 to 128 bytes read from PATH or standard
     input (one trailing newline dropped), never shown again.
 
-ferryctl listener add ADDR port PORT [key NAME]
+ferryctl listener add ADDR port PORT [key NAME] [max-sessions N]
+         [max-sessions-per-peer N] [max-pending N] [max-pending-per-peer N]
+         [max-channels N]
 ferryctl listener del id ID
 ferryctl listener show [id ID]
     Addresses and ports on which ferry accepts sessions (ADDR may be
-    0.0.0.0 or ::); with a key, only clients that prove it.
+    0.0.0.0 or ::); with a key, only clients that prove it. The limits:
+    open sessions and sessions waiting for their hello, in all and from
+    one address (default 1024, 256, 64, 8), channels a session (64).
 
 ferryctl service show [NAME | name NAME]
     Services kernel modules offer through ferry, with their sessions.
