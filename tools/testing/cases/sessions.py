@@ -312,6 +312,47 @@ def session_admission(t):
     vm.run(UNLOAD_ECHO)
 
 
+@case(timeout=240)
+def session_listener_limits(t):
+    """A listener's admission limits are set with `listener add` and shown
+    by `listener show`; out-of-range values are refused with the attribute
+    named. With at most 2 sessions from one address and 2 channels a
+    session: a 4-channel connect is refused "busy", two 2-channel sessions
+    connect, a third is refused "busy"; each refusal is counted and logged,
+    and a session's end makes room again."""
+    vm = loopback(t)
+    for bad, what in (('max-channels 65', 'max-channels'), ('max-channels 0', 'max-channels'),
+                      ('max-pending 0', 'max-pending')):
+        r = ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT} {bad}', check=False)
+        t.check(r.rc == 2 and what in r.err, f'"{bad}" refused, naming it: {r}')
+    ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT} max-sessions-per-peer 2 max-channels 2')
+    lst = t.ferryctl_json(vm, 'listener show')[0]
+    t.eq({k: lst.get(k) for k in ('max_sessions', 'max_sessions_per_peer', 'max_pending',
+                                  'max_pending_per_peer', 'max_channels')},
+         {'max_sessions': 1024, 'max_sessions_per_peer': 2, 'max_pending': 64,
+          'max_pending_per_peer': 8, 'max_channels': 2}, 'the limits shown')
+    r = connect(t, vm, '192.0.2.1', extra='channels 4', check=False)
+    t.check(not isinstance(r, dict) and 'session limits' in r.err,
+            f'4 channels refused busy: {r if isinstance(r, dict) else r.err!r}')
+    first = connect(t, vm, '192.0.2.1', extra='channels 2')
+    second = connect(t, vm, '192.0.2.1', extra='channels 2')
+    t.eq((first['state'], second['state']), ('connected', 'connected'), 'two sessions')
+    r = connect(t, vm, '192.0.2.1', extra='channels 1', check=False)
+    t.check(not isinstance(r, dict) and 'session limits' in r.err,
+            f'a third session refused busy: {r if isinstance(r, dict) else r.err!r}')
+    lst = t.ferryctl_json(vm, 'listener show')[0]
+    t.eq((lst.get('busy_refused'), lst.get('sessions')), (2, 2), f'refusals counted: {lst}')
+    log = vm.run('dmesg').out
+    t.check('4 channels asked, 2 at most here' in log, 'the channel refusal is logged')
+    t.check('too many sessions, or too many waiting' in log, 'the session refusal is logged')
+    ferryctl(t, vm, f'session disconnect id {first["id"]}')
+    t.until(lambda: t.ferryctl_json(vm, 'listener show')[0].get('sessions') == 1,
+            10 * t.slow, 'the server side of the closed session gone')
+    third = connect(t, vm, '192.0.2.1', extra='channels 1')
+    t.eq(third['state'], 'connected', 'room again after a session ended')
+    vm.run(UNLOAD_ECHO)
+
+
 @case(timeout=420)
 def session_64(t):
     """64 sessions at once in loopback, all connected; module unload with all
@@ -494,21 +535,24 @@ good() { for i in $(seq N); do local s=$(date +%s%N)
 nosvc() { for i in $(seq N); do run F session connect 192.0.2.1 port P service nope; done; }
 noport() { for i in $(seq N); do run F session connect 192.0.2.1 port 9 service echo; done; }
 away() { for i in $(seq 2); do run F session connect 192.0.2.77 port P service echo; done; }
+silent() { for i in $(seq 2); do run F session connect 192.0.2.1 port 7490 service echo channels C; done; }
 admin() { for i in $(seq N); do local s=$(date +%s%N)
             id=$(timeout 60 F -j listener add 192.0.2.1 port 7499 | json_id)
             echo "$? $(ms $s) listener add $id"; run F session show
             [ -n "$id" ] && run F listener del id $id; done; }
-for round in $(seq R); do good & nosvc & noport & away & admin & good & wait; done
+for round in $(seq R); do good & nosvc & noport & away & silent & admin & good & wait; done
 '''
 
 
 @case(timeout=300)
 def session_connect_concurrent(t):
     """`session connect` from several processes at once, to a service, to
-    none, to a closed port and to an address nobody answers, with listeners
-    added and removed beside them: every command gets its answer (none
-    outlives its own bound), and every connect that reached the service
-    connected."""
+    none, to a closed port, to an address nobody answers and to a silent
+    server (it accepts, then never answers the hello: the connect times out
+    with its QPs built), with listeners added and removed beside them:
+    every command gets its answer, a failed connect within its bound (the
+    connect timeout, 10 s, then at most 5 s for its teardown, and slack),
+    and every connect that reached the service connected."""
     vm = loopback(t)
     ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
     # Two rounds of 8 per worker, 4 channels a session; under the debug
@@ -519,6 +563,10 @@ def session_connect_concurrent(t):
               .replace('seq N', f'seq {n}').replace('seq R', f'seq {rounds}')
               .replace('channels C', f'channels {channels}'))
     vm.run(f"cat > /tmp/cc.sh <<'EOS'\n{script}\nEOS")
+    vm.run(f'install -m 0755 {ROOT}/tools/testing/hostile/cm_connect.py /tmp/cm_connect.py')
+    vm.run(f'(python3 /tmp/cm_connect.py 192.0.2.1 7490 --listen --hold {600 * t.slow} '
+           f'> /tmp/silent.out 2>&1 &)')
+    vm.wait_for('grep -q listening /tmp/silent.out', timeout=30 * t.slow)
     out = vm.run('bash /tmp/cc.sh', timeout=400 * t.slow).out
     lines = [x.split(None, 2) for x in out.splitlines() if x.strip()]
     kinds = {}
@@ -536,9 +584,17 @@ def session_connect_concurrent(t):
     t.eq(len(good), 2 * n * rounds, 'connects to the service')
     t.check(all(x[0] == '0' and len(x[2].split()) == 2 for x in good),
             f'every connect to the service connected: {good}')
-    t.check(all(x[0] != '0' for x in lines if 'service nope' in x[2] or 'port 9 ' in x[2]
-                or '192.0.2.77' in x[2]), 'the connects that cannot succeed failed')
+    failing = [x for x in lines if 'service nope' in x[2] or 'port 9 ' in x[2]
+               or '192.0.2.77' in x[2] or 'port 7490 ' in x[2]]
+    t.check(all(x[0] != '0' for x in failing), 'the connects that cannot succeed failed')
+    t.check(any('port 7490 ' in x[2] for x in failing)
+            and 'accepted' in vm.run('cat /tmp/silent.out').out,
+            'the silent server accepted connects')
+    bound = 25_000 * t.slow
+    late = [x for x in failing if int(x[1]) > bound]
+    t.check(not late, f'failed connects answered after more than {bound} ms: {late}')
     # (A failed connect answers after at most 5 s of its teardown, which
     # ferry's work queue finishes.)
     t.until(lambda: not sessions(t, vm, 'client'), 30 * t.slow, 'no client session left')
+    vm.run('pkill -f "cm_connect.py 192.0.2.1 7490"', check=False)
     vm.run(UNLOAD_ECHO)

@@ -10,7 +10,15 @@ seconds have passed, or exits 1 if the CM itself failed.
 usage: cm_connect.py ADDR PORT SESSION_ID GENERATION CHANNEL CHANNELS {none,forged}
                      [--src ADDR] [--count N] [--hold S] [--max-msg B] [--depth N]
                      [--minor M]
+       cm_connect.py ADDR PORT --listen [--hold S]
 SESSION_ID "random" draws a new id for each of the --count connects.
+
+With --listen it is a silent server instead: it listens on ADDR and PORT,
+accepts every connection request with the accept data a ferry server sends
+(the session id echoed, a nonce) but without a QP of its own, and then says
+nothing: a ferry client's channel comes up to its handshake, with its QP
+built, and waits for a hello reply that never comes. It prints "accepted"
+for each and exits after --hold seconds.
 """
 import argparse
 import ctypes
@@ -51,8 +59,11 @@ def connect_data(sid, gen, channel, channels, proof, max_msg=0, depth=0, minor=2
 
 def main():
     ap = argparse.ArgumentParser()
-    for name in ('addr', 'port', 'sid', 'gen', 'channel', 'channels', 'proof'):
-        ap.add_argument(name)
+    ap.add_argument('addr')
+    ap.add_argument('port')
+    for name in ('sid', 'gen', 'channel', 'channels', 'proof'):
+        ap.add_argument(name, nargs='?')
+    ap.add_argument('--listen', action='store_true')
     ap.add_argument('--src')
     ap.add_argument('--count', type=int, default=1)
     ap.add_argument('--hold', type=float, default=0)
@@ -89,6 +100,8 @@ def main():
         return struct.pack('<H', socket.AF_INET) + struct.pack('>H', port) + \
             socket.inet_aton(ip) + bytes(8)
 
+    if a.listen:
+        listen(cm, ch, sockaddr(a.addr, int(a.port)), a.hold)
     dst = sockaddr(a.addr, int(a.port))
     src = sockaddr(a.src, 0) if a.src else None
     for _ in range(a.count):
@@ -122,6 +135,44 @@ def main():
             print(f'{kind} {status}')
         sys.stdout.flush()
     time.sleep(a.hold)
+    os._exit(0)
+
+
+def listen(cm, ch, addr, hold):
+    """The silent server of --listen."""
+    cm.rdma_bind_addr.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    cm.rdma_listen.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    cm.rdma_accept.argtypes = [ctypes.c_void_p, ctypes.POINTER(ConnParam)]
+    lid = ctypes.c_void_p()
+    if cm.rdma_create_id(ch, ctypes.byref(lid), None, RDMA_PS_TCP) or \
+            cm.rdma_bind_addr(lid, addr) or cm.rdma_listen(lid, 64):
+        sys.exit(f'listen: {os.strerror(ctypes.get_errno())}')
+    print('listening')
+    sys.stdout.flush()
+    end = time.monotonic() + hold
+    fd = ctypes.cast(ch, ctypes.POINTER(ctypes.c_int))[0]
+    os.set_blocking(fd, False)
+    while time.monotonic() < end:
+        ev = ctypes.POINTER(Event)()
+        if cm.rdma_get_cm_event(ch, ctypes.byref(ev)):
+            time.sleep(0.05)
+            continue
+        if ev.contents.event == 4:  # RDMA_CM_EVENT_CONNECT_REQUEST
+            n = ev.contents.conn.private_data_len
+            req = ctypes.string_at(ev.contents.conn.private_data, n) if n else b''
+            sid = req[8:16] if req[:4] == b'FRRY' and n >= 16 else bytes(8)
+            acc = b'FRRY' + bytes([1, 2, 0, 0]) + sid + os.urandom(16)
+            buf = ctypes.create_string_buffer(acc, len(acc))
+            qpn = struct.unpack('<I', os.urandom(4))[0] & 0xffffff | 0x100
+            param = ConnParam(ctypes.cast(buf, ctypes.c_void_p), len(acc), 1, 1, 0, 7, 7, 0,
+                              qpn)
+            cid = ev.contents.id
+            cm.rdma_ack_cm_event(ev)
+            print('accepted' if cm.rdma_accept(cid, ctypes.byref(param)) == 0 else
+                  f'accept failed: {os.strerror(ctypes.get_errno())}')
+            sys.stdout.flush()
+        else:
+            cm.rdma_ack_cm_event(ev)
     os._exit(0)
 
 
