@@ -158,6 +158,9 @@ struct Inner<O: Owner> {
     role: Role,
     /// The session's local id and the channel's index, for the log.
     names: (u32, u16),
+    /// Where [`Channel::shutdown`] is: one thread tears the channel down,
+    /// another that asks meanwhile waits (on `idle`) until it is done.
+    teardown: Teardown,
     /// Shared only with a thread it is lent to (see the module docs).
     qp: Option<Arc<Qp<Channel<O>>>>,
     /// The head of the QP's send ring.
@@ -333,6 +336,7 @@ impl<O: Owner> Channel<O> {
                     state,
                     role: session.role(),
                     names,
+                    teardown: Teardown::No,
                     qp: None,
                     ring: None,
                     lent: 0,
@@ -483,9 +487,22 @@ impl<O: Owner> Channel<O> {
 
     /// Tears the channel down: disconnects, drains and destroys the QP, then
     /// the CM id. Must not be called from the channel's own handlers. May sleep.
+    /// Once: a second caller (a failure's teardown beside a device
+    /// removal's) returns when the first is done, so no request's `done`
+    /// runs before the drain has ended.
     pub(crate) fn shutdown(&self) {
-        // Closed first: a client's `start` that comes later stores no id.
-        self.inner.lock().enter(ChanState::Closed);
+        {
+            let mut inner = self.inner.lock();
+            while inner.teardown == Teardown::Running {
+                self.idle.wait(&mut inner);
+            }
+            if inner.teardown == Teardown::Done {
+                return;
+            }
+            inner.teardown = Teardown::Running;
+            // Closed first: a client's `start` that comes later stores no id.
+            inner.enter(ChanState::Closed);
+        }
         let cm = self.cm.lock().take();
         if let Some(cm) = cm.as_ref() {
             // Tells a live peer at once instead of leaving it to its heartbeat.
@@ -543,6 +560,9 @@ impl<O: Owner> Channel<O> {
         };
         drop(xfer);
         drop(pd);
+        let mut inner = self.inner.lock();
+        inner.teardown = Teardown::Done;
+        self.idle.notify_all();
     }
 
     /// Takes the QP out once no loan of it is out: the caller holds the last
@@ -561,6 +581,17 @@ impl<O: Owner> Channel<O> {
     pub(crate) fn in_callback(&self) -> bool {
         self.cb_task.load(Acquire) == current_task()
     }
+}
+
+/// Where a channel's teardown is ([`Channel::shutdown`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Teardown {
+    /// Not asked for.
+    No,
+    /// At work in one thread.
+    Running,
+    /// Over: the QP, the CM id and the requests are gone.
+    Done,
 }
 
 /// The current task, as a number to compare.

@@ -366,6 +366,7 @@ impl Session {
         }
         inner.reason = reason;
         let channels = core::mem::take(&mut inner.channels);
+        retire(&mut inner, &channels);
         // Senders hear what comes before the channels go.
         let sendable = if next == SessionState::Closing {
             ENOTCONN
@@ -435,6 +436,7 @@ impl Session {
             inner.reason = reason;
         }
         let channels = core::mem::take(&mut inner.channels);
+        retire(&mut inner, &channels);
         self.sendable.store(ENOTCONN.to_errno(), Release);
         self.unpublish();
         drop(inner);
@@ -470,6 +472,7 @@ impl Session {
             }
         }
         inner.tearing_down += 1;
+        retire(&mut inner, &hit);
         // A channel that cannot be recorded is torn down by its failure
         // (failing takes the work queue's lock: not under `inner`).
         let rest = match unrecorded.then(|| clone_all(&inner.channels)) {
@@ -507,23 +510,20 @@ impl Session {
         self.torn_down();
     }
 
-    /// Tears down `channels`, each waiting for its QP and CM id; meanwhile
-    /// they are `retiring`, so their callbacks still count as the session's.
+    /// Tears down `channels`, each waiting for its QP and CM id, which
+    /// [`retire`] listed under the lock that took them out of the session,
+    /// and takes them off that list (once each: a channel two teardowns
+    /// share is listed twice).
     fn shut_down(&self, channels: &[Arc<Channel>]) {
-        {
-            let mut inner = self.inner.lock();
-            for c in channels {
-                // Never beyond the room made with the session (three lists).
-                let _ = inner.retiring.push_within_capacity(c.clone());
-            }
-        }
         for c in channels {
             c.shutdown();
         }
-        self.inner
-            .lock()
-            .retiring
-            .retain(|r| !channels.iter().any(|c| Arc::ptr_eq(c, r)));
+        let mut inner = self.inner.lock();
+        for c in channels {
+            if let Some(i) = inner.retiring.iter().position(|r| Arc::ptr_eq(c, r)) {
+                let _ = inner.retiring.remove(i);
+            }
+        }
     }
 
     /// A teardown counted in `tearing_down` is over.
@@ -612,6 +612,16 @@ impl WorkItem for Session {
     }
 }
 
+/// Lists `channels`, taken out of the session (or about to be torn down), as
+/// retiring: their callbacks still count as the session's
+/// ([`Session::in_callback`]) until [`Session::shut_down`] is over. Never
+/// beyond the room made with the session (three lists of channels), so it
+/// never allocates.
+fn retire(inner: &mut Inner, channels: &[Arc<Channel>]) {
+    for c in channels {
+        let _ = inner.retiring.push_within_capacity(c.clone());
+    }
+}
 
 /// A copy of `channels`, to work on without the session's lock.
 pub(super) fn clone_all(channels: &[Arc<Channel>]) -> Result<KVec<Arc<Channel>>> {
