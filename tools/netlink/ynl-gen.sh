@@ -3,7 +3,8 @@
 # Regenerates ferry's netlink code from Documentation/netlink/specs/*.yaml with the
 # YNL generator of a kernel tree: the uapi header, the kernel policy and ops
 # tables (C). With --check, generates into a scratch directory and fails on any
-# difference from the checked-in files.
+# difference from the checked-in files, or on a Rust `op_doit!` whose maxattr
+# is not its op's (tools/netlink/check_maxattr.py).
 #
 # usage: ynl-gen.sh KSRC [--check]
 set -euo pipefail
@@ -48,4 +49,8 @@ for t in "${targets[@]}"; do
 		done
 	fi
 done
+# The Rust glue's maxattr of each op, against the generated ops.
+if [ "$CHECK" = --check ] && ! $PY "$ROOT/tools/netlink/check_maxattr.py" "$ROOT"; then
+	status=1
+fi
 exit $status
