@@ -1179,7 +1179,6 @@ impl<H: Completion> Qp<H> {
         }
         Ok(())
     }
-
 }
 
 /// What [`Inner::fill_and_send`] posts.
@@ -1239,7 +1238,9 @@ impl<H: Completion> Inner<H> {
     /// list back. Called only when none of the context's work requests can
     /// still be at work: right after posting them failed, on the completion
     /// of the chain's last one (which completes after the others, flushed
-    /// or not), and after the QP's drain.
+    /// or not), and after the QP's drain. (Not yet told apart: a driver
+    /// that takes a prefix of a chain and fails the rest. The post passes
+    /// no `bad_wr`; the prefix would then be unmapped while at work.)
     fn rw_destroy(&self, tag: u32) -> Option<SgList> {
         let busy = self.rw_busy.get(tag as usize)?;
         if !busy.load(Ordering::Acquire) {
@@ -1521,10 +1522,10 @@ unsafe extern "C" fn done<H: Completion>(_cq: *mut bindings::ib_cq, wc: *mut bin
                 drop(inner.rw_destroy(slot.slot));
             }
             H::tag_done(
-            inner.handler.as_arc_borrow(),
-            slot.slot,
-            op,
-            &Wc::from_raw(wc),
+                inner.handler.as_arc_borrow(),
+                slot.slot,
+                op,
+                &Wc::from_raw(wc),
             )
         }
     }

@@ -93,6 +93,10 @@ pub(crate) enum Verdict {
     Stale,
     /// Refused: a channel other than 0 of a session the host does not know.
     NotFirst,
+    /// Refused: a live session whose secret the host no longer finds (the
+    /// request raced the session's end); nothing was proved. The client
+    /// tries again.
+    Racing,
 }
 
 /// Whether generation `a` is newer than `b` (serial number arithmetic).
@@ -118,8 +122,8 @@ pub(crate) fn judge(
         (Some(_), Some(g)) if newer(generation, g) => Verdict::Replace,
         (Some(_), Some(_)) => Verdict::Stale,
         // A live session has its record from before it was listed; this is
-        // a request racing its end. The client tries again.
-        (None, Some(_)) => Verdict::Stale,
+        // a request racing its end.
+        (None, Some(_)) => Verdict::Racing,
         (None, None) if channel != 0 => Verdict::NotFirst,
         (None, None) => Verdict::New,
     }
@@ -139,12 +143,15 @@ pub(crate) struct Admission {
 }
 
 impl Admission {
-    /// Whether a new session may start: none of `limits` reached.
-    pub(crate) fn admits(&self, limits: &Limits) -> bool {
+    /// Whether a new session may start: none of `limits` reached. One that
+    /// `replaces` a live session of its client (counted here, and closed
+    /// once this one is admitted) takes that one's place.
+    pub(crate) fn admits(&self, limits: &Limits, replaces: bool) -> bool {
+        let old = u32::from(replaces);
         self.pending_peer < limits.pending_per_peer
             && self.pending < limits.pending
-            && self.sessions_peer < limits.sessions_per_peer
-            && self.sessions < limits.sessions
+            && self.sessions_peer.saturating_sub(old) < limits.sessions_per_peer
+            && self.sessions.saturating_sub(old) < limits.sessions
     }
 }
 
@@ -158,8 +165,9 @@ pub(crate) trait Host: Send + Sync {
     /// and the newest generation it had, if the host knows the session
     /// (live or closed recently).
     fn session_secret(&self, net: &Net, session_id: u64, peer: &SockAddr) -> Option<(Secret, u32)>;
-    /// What listener `id` holds, from `peer`'s address and in all.
-    fn admission(&self, id: u32, peer: &SockAddr) -> Admission;
+    /// What listener `id` holds, from `peer`'s address and in all; an error
+    /// if it cannot be counted (out of memory).
+    fn admission(&self, id: u32, peer: &SockAddr) -> Result<Admission>;
     /// Queues listener `l`'s work item (which closes it) on the module's
     /// work queue.
     fn queue_listener(&self, l: Arc<Listener>);
@@ -336,6 +344,15 @@ impl Listener {
                 );
                 return Self::refuse(req, Reason::BadChannel);
             }
+            (Verdict::Racing, _) => {
+                crate::ratelimit::pr_info_limited!(
+                    "listener {}: refused a connect from {} to session {:#x}: it is closing\n",
+                    self.id,
+                    peer,
+                    data.session_id
+                );
+                return Self::refuse(req, Reason::BadChannel);
+            }
             (Verdict::NotFirst, _) => {
                 crate::ratelimit::pr_info_limited!(
                     "listener {}: refused a connect from {} to channel {} of session {:#x}, which it does not know\n",
@@ -368,7 +385,14 @@ impl Listener {
             );
             return Self::refuse(req, Reason::Busy);
         }
-        if verdict != Verdict::Join && !self.host.admission(self.id, &peer).admits(&self.limits) {
+        let replaces = verdict == Verdict::Replace;
+        if verdict != Verdict::Join
+            && !self
+                .host
+                .admission(self.id, &peer)
+                // Not counted (out of memory): not admitted.
+                .is_ok_and(|a| a.admits(&self.limits, replaces))
+        {
             self.busy_refused.fetch_add(1, Relaxed);
             crate::ratelimit::pr_warn_limited!(
                 "listener {}: refused a new session from {}: too many sessions, or too many waiting for their hello\n",
@@ -382,9 +406,11 @@ impl Listener {
             (Verdict::Join, Some(s)) => {
                 if let Err(r) = s.check_request(data.generation, data.channel, data.channels) {
                     // The attempt is the session's: a channel it has (a
-                    // replay of a live channel's request), or a count it
-                    // was not opened with.
-                    self.stale_refused.fetch_add(1, Relaxed);
+                    // replay of a live channel's request, counted), or a
+                    // count it was not opened with (a broken client).
+                    if r == Reason::DuplicateChannel {
+                        self.stale_refused.fetch_add(1, Relaxed);
+                    }
                     crate::ratelimit::pr_warn_limited!(
                         "listener {}: refused a connect from {} to session {:#x} (channel {} of {}): {}\n",
                         self.id,
@@ -489,7 +515,7 @@ impl Handler for Listener {
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 #[kunit_tests(ferry_listener_judge)]
 mod tests {
-    use super::{judge, Verdict};
+    use super::{judge, Admission, Limits, Verdict};
 
     #[test]
     fn unknown_sessions_start_on_channel_0() {
@@ -522,7 +548,29 @@ mod tests {
     }
 
     #[test]
+    fn a_replacing_session_takes_its_predecessors_place() {
+        let limits = Limits {
+            sessions_per_peer: 2,
+            pending_per_peer: 1,
+            ..Limits::default()
+        };
+        let full = Admission {
+            sessions_peer: 2,
+            sessions: 2,
+            ..Admission::default()
+        };
+        assert!(!full.admits(&limits, false));
+        assert!(full.admits(&limits, true));
+        // Waiting for a hello counts as before.
+        let waiting = Admission {
+            pending_peer: 1,
+            ..full
+        };
+        assert!(!waiting.admits(&limits, true));
+    }
+
+    #[test]
     fn a_live_session_without_its_record_is_a_race() {
-        assert_eq!(judge(0, 1, None, Some(1)), Verdict::Stale);
+        assert_eq!(judge(0, 1, None, Some(1)), Verdict::Racing);
     }
 }

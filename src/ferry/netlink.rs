@@ -117,7 +117,9 @@ fn fill_listener(w: &mut Writer<'_>, ferry: &Ferry, l: &Listener) -> Result {
     if let Some(k) = &l.psk {
         w.put_str(l_attr::KEY, k.name.as_cstr())?;
     }
-    w.put_u32(l_attr::PENDING, ferry.admission(l.id, &l.addr).pending)?;
+    // (Out of memory for the count: none shown.)
+    let pending = ferry.admission(l.id, &l.addr).map_or(0, |a| a.pending);
+    w.put_u32(l_attr::PENDING, pending)?;
     w.put_u64(
         l_attr::BUSY_REFUSED,
         l.busy_refused.load(core::sync::atomic::Ordering::Relaxed),

@@ -12,12 +12,15 @@
 //! A record whose client never had the secret goes with its last session,
 //! so a lost hello reply does not lock the client out.
 //!
-//! No record is ever dropped to make room: whoever floods the store with
-//! sessions of their own (an unprivileged user on a client's host shares
-//! its address) could otherwise push out a reconnecting client's record and
-//! then claim its id. A new record is refused instead, beyond
-//! [`MAX_PER_PEER`] from one address or [`MAX_RECORDS`] in all, and the
-//! request that needed it gets "busy". Records only expire.
+//! A record of an address is never dropped to make room for that address:
+//! whoever floods the store with sessions of their own (an unprivileged
+//! user on a client's host shares its address) could otherwise push out a
+//! reconnecting client's record and then claim its id. A new record is
+//! refused instead beyond [`MAX_PER_PEER`] for one address (in one
+//! namespace), and the request that needed it gets "busy". When the store
+//! holds [`MAX_RECORDS`] in all (a flood from many addresses), the oldest
+//! idle record of the address that holds the most goes, if that address
+//! holds at least [`MIN_EVICTABLE`]; else the new one is refused.
 
 use kernel::{
     prelude::*,
@@ -34,6 +37,8 @@ pub(crate) const IDLE_TTL_MS: i64 = 15 * 60 * 1000;
 pub(crate) const MAX_PER_PEER: usize = 1024;
 /// Most records in all (about 100 bytes each).
 pub(crate) const MAX_RECORDS: usize = 16384;
+/// An address holding fewer records never loses one to another's.
+pub(crate) const MIN_EVICTABLE: usize = 16;
 
 struct Record {
     /// The namespace, by address, as listeners and sessions compare theirs.
@@ -53,6 +58,11 @@ struct Record {
 }
 
 impl Record {
+    /// Its address: namespace and IP.
+    fn key(&self) -> (usize, &[u8]) {
+        (self.net, self.peer.ip())
+    }
+
     fn is(&self, net: usize, session_id: u64, peer: &SockAddr) -> bool {
         self.net == net && self.session_id == session_id && self.peer.ip() == peer.ip()
     }
@@ -103,8 +113,8 @@ impl Secrets {
     /// is created or taken up again. `EBUSY` if the record has another
     /// secret (two requests raced for an id nobody had): the loser is
     /// refused, the winner's secret stays. `EDQUOT` if a new record would
-    /// pass the limit of its address, `ENOSPC` the limit in all: nothing is
-    /// dropped to make room.
+    /// pass the limit of its address, `ENOSPC` the limit in all when no
+    /// address holds enough to give one up (see the module's docs).
     pub(crate) fn claim(
         &mut self,
         net: usize,
@@ -129,12 +139,11 @@ impl Secrets {
             }
             return Ok(());
         }
-        if self.records.len() >= self.max.1 {
-            return Err(ENOSPC);
-        }
-        let ip = peer.ip();
-        if self.records.iter().filter(|r| r.peer.ip() == ip).count() >= self.max.0 {
+        if self.of_address(net, peer) >= self.max.0 {
             return Err(EDQUOT);
+        }
+        if self.records.len() >= self.max.1 {
+            self.evict_for(net, peer)?;
         }
         // Room for a few more at once: a vector that grows copies the
         // secrets and frees the old buffer unwiped, so it grows seldom.
@@ -221,16 +230,72 @@ impl Secrets {
         crate::crypto::wipe_spare(&mut spare[..n]);
     }
 
-    /// Drops expired records.
-    fn prune(&mut self) {
-        let mut i = 0;
-        while i < self.records.len() {
-            if self.records[i].expired(self.ttl_ms) {
-                self.forget(i);
-            } else {
-                i += 1;
+    /// Records of `peer`'s address in namespace `net`.
+    fn of_address(&self, net: usize, peer: &SockAddr) -> usize {
+        self.records
+            .iter()
+            .filter(|r| r.net == net && r.peer.ip() == peer.ip())
+            .count()
+    }
+
+    /// The store is full: drops the oldest idle record of the address that
+    /// holds the most, unless that is `peer`'s own or holds fewer than
+    /// [`MIN_EVICTABLE`]; `ENOSPC` if none goes. (The records are sorted
+    /// by address to count them: only when the store is full.)
+    fn evict_for(&mut self, net: usize, peer: &SockAddr) -> Result {
+        let mut order = KVec::with_capacity(self.records.len(), GFP_KERNEL)?;
+        for i in 0..self.records.len() {
+            order.push(i, GFP_KERNEL)?;
+        }
+        let records = &self.records;
+        order.sort_unstable_by(|&a, &b| records[a].key().cmp(&records[b].key()));
+        // The longest run of one address: its first index in `order`, and
+        // its length.
+        let (mut best, mut run_start) = ((0, 0), 0);
+        for j in 1..=order.len() {
+            if j == order.len() || records[order[j]].key() != records[order[run_start]].key() {
+                if j - run_start > best.1 {
+                    best = (run_start, j - run_start);
+                }
+                run_start = j;
             }
         }
+        let (first, n) = best;
+        if n < MIN_EVICTABLE.min(self.max.0) {
+            return Err(ENOSPC);
+        }
+        let holder = &records[order[first]];
+        if holder.net == net && holder.peer.ip() == peer.ip() {
+            return Err(ENOSPC);
+        }
+        let now = Instant::<Monotonic>::now();
+        let oldest = order[first..first + n]
+            .iter()
+            .filter_map(|&i| records[i].idle_since.map(|t| (i, (now - t).as_nanos())))
+            // Of equal ages (a coarse clock), the first listed: the oldest.
+            .max_by_key(|&(i, age)| (age, core::cmp::Reverse(i)));
+        match oldest {
+            Some((i, _)) => {
+                self.forget(i);
+                Ok(())
+            }
+            None => Err(ENOSPC),
+        }
+    }
+
+    /// Drops expired records, in one pass: their secrets are wiped, the
+    /// others move down, and the slots left past the end are wiped too.
+    fn prune(&mut self) {
+        let ttl = self.ttl_ms;
+        let before = self.records.len();
+        for r in self.records.iter_mut().filter(|r| r.expired(ttl)) {
+            crate::crypto::wipe(&mut r.secret);
+        }
+        self.records.retain(|r| !r.expired(ttl));
+        let gone = before - self.records.len();
+        let spare = self.records.spare_capacity_mut();
+        let n = spare.len().min(gone);
+        crate::crypto::wipe_spare(&mut spare[..n]);
     }
 }
 
@@ -316,8 +381,7 @@ mod tests {
         // rule, and thousands of claims, each pruning, take long on a KASAN
         // kernel under emulation.)
         const PER_PEER: usize = 4;
-        const ALL: usize = 6;
-        let mut s = Secrets::new(IDLE_TTL_MS, (PER_PEER, ALL));
+        let mut s = Secrets::new(IDLE_TTL_MS, (PER_PEER, 64));
         // The victim's session, closed, its client reconnecting.
         s.claim(0, 1, &peer(1), [1; 16], 1)?;
         s.release(0, 1, &peer(1), true);
@@ -327,15 +391,34 @@ mod tests {
             s.release(0, id, &peer(1), true);
         }
         assert_eq!(s.claim(0, 99, &peer(1), [2; 16], 1), Err(EDQUOT));
-        // In another namespace too: the address is the same host.
-        assert_eq!(s.claim(7, 99, &peer(1), [2; 16], 1), Err(EDQUOT));
+        // Another namespace's same address is another host.
+        s.claim(7, 99, &peer(1), [2; 16], 1)?;
         // The victim's record stayed, and its reconnect takes it up.
         assert_eq!(s.find(0, 1, &peer(1)), Some(([1; 16], 1)));
         s.claim(0, 1, &peer(1), [1; 16], 2)?;
-        // Other addresses until the store is full.
-        s.claim(0, 10, &peer(2), [3; 16], 1)?;
-        s.claim(0, 11, &peer(3), [3; 16], 1)?;
+        // A store full of addresses that hold a few each: none gives one up.
+        let mut s = Secrets::new(IDLE_TTL_MS, (PER_PEER, 3));
+        for last in 1..=3 {
+            s.claim(0, u64::from(last), &peer(last), [3; 16], 1)?;
+            s.release(0, u64::from(last), &peer(last), true);
+        }
         assert_eq!(s.claim(0, 12, &peer(4), [3; 16], 1), Err(ENOSPC));
+        assert_eq!(s.find(0, 1, &peer(1)), Some(([3; 16], 1)));
+        // A flood from many addresses fills the store: the biggest holder
+        // gives up its oldest idle record, the others keep theirs.
+        let mut s = Secrets::new(IDLE_TTL_MS, (64, 20));
+        s.claim(0, 1, &peer(1), [1; 16], 1)?;
+        s.release(0, 1, &peer(1), true);
+        for id in 100..119 {
+            s.claim(0, id, &peer(9), [9; 16], 1)?;
+            s.release(0, id, &peer(9), true);
+        }
+        s.claim(0, 200, &peer(3), [3; 16], 1)?;
+        assert_eq!(s.find(0, 1, &peer(1)), Some(([1; 16], 1)));
+        assert_eq!(s.find(0, 100, &peer(9)), None);
+        assert_eq!(s.find(0, 101, &peer(9)), Some(([9; 16], 1)));
+        // But never its own.
+        assert_eq!(s.claim(0, 300, &peer(9), [9; 16], 1), Err(ENOSPC));
         // Expired records make room again.
         let mut s = Secrets::new(0, (1, 1));
         s.claim(0, 1, &peer(1), [1; 16], 1)?;

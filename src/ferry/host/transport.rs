@@ -442,12 +442,10 @@ impl Ferry {
 
     /// What listener `id` holds for `peer`'s address and in all: sessions
     /// waiting for their first hello, and sessions.
-    pub(crate) fn admission(&self, id: u32, peer: &SockAddr) -> listener::Admission {
+    pub(crate) fn admission(&self, id: u32, peer: &SockAddr) -> Result<listener::Admission> {
         let mut a = listener::Admission::default();
         // A snapshot: the sessions' own locks are not taken under the list's.
-        let Ok(sessions) = self.sessions() else {
-            return a;
-        };
+        let sessions = self.sessions()?;
         for s in sessions.iter().filter(|s| s.listener == Some(id)) {
             let mine = s.peer.ip() == peer.ip();
             let pending = s.awaits_first_hello();
@@ -456,7 +454,7 @@ impl Ferry {
             a.pending += u32::from(pending);
             a.pending_peer += u32::from(mine && pending);
         }
-        a
+        Ok(a)
     }
 
     /// Open sessions accepted through listener `id`.
@@ -555,7 +553,7 @@ impl listener::Host for Ferry {
         Ferry::session_secret(self, net, session_id, peer)
     }
 
-    fn admission(&self, id: u32, peer: &SockAddr) -> listener::Admission {
+    fn admission(&self, id: u32, peer: &SockAddr) -> Result<listener::Admission> {
         Ferry::admission(self, id, peer)
     }
 
