@@ -129,6 +129,16 @@ pub trait Operations: Sized + Send + Sync + 'static {
     /// owner reaches it through [`Owned::pdu`].
     type Pdu: Default + Send;
 
+    /// Completes a request's [`Operations::Pdu`], made in place by
+    /// `Default` (a PDU may be too large to pass by value on the stack),
+    /// before its first use, in process context: it may allocate with
+    /// `GFP_KERNEL`, as upstream's `new_request_data` may, what the driver's
+    /// `queue_rq` needs of each request without allocating. An error fails
+    /// the tag set's (or the queue's) allocation. By default, nothing.
+    fn init_pdu(_pdu: &mut Self::Pdu) -> Result {
+        Ok(())
+    }
+
     /// A request for hardware queue `hw_queue`, started. `last`: no other
     /// request follows in this batch (see [`Operations::commit_rqs`]).
     /// Must not sleep: the tag set is not `BLK_MQ_F_BLOCKING`.
@@ -632,14 +642,23 @@ impl<T: Operations> OperationsVTable<T> {
     ) -> c_int {
         // The PDU follows the request, whose size keeps 8-byte alignment.
         const { assert!(core::mem::align_of::<T::Pdu>() <= 8) };
+        // SAFETY: `rq` is a request of the tag set (the function's
+        // contract), so its PDU is there.
+        let pdu = unsafe { bindings::ferry_blk_rq_to_pdu(rq).cast::<T::Pdu>() };
         // SAFETY: The PDU is `cmd_size` bytes, aligned for `T::Pdu` (above),
         // and unused until now.
-        unsafe {
-            bindings::ferry_blk_rq_to_pdu(rq)
-                .cast::<T::Pdu>()
-                .write(T::Pdu::default())
-        };
-        0
+        unsafe { pdu.write(T::Pdu::default()) };
+        // SAFETY: Written just above; nothing else uses it yet.
+        match T::init_pdu(unsafe { &mut *pdu }) {
+            Ok(()) => 0,
+            Err(e) => {
+                // blk-mq frees the requests made so far (`exit_request`),
+                // not this one: its PDU goes here.
+                // SAFETY: Written above, and no longer used.
+                unsafe { core::ptr::drop_in_place(pdu) };
+                e.to_errno()
+            }
+        }
     }
 
     /// # Safety

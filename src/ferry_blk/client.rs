@@ -59,8 +59,9 @@ pub(crate) struct Blk;
 #[derive(Default)]
 pub(crate) struct Pdu {
     sg: SgTable<SEGMENTS>,
-    /// The ferry request it goes out as: made on the tag's first use, then
-    /// kept (ferry hands it back when the request is over).
+    /// The ferry request it goes out as: made with the PDU
+    /// ([`Operations::init_pdu`]), then kept (ferry hands it back when the
+    /// request is over), so `queue_rq` never allocates.
     req: Option<KBox<Request<Sent, RqData<Blk>>>>,
     /// Times the request was requeued because its connection failed (at
     /// most [`MAX_RETRIES`]; reset at its first dispatch).
@@ -212,6 +213,17 @@ impl Operations for Blk {
     type QueueData = Arc<Shared>;
     type Pdu = Pdu;
 
+    fn init_pdu(pdu: &mut Pdu) -> Result {
+        let idle = Sent {
+            rq: None,
+            op: Op::Read,
+            fua: false,
+            queue: 0,
+        };
+        pdu.req = Some(Request::new(&[0; wire::IO_LEN], 0, idle, GFP_KERNEL)?);
+        Ok(())
+    }
+
     fn queue_rq(
         shared: ArcBorrow<'_, Shared>,
         hw_queue: u32,
@@ -265,8 +277,9 @@ impl Operations for Blk {
                 r.ctx = ctx;
                 r
             }
-            // The tag's first request: its ferry request is made now, and
-            // kept for its next ones.
+            // Not taken: `new_pdu` made one, and every path gives it back.
+            // Should one be lost, it is made again rather than the tag
+            // lost with it.
             None => match Request::new(&[0; wire::IO_LEN], 0, ctx, GFP_ATOMIC) {
                 Ok(r) => r,
                 Err(_) => return Queued::Busy(rq),
