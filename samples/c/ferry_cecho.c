@@ -93,7 +93,7 @@ module_param(refuse, bool, 0444);
 MODULE_PARM_DESC(refuse, "The service refuses every session (to see the client's error)");
 static bool poll;
 module_param(poll, bool, 0444);
-MODULE_PARM_DESC(poll, "The client sends on a polled channel and waits by polling it (ferry_poll()), not asleep");
+MODULE_PARM_DESC(poll, "The client sends on a polled channel and waits by polling it (ferry_poll_channel()), not asleep");
 static bool atomic;
 module_param(atomic, bool, 0444);
 MODULE_PARM_DESC(atomic, "The client sends and submits under a spinlock with interrupts off (FERRY_NOWAIT)");
@@ -106,10 +106,12 @@ MODULE_PARM_DESC(preregister, "The client's channels register their whole region
 
 #define CHECK_LEN	16	/* seq, length, FNV-1a hash */
 
-/* With poll=1: completions the client's ferry_poll() calls processed. */
+/* With poll=1: completions the client's polling calls processed. */
 static u64 polled;
 /* With poll=1: the polled channel the client sends on. */
 static u16 poll_qid;
+/* With poll=1: poll_qid is known, and polled alone (ferry_poll_channel()). */
+static bool poll_qid_known;
 
 /* With atomic=1: what the client holds, interrupts off, as it sends. */
 static DEFINE_SPINLOCK(atomic_lock);
@@ -153,8 +155,8 @@ static int client_submit(struct ferry_session *s, struct ferry_request *rq,
 
 /*
  * Waits up to @ms for @cond: asleep on @wq until a callback wakes it, or with
- * poll=1 spinning on ferry_poll(@s), which runs the session's callbacks in
- * this thread. True if @cond came true. The sleep is TASK_IDLE: a transfer
+ * poll=1 spinning on ferry_poll_channel(@s, poll_qid) (ferry_poll(@s) until
+ * the session is open), which runs the session's callbacks in this thread. True if @cond came true. The sleep is TASK_IDLE: a transfer
  * of many megabytes on a slow (debug) kernel may take longer than the hung
  * task detector's 30 s without anything being stuck.
  */
@@ -167,7 +169,9 @@ static int client_submit(struct ferry_session *s, struct ferry_request *rq,
 		__ok = wait_event_idle_timeout(wq, cond, msecs_to_jiffies(ms)); \
 	} else {							\
 		while (!(__ok = (cond)) && time_before(jiffies, __end)) { \
-			int __n = ferry_poll(s);			\
+			int __n = poll_qid_known ?			\
+				ferry_poll_channel(s, poll_qid, 64) :	\
+				ferry_poll(s);				\
 									\
 			polled += __n;					\
 			if (!__n)					\
@@ -793,6 +797,13 @@ static int run_client(void)
 		goto close;
 	c->max = limits.max_payload;
 	poll_qid = limits.channels - limits.poll_channels;
+	if (poll && limits.poll_channels) {
+		/* Channel 0 is not polled: the call is refused. */
+		if (poll_qid)
+			pr_info("client: ferry_poll_channel() of an unpolled channel: %d\n",
+				ferry_poll_channel(s, 0, 1));
+		poll_qid_known = true;
+	}
 	pr_info("client: limits: channels %u poll_channels %u queue_depth %u max_payload %u max_data %u max_segments %u virt_boundary_mask %#x dma_alignment %u inline_size %u\n",
 		limits.channels, limits.poll_channels, limits.queue_depth,
 		limits.max_payload, limits.max_data, limits.max_segments,

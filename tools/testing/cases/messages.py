@@ -292,6 +292,11 @@ def requests_reset(t):
         # A failed request's @done is a ferry callback wherever it runs (the
         # channel's drain, or its teardown after the QP is gone): a send
         # that would wait for the reconnect fails at once.
+        if poll:
+            # The client polls its polled channel alone (ferry_poll_channel()),
+            # and an unpolled one is refused.
+            t.check('ferry_poll_channel() of an unpolled channel: -22' in log,
+                    f'ferry_poll_channel() refuses an unpolled channel: {log!r}')
         waited = re.search(r"waiting send from a failed request's @done: (-?\d+)", log)
         t.eq(waited and waited.group(1), '-35',
              f'poll={poll}: a waiting send from @done got -EDEADLK: {waited and waited.group(0)!r}')
