@@ -212,8 +212,9 @@ impl Secrets {
         n
     }
 
-    /// Records without a session.
-    pub(crate) fn idle(&self) -> usize {
+    /// Records without a session (for the tests).
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    fn idle(&self) -> usize {
         self.records.iter().filter(|r| r.live == 0).count()
     }
 
