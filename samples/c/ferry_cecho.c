@@ -526,9 +526,20 @@ static void client_message(struct ferry_session *s, void *priv, const void *data
 	wake_up(&c->wq);
 }
 
+/* @up, @down and @gone are logged, so a case can check their order. */
+static void client_up(struct ferry_session *s, void *priv)
+{
+	pr_info("client session %u: up\n", ferry_session_id(s));
+}
+
 static void client_down(struct ferry_session *s, void *priv, int err)
 {
 	pr_info("client session %u: down (%d)\n", ferry_session_id(s), err);
+}
+
+static void client_gone(struct ferry_session *s, void *priv, int err)
+{
+	pr_info("client session %u: gone (%d)\n", ferry_session_id(s), err);
 }
 
 static void client_writable(struct ferry_session *s, void *priv, u16 qid)
@@ -541,7 +552,9 @@ static void client_writable(struct ferry_session *s, void *priv, u16 qid)
 
 static const struct ferry_ops client_ops = {
 	.message = client_message,
+	.up = client_up,
 	.down = client_down,
+	.gone = client_gone,
 	.writable = client_writable,
 };
 

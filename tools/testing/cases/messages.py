@@ -264,8 +264,9 @@ def requests_reset(t):
     with -ECONNABORTED, each exactly once, the session reconnects once and
     every later request succeeds, byte for byte; a send that would wait,
     from the first failed request's @done, gets -EDEADLK (the reconnect it
-    would wait for waits for the teardown running that @done); then the
-    same on a polled channel."""
+    would wait for waits for the teardown running that @done); the client
+    hears up, down, up, gone in order; then the same on a polled channel,
+    polled with ferry_poll_channel() (which refuses an unpolled one)."""
     vm = t.vm
     t.net_up(vm, 0, 1)
     t.rxe_add(vm)
@@ -304,6 +305,11 @@ def requests_reset(t):
         t.eq([(s['state'], s['reconnects']) for s in client], [('connected', 1)],
              f'poll={poll}: the client session reconnected once')
         vm.run('rmmod ferry_cecho')
+        # The consumer heard the session's states once each, in order, and
+        # gone last (the sample logs each callback).
+        told = re.findall(r'client session \d+: (up|down|gone)\b',
+                          vm.run('dmesg | grep "ferry_cecho: client session"').out)
+        t.eq(told, ['up', 'down', 'up', 'gone'], f'poll={poll}: up, down, up, gone in order')
     vm.run('rmmod ferry')
 
 
