@@ -28,7 +28,7 @@ use crate::{
     keys::Psk,
     netns::Net,
     session::{self, Channel, Session},
-    wire::{ConnectData, Reason, RejectData, Secret, SECRET_LEN},
+    wire::{newer, ConnectData, Reason, RejectData, Secret, SECRET_LEN},
 };
 
 /// Connection requests rdma_cm queues for a listener.
@@ -97,11 +97,6 @@ pub(crate) enum Verdict {
     /// request raced the session's end); nothing was proved. The client
     /// tries again.
     Racing,
-}
-
-/// Whether generation `a` is newer than `b` (serial number arithmetic).
-fn newer(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) > 0
 }
 
 /// Judges a request for channel `channel` of attempt `generation`: `known`

@@ -47,6 +47,13 @@ pub(crate) const MINOR: u8 = 2;
 
 /// Most channels one session may have.
 pub(crate) const MAX_CHANNELS: u16 = 64;
+
+/// Whether connect attempt (generation) `a` is newer than `b`: generations
+/// wrap, so the sign of their difference says which is.
+pub(crate) fn newer(a: u32, b: u32) -> bool {
+    // CAST: the difference's sign, as serial number arithmetic reads it.
+    (a.wrapping_sub(b) as i32) > 0
+}
 /// Most receive buffers per channel.
 pub(crate) const MAX_QUEUE_DEPTH: u32 = 1024;
 /// Fewest receive buffers per channel: room for a message and a credit update.

@@ -134,7 +134,7 @@ impl Secrets {
             }
             r.live += 1;
             r.idle_since = None;
-            if (generation.wrapping_sub(r.generation) as i32) > 0 {
+            if crate::wire::newer(generation, r.generation) {
                 r.generation = generation;
             }
             return Ok(());

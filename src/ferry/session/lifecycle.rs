@@ -319,10 +319,7 @@ impl Session {
     pub(crate) fn channel_failed(self: &Arc<Self>, index: u16, generation: u32, reason: Reason) {
         {
             let f = &mut self.pending.lock().failure;
-            // CAST: generations wrap; the difference's sign says which is
-            // newer.
-            let newer = f.is_none_or(|(_, g, _)| generation.wrapping_sub(g) as i32 > 0);
-            if newer {
+            if f.is_none_or(|(_, g, _)| wire::newer(generation, g)) {
                 *f = Some((index, generation, reason));
             }
         }
