@@ -20,6 +20,10 @@ enum ferry_fault {
 	FERRY_FAULT_BEYOND_REGION = 8,	/* next RDMA: right key, bytes after the region */
 	FERRY_FAULT_OVERSIZED = 9,	/* next message: beyond the largest agreed */
 	FERRY_FAULT_FORGED_SERVER_PROOF = 10, /* next hello reply: a wrong proof of the key */
+	FERRY_FAULT_PARTIAL_POST = 11,	/* next request with registrations: posted as a
+					 * driver that refuses its send would */
+	FERRY_FAULT_PARTIAL_RDMA = 12,	/* next RDMA of several work requests: posted
+					 * as a driver that refuses the last would */
 };
 
 /**

@@ -69,9 +69,11 @@ int ferry_helper_ib_port_netdev_name(struct ib_device *device, u32 port,
 	return 0;
 }
 
-int ferry_helper_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *wr)
+/* @bad_wr (may be NULL) names the first request not posted on failure. */
+int ferry_helper_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *wr,
+			      const struct ib_send_wr **bad_wr)
 {
-	return ib_post_send(qp, wr, NULL);
+	return ib_post_send(qp, wr, bad_wr);
 }
 
 int ferry_helper_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr)

@@ -47,7 +47,8 @@ int ferry_helper_ib_port_netdev_name(struct ib_device *device, u32 port,
 				     char *buf, size_t len);
 
 unsigned long ferry_helper_totalram_pages(void);
-int ferry_helper_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *wr);
+int ferry_helper_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *wr,
+			      const struct ib_send_wr **bad_wr);
 int ferry_helper_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr);
 int ferry_helper_ib_destroy_qp(struct ib_qp *qp);
 u64 ferry_helper_ib_dma_map_single(struct ib_device *dev, void *cpu_addr,

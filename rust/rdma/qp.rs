@@ -165,7 +165,7 @@ pub trait Completion: Send + Sync + 'static {
     fn send_done(this: ArcBorrow<'_, Self>, slot: u32, wc: &Wc);
 
     /// Work of tag `tag` completed. For [`TagOp::Rdma`], the transfer's
-    /// rdma_rw context is gone and its list given back before this runs: the
+    /// rdma_rw context is gone and its list dropped before this runs: the
     /// tag may carry the next transfer at once.
     fn tag_done(_this: ArcBorrow<'_, Self>, _tag: u32, _op: TagOp, _wc: &Wc) {}
 
@@ -635,6 +635,10 @@ struct Inner<H: Completion> {
     pd: Arc<Pd>,
     /// Unique among QPs (see [`SendRing`]).
     id: u64,
+    /// Test builds: the next chain of several requests is posted as a
+    /// driver that refuses its last request would ([`Qp::cut_next_chain`]).
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    cut: AtomicBool,
 }
 
 /// A reliable-connected QP with its CQ and buffers; see the module docs.
@@ -841,6 +845,8 @@ impl<H: Completion> Qp<H> {
                 cq: Some(cq),
                 pd: pd.clone(),
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+                cut: AtomicBool::new(false),
             },
             GFP_KERNEL,
         )?;
@@ -955,6 +961,16 @@ impl<H: Completion> Qp<H> {
         Ok(())
     }
 
+    /// Test builds: the next chain of several work requests the QP posts
+    /// (a request's registrations and its send, or an RDMA transfer) goes as
+    /// a driver that takes all but its last request and refuses that one
+    /// would leave it ([`Posted::Part`]), so the tests can watch the QP's
+    /// owner cope.
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    pub fn cut_next_chain(&self) {
+        self.inner.cut.store(true, Ordering::Relaxed);
+    }
+
     /// Moves the QP to the error state: every posted request completes flushed.
     pub fn set_error(&self) -> Result {
         let mut attr = bindings::ib_qp_attr {
@@ -985,6 +1001,7 @@ impl<H: Completion> Qp<H> {
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
     ) -> Result<u32> {
         self.post_send(ring, fill, SendKind::Plain, false)
+            .map(|(slot, _)| slot)
     }
 
     /// As [`Qp::send`], always signaled: [`Completion::send_done`] hears of
@@ -995,6 +1012,7 @@ impl<H: Completion> Qp<H> {
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
     ) -> Result<u32> {
         self.post_send(ring, fill, SendKind::Plain, true)
+            .map(|(slot, _)| slot)
     }
 
     /// As [`Qp::send`], as a SEND_WITH_INV that invalidates the peer's `rkey`
@@ -1006,6 +1024,7 @@ impl<H: Completion> Qp<H> {
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
     ) -> Result<u32> {
         self.post_send(ring, fill, SendKind::Invalidate(rkey), false)
+            .map(|(slot, _)| slot)
     }
 
     /// As [`Qp::send`], after registering each region of `mrs` (unsignaled
@@ -1020,11 +1039,12 @@ impl<H: Completion> Qp<H> {
         mrs: &[Option<Mr>],
         write: bool,
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
-    ) -> Result<u32> {
+    ) -> Result<Posted> {
         if mrs.len() > MAX_REGS || tag >= self.tags() {
             return Err(EINVAL);
         }
         self.post_send(ring, fill, SendKind::Registered(tag, mrs, write), false)
+            .map(|(_, posted)| posted)
     }
 
     fn post_send(
@@ -1033,7 +1053,7 @@ impl<H: Completion> Qp<H> {
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
         kind: SendKind<'_>,
         signaled: bool,
-    ) -> Result<u32> {
+    ) -> Result<(u32, Posted)> {
         let inner = &*self.inner;
         if ring.owner != inner.id {
             return Err(EINVAL);
@@ -1043,9 +1063,13 @@ impl<H: Completion> Qp<H> {
             .next(inner.tail.load(Ordering::Acquire), signaled)
             .ok_or(EAGAIN)?;
         let slot = inner.recv_slots + index;
-        inner.fill_and_send(slot, fill, kind, signaled)?;
-        ring.ring.posted(signaled);
-        Ok(slot)
+        let posted = inner.fill_and_send(slot, fill, kind, signaled)?;
+        // The send is a chain's last request: on `Part` it was not posted,
+        // and its slot stays free.
+        if posted == Posted::All {
+            ring.ring.posted(signaled);
+        }
+        Ok((slot, posted))
     }
 
     /// Posts a signaled zero-length RDMA WRITE in the next send slot: it
@@ -1056,6 +1080,7 @@ impl<H: Completion> Qp<H> {
     /// never sleeps.
     pub fn probe(&self, ring: &mut SendRing) -> Result<u32> {
         self.post_send(ring, |_| Ok(0), SendKind::Probe, true)
+            .map(|(slot, _)| slot)
     }
 
     /// The number of tags.
@@ -1086,9 +1111,13 @@ impl<H: Completion> Qp<H> {
             let next: *mut bindings::ib_send_wr = &mut wrs[i + 1];
             wrs[i].next = next;
         }
-        // SAFETY: `qp` is live (type invariant); the chain is valid for the
-        // call (the driver copies it); the tag's cqe lives as long as the QP.
-        to_result(unsafe { bindings::ferry_helper_ib_post_send(inner.qp.as_ptr(), &wrs[0]) })
+        // SAFETY: The chain is valid for the call (the driver copies it); the
+        // tag's cqe lives as long as the QP.
+        match unsafe { inner.post_chain(&mut wrs[0]) }? {
+            Posted::All => Ok(()),
+            // The caller fails the channel on any error.
+            Posted::Part => Err(EIO),
+        }
     }
 
     /// Moves data between the local list `sg` and the peer's region `remote`
@@ -1098,14 +1127,16 @@ impl<H: Completion> Qp<H> {
     /// [`TagOp::Rdma`] of `tag`, when the QP has destroyed the context and
     /// dropped the list (or at the QP's teardown, after its drain).
     /// On failure the list comes back with the error: `EBUSY` if the tag has
-    /// a transfer already, `EINVAL` for a length mismatch.
+    /// a transfer already, `EINVAL` for a length mismatch. A chain the driver
+    /// took only in part gives [`Posted::Part`]: the list stays with the
+    /// context until the drain, and the caller fails the QP's owner.
     pub fn rdma(
         &self,
         tag: u32,
         sg: SgList,
         remote: Remote,
         dir: DmaDir,
-    ) -> Result<(), (Error, SgList)> {
+    ) -> Result<Posted, (Error, SgList)> {
         let inner = &*self.inner;
         if sg.len() != u64::from(remote.len) {
             return Err((EINVAL, sg));
@@ -1169,16 +1200,35 @@ impl<H: Completion> Qp<H> {
                 }
                 wr = (*wr).next;
             }
-            bindings::ferry_helper_ib_post_send(qp, first)
+            inner.post_chain(first)
         };
-        if ret < 0 {
-            return match inner.rw_destroy(tag) {
-                Some(sg) => Err((Error::from_errno(ret), sg)),
-                None => Ok(()),
-            };
+        match ret {
+            // On `Part` the context stays until the drain: the prefix may be
+            // at work.
+            Ok(posted) => Ok(posted),
+            Err(e) => match inner.rw_destroy(tag) {
+                Some(sg) => Err((e, sg)),
+                None => Ok(Posted::All),
+            },
         }
-        Ok(())
     }
+}
+
+/// How much of a chain of work requests the driver took, when
+/// [`Qp::send_registered`] or [`Qp::rdma`] did not fail (they fail when it
+/// took none).
+#[must_use]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Posted {
+    /// All of it.
+    All,
+    /// A prefix: the driver refused the rest. What the chain holds (its
+    /// regions, its list) may be at work until the QP's drain, and its last
+    /// request, whose completion would have said when it is over, never
+    /// completes. The caller treats the chain as posted and fails the QP's
+    /// owner: [`Qp::set_error`] flushes the prefix (it may sleep, so not
+    /// from atomic context), and the teardown's drain ends the rest.
+    Part,
 }
 
 /// What [`Inner::fill_and_send`] posts.
@@ -1234,13 +1284,92 @@ impl<H: Completion> Inner<H> {
             .get()
     }
 
+    /// Posts the chain of send requests that `first` heads, and says how
+    /// much of it the driver took: all of it, or (on failure) none of it, or
+    /// a prefix ([`Posted::Part`]). A driver that fails a chain of several
+    /// without naming the first request it refused counts as having taken
+    /// a prefix. Never
+    /// sleeps: the QP's owner fails it (see [`Posted::Part`]).
+    ///
+    /// # Safety
+    ///
+    /// `first` heads a chain of send requests valid for `ib_post_send` on
+    /// this QP, whose `ib_cqe`s live as long as the QP, and which the
+    /// caller lets this function change for the call (test builds cut it).
+    unsafe fn post_chain(&self, first: *mut bindings::ib_send_wr) -> Result<Posted> {
+        #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+        if self.cut.swap(false, Ordering::Relaxed) {
+            // SAFETY: As below; the chain is the caller's to change for the
+            // call, and gets its last link back.
+            if let Some(posted) = unsafe { self.post_cut(first) } {
+                return posted;
+            }
+        }
+        let mut bad: *const bindings::ib_send_wr = core::ptr::null();
+        // SAFETY: `qp` is live (type invariant); the chain is the caller's
+        // promise; `bad` is valid for the call.
+        let ret = unsafe { bindings::ferry_helper_ib_post_send(self.qp.as_ptr(), first, &mut bad) };
+        if ret >= 0 {
+            return Ok(Posted::All);
+        }
+        let e = Error::from_errno(ret);
+        // SAFETY: `first` is valid (the caller's promise).
+        if core::ptr::eq(bad, first) || unsafe { (*first).next.is_null() } {
+            return Err(e);
+        }
+        self.warn_part(e);
+        Ok(Posted::Part)
+    }
+
+    fn warn_part(&self, e: Error) {
+        // SAFETY: `qp` is live (type invariant); `qp_num` is fixed at creation.
+        let num = unsafe { (*self.qp.as_ptr()).qp_num };
+        crate::ratelimit::pr_warn_limited!(
+            "{} QP {}: a chain of send requests was posted only in part ({:?})\n",
+            self.pd.device().name().as_cstr(),
+            num,
+            e
+        );
+    }
+
+    /// Test builds ([`Qp::cut_next_chain`]): posts all of the chain but its
+    /// last request, and says so as a driver would have; `None` (nothing
+    /// posted) for a chain of one.
+    ///
+    /// # Safety
+    ///
+    /// As [`Inner::post_chain`].
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    unsafe fn post_cut(&self, first: *mut bindings::ib_send_wr) -> Option<Result<Posted>> {
+        // SAFETY: The chain is valid, and the caller's to change for the
+        // call: its next-to-last request loses its link to the last one for
+        // the post, and gets it back.
+        unsafe {
+            let mut prev = first;
+            if (*prev).next.is_null() {
+                return None;
+            }
+            while !(*(*prev).next).next.is_null() {
+                prev = (*prev).next;
+            }
+            let last = (*prev).next;
+            (*prev).next = core::ptr::null_mut();
+            let ret =
+                bindings::ferry_helper_ib_post_send(self.qp.as_ptr(), first, core::ptr::null_mut());
+            (*prev).next = last;
+            Some(to_result(ret).map(|()| {
+                self.warn_part(EINVAL);
+                Posted::Part
+            }))
+        }
+    }
+
     /// Destroys tag `tag`'s rdma_rw context, if it has one, and gives its
     /// list back. Called only when none of the context's work requests can
-    /// still be at work: right after posting them failed, on the completion
-    /// of the chain's last one (which completes after the others, flushed
-    /// or not), and after the QP's drain. (Not yet told apart: a driver
-    /// that takes a prefix of a chain and fails the rest. The post passes
-    /// no `bad_wr`; the prefix would then be unmapped while at work.)
+    /// still be at work: right after posting them failed with none taken,
+    /// on the completion of the chain's last one (which completes after the
+    /// others, flushed or not), and after the QP's drain (which is also how
+    /// a chain posted only in part ends: see [`Posted::Part`]).
     fn rw_destroy(&self, tag: u32) -> Option<SgList> {
         let busy = self.rw_busy.get(tag as usize)?;
         if !busy.load(Ordering::Acquire) {
@@ -1305,7 +1434,7 @@ impl<H: Completion> Inner<H> {
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
         kind: SendKind<'_>,
         signaled: bool,
-    ) -> Result {
+    ) -> Result<Posted> {
         if let SendKind::Probe = kind {
             let mut wr = bindings::ib_rdma_wr {
                 wr: bindings::ib_send_wr {
@@ -1322,8 +1451,9 @@ impl<H: Completion> Inner<H> {
             // entries, the slot's cqe, which lives as long as the QP) is
             // valid for the call, and is the `ib_rdma_wr` its opcode says.
             return to_result(unsafe {
-                bindings::ferry_helper_ib_post_send(self.qp.as_ptr(), &wr.wr)
-            });
+                bindings::ferry_helper_ib_post_send(self.qp.as_ptr(), &wr.wr, core::ptr::null_mut())
+            })
+            .map(|()| Posted::All);
         }
         let (area, i) = self.buf(slot)?;
         // SAFETY: The slot's last send has completed (it is behind `tail`) and
@@ -1357,7 +1487,7 @@ impl<H: Completion> Inner<H> {
         }
         let send: *mut bindings::ib_send_wr = &mut wr;
         let mut regs: [bindings::ib_reg_wr; MAX_REGS] = Default::default();
-        let mut first: *const bindings::ib_send_wr = send;
+        let mut first: *mut bindings::ib_send_wr = send;
         if let SendKind::Registered(tag, mrs, write) = kind {
             let cqe = self.tag_cqe(tag, TagOp::Reg);
             let n = mrs.iter().flatten().count();
@@ -1382,12 +1512,13 @@ impl<H: Completion> Inner<H> {
                 regs[i].wr.next = next;
             }
             if n > 0 {
-                first = &regs[0].wr;
+                first = &mut regs[0].wr;
             }
         }
-        // SAFETY: As in `post_recv_claimed`; the chain (registrations of live
-        // MRs, whose tag's cqe lives as long as the QP) is valid for the call.
-        to_result(unsafe { bindings::ferry_helper_ib_post_send(self.qp.as_ptr(), first) })
+        // SAFETY: The chain (registrations of live MRs, whose tag's cqe
+        // lives as long as the QP, then the slot's send) is valid for the
+        // call (the driver copies it).
+        unsafe { self.post_chain(first) }
     }
 
     /// Handles the completion `wc` of `slot`.
@@ -1456,7 +1587,8 @@ impl<H: Completion> Drop for Inner<H> {
             // every posted request has completed and been handled.
             unsafe { bindings::ib_drain_qp(qp) };
         }
-        // Transfers whose completion handler did not release them.
+        // Transfers the drain ended: flushed before their chain's last
+        // request was handled, or posted only in part (`Posted::Part`).
         for tag in 0..self.rw_busy.len() {
             // CAST: an index of a `u32`-sized list.
             let _ = self.rw_destroy(tag as u32);

@@ -49,7 +49,7 @@ use crate::{
         device::{Caps, DeviceName},
         mr::{DmaDir, Mr, Remote, SgList},
         pd::Pd,
-        qp::{Completion, Qp, QpConfig, QpState, SendRing, TagOp, Wc},
+        qp::{Completion, Posted, Qp, QpConfig, QpState, SendRing, TagOp, Wc},
     },
     state::{ChanState, Role},
     stats::{Counter, Counters, Stats},
@@ -196,6 +196,9 @@ struct Inner<O: Owner> {
     heartbeat_seq: u64,
     /// The heartbeat in flight and when it left.
     heartbeat_out: Option<(u64, Instant<Monotonic>)>,
+    /// A request's chain was posted only in part ([`Posted::Part`]) where
+    /// the channel could not fail (a submit may be atomic): the tick fails it.
+    broken: bool,
     rtt_us: u32,
     device: Option<(u32, DeviceName)>,
     /// The device's limits and the PD the channel's regions live in.
@@ -351,6 +354,7 @@ impl<O: Owner> Channel<O> {
                     last_heartbeat: now,
                     heartbeat_seq: 0,
                     heartbeat_out: None,
+                    broken: false,
                     rtt_us: 0,
                     device: None,
                     caps: None,

@@ -12,7 +12,10 @@
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-use crate::rdma::mr::Remote;
+use crate::rdma::{
+    mr::Remote,
+    qp::{Completion, Qp},
+};
 
 /// A breach of the protocol to commit once.
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
@@ -44,6 +47,14 @@ pub(crate) enum Fault {
     /// The next hello reply's proof of the pre-shared key is wrong (a
     /// server that does not hold the key the client named).
     ForgedServerProof = 10,
+    /// Not a breach but a driver's failure, played here: the next request
+    /// with registrations is posted as a driver that takes its
+    /// registrations and refuses its send would leave it
+    /// ([`crate::rdma::qp::Posted::Part`]).
+    PartialPost = 11,
+    /// As `PartialPost`, for the next RDMA transfer of several work
+    /// requests: all but its last are posted.
+    PartialRdma = 12,
 }
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
@@ -61,6 +72,8 @@ impl Fault {
             8 => Self::BeyondRegion,
             9 => Self::Oversized,
             10 => Self::ForgedServerProof,
+            11 => Self::PartialPost,
+            12 => Self::PartialRdma,
             _ => return None,
         })
     }
@@ -132,6 +145,20 @@ impl Hostile {
         }
     }
 
+    /// Whether the next chain of work requests `qp` posts is to be cut
+    /// short, for a request with registrations (`rdma` false) or an RDMA
+    /// transfer: if so, `qp` is told ([`Qp::cut_next_chain`]).
+    pub(crate) fn cut<H: Completion>(&self, qp: &Qp<H>, rdma: bool) {
+        let f = if rdma {
+            Fault::PartialRdma
+        } else {
+            Fault::PartialPost
+        };
+        if self.take(f) {
+            qp.cut_next_chain();
+        }
+    }
+
     /// Where an RDMA transfer goes instead of the peer's region `r`.
     pub(crate) fn remote(&self, r: &mut Remote) {
         let last = self.last_rkey.swap(r.rkey, Relaxed);
@@ -165,4 +192,8 @@ impl Hostile {
     /// Production build: the peer's region.
     #[inline(always)]
     pub(crate) fn remote(&self, _r: &mut Remote) {}
+
+    /// Production build: every chain is posted whole.
+    #[inline(always)]
+    pub(crate) fn cut<H: Completion>(&self, _qp: &Qp<H>, _rdma: bool) {}
 }

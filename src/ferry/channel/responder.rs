@@ -272,7 +272,10 @@ impl<O: Owner> Channel<O> {
         let qp = inner.lend_qp();
         drop(inner);
         let res = match qp.as_ref() {
-            Some(qp) => qp.rdma(tag, first, remote, dir).map_err(|(e, _)| e),
+            Some(qp) => {
+                self.session.hostile().cut(qp, true);
+                qp.rdma(tag, first, remote, dir).map_err(|(e, _)| e)
+            }
             None => Err(ENOTCONN),
         };
         let mut inner = self.inner.lock();
@@ -292,8 +295,12 @@ impl<O: Owner> Channel<O> {
             // Transfers queued behind this one while it was being posted.
             self.start_waiting();
         }
-        res?;
+        let posted = res?;
         self.stats.add(Counter::RdmaBytes, u64::from(len));
+        if posted == Posted::Part {
+            // The teardown ends the transfer.
+            self.fail(Reason::TransportError);
+        }
         Ok(())
     }
 
@@ -322,7 +329,7 @@ impl<O: Owner> Channel<O> {
             let mut inner = self.inner.lock();
             self.end_loan_locked(&mut inner, qp);
             let cb = match res {
-                Ok(()) => None,
+                Ok(_) => None,
                 Err(_) => inner.xfer.as_mut().and_then(|x| {
                     x.set_moved(tag, 0);
                     x.take_rdma(tag)
@@ -330,8 +337,13 @@ impl<O: Owner> Channel<O> {
             };
             drop(inner);
             match (res, cb) {
-                (Ok(()), _) => {
+                (Ok(Posted::All), _) => {
                     self.stats.add(Counter::RdmaBytes, u64::from(len));
+                }
+                (Ok(Posted::Part), _) => {
+                    // The teardown ends the transfer, and the waiting ones.
+                    self.fail(Reason::TransportError);
+                    return;
                 }
                 (Err(e), Some(cb)) => cb.done(e.to_errno()),
                 (Err(_), None) => {}
@@ -375,7 +387,13 @@ impl<O: Owner> Channel<O> {
             inner = self.inner.lock();
             self.end_loan_locked(&mut inner, qp);
             match res {
-                Ok(()) => return,
+                Ok(Posted::All) => return,
+                Ok(Posted::Part) => {
+                    // The teardown ends the transfer.
+                    drop(inner);
+                    self.fail(Reason::TransportError);
+                    return;
+                }
                 Err(e) => status = e.to_errno(),
             }
         }

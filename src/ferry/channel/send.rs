@@ -71,6 +71,9 @@ impl<O: Owner> Channel<O> {
     /// tag) is in flight, `EINVAL` if it is beyond the queue depth,
     /// `EMSGSIZE` if the header does not fit the peer's limit or the data
     /// needs more than 8 registrations. Allocates nothing and never sleeps.
+    /// A request whose registrations the driver took but not its send is
+    /// kept as posted (the peer never sees it): the channel fails at the
+    /// next tick, and its teardown ends the request.
     pub(crate) fn submit(
         &self,
         own: Option<u32>,
@@ -100,6 +103,7 @@ impl<O: Owner> Channel<O> {
         };
         let write = Request::dir(&req) == Dir::FromPeer;
         let limit = inner.peer_depth.min(self.session.params().queue_depth);
+        let mut part = false;
         let res = xfer.submit(
             Some(pd),
             limit,
@@ -109,7 +113,11 @@ impl<O: Owner> Channel<O> {
             data,
             |tag, regs, cookie, head, hdr, inline| {
                 let mrs = regs.as_slice();
-                qp.send_registered(ring, tag, mrs, write, |buf| {
+                let mut bytes = 0;
+                if mrs.iter().flatten().next().is_some() {
+                    self.session.hostile().cut(qp, false);
+                }
+                let posted = qp.send_registered(ring, tag, mrs, write, |buf| {
                     let n = Header::write_with(Kind::Request, grant, cookie, buf, |p| {
                         head.write(hdr, p, |d| match inline {
                             Some(sg) => sg.copy_to(d),
@@ -117,9 +125,17 @@ impl<O: Owner> Channel<O> {
                         })
                     })?;
                     self.session.hostile().request(buf);
-                    self.stats.add(Counter::TxBytes, n as u64);
+                    bytes = n;
                     Ok(n)
                 })?;
+                if posted == Posted::Part {
+                    // Registrations at work, the request not sent: held as
+                    // posted, so its regions and pages stay until the
+                    // teardown ends them; the tick fails the channel.
+                    part = true;
+                    return Ok(());
+                }
+                self.stats.add(Counter::TxBytes, bytes as u64);
                 self.stats.add(Counter::Registrations, mrs.len() as u64);
                 if inline.is_some() {
                     self.stats.add(Counter::Inline, 1);
@@ -127,6 +143,9 @@ impl<O: Owner> Channel<O> {
                 Ok(())
             },
         );
+        if part {
+            inner.broken = true;
+        }
         match res {
             Ok(()) => {
                 self.stats.add(Counter::RequestsTx, 1);

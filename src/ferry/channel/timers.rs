@@ -22,6 +22,13 @@ impl<O: Owner> Channel<O> {
                 .queue_channel(self.clone(), ChannelWork::IdlePoll);
         }
         let mut inner = self.inner.lock();
+        if inner.broken && inner.state == ChanState::Up {
+            // A submit's chain was posted only in part (it could not fail
+            // the channel itself: it may be atomic).
+            drop(inner);
+            self.fail(Reason::TransportError);
+            return;
+        }
         let timed_out = match inner.state {
             ChanState::Resolving
             | ChanState::Connecting

@@ -37,7 +37,12 @@ def hostile_peer(t):
     rdma_rw splits into several work requests), with the key of a request
     already over, and with the right key just past the region: the
     requester's adapter refuses, its requests fail with an error, its
-    registrations are gone, and the attacker's log has the device's status."""
+    registrations are gone, and the attacker's log has the device's status.
+    Last, the test build plays a driver that posts a chain of work requests
+    only in part: a request's registrations without its send (fault 11),
+    then a 1 MiB transfer's work requests without the last (fault 12). The
+    side that posted fails its connection, and the request or transfer ends
+    once, with an error, after the drain; no region is left."""
     vm = t.vm
     t.net_up(vm, 0, 1)
     t.rxe_add(vm)
@@ -66,6 +71,23 @@ def hostile_peer(t):
         # The attacker's session is closed on the service's side too.
         t.until(lambda: echo_sessions(t, vm) == 1, 30 * t.slow,
                 f'fault {n}: the attacker\'s session closed on the service\'s side')
+
+    # A driver that takes a request's registrations and refuses its send
+    # (the test build plays it): the requester's own connection fails, and
+    # its request ends once, with an error, after the drain.
+    cut = 'a chain of send requests was posted only in part'
+    r = vm.run(f'insmod {hostile} peer=192.0.2.1 port={PORT} service=echo fault=11',
+               timeout=60 * t.slow, check=False)
+    line = vm.run('dmesg | grep "ferry_hostile: fault 11: the request" | tail -1').out.strip()
+    t.check(r.rc == 0, f'fault 11: the connection did not fail, or the request did not end once '
+            f'with an error: {line}')
+    if r.rc == 0:
+        vm.run('rmmod ferry_hostile')
+        t.log(line.split('] ', 1)[-1])
+    t.check(vm.run(f'dmesg | grep -c "{cut}"', check=False).out.strip() == '1',
+            'fault 11: the requester logged the chain posted in part')
+    t.until(lambda: echo_sessions(t, vm) == 1, 30 * t.slow,
+            'fault 11: the requester\'s session closed on the service\'s side')
 
     # The good session never noticed, and the service still serves.
     s = [s for s in t.ferryctl_json(vm, 'session show') if s['id'] == good_id]
@@ -127,4 +149,26 @@ def hostile_peer(t):
         vm.run('rmmod ferry_hostile')
         t.eq(vm.run('rdma res show mr | wc -l').out.strip(), mr_base,
              f'{label}: MRs back to the baseline')
+
+    # A driver that takes all of a transfer's work requests but its last
+    # (1 MiB: several): the service fails its connection, the transfer ends
+    # after the drain (with an error), and the requests fail.
+    cuts = count(cut)
+    vm.run(f'insmod {hostile} serve=1 fault=12')
+    r = vm.run(f'insmod {cecho} peer=192.0.2.1 port={PORT} service=hostile count=0 '
+               f'requests=2 rq_dir=2 {mib}', timeout=120 * t.slow, check=False)
+    t.check(r.rc != 0, 'fault 12: the requests succeeded')
+    m = RQ_SUMMARY.search(vm.run('dmesg | grep "ferry_cecho: client:" | tail -1').out)
+    t.require(m is not None, 'fault 12: no request summary')
+    sent, done, wrong, failed = (int(x) for x in m.groups())
+    t.check(done == sent == 2 and failed >= 1,
+            f'fault 12: {sent} sent, {done} done, {failed} failed, {wrong} wrong')
+    t.check(count(cut) == cuts + 1, 'fault 12: the service logged the chain posted in part')
+    ended = vm.run('dmesg | grep "ferry_hostile: transfer done:" | tail -2').out
+    t.check(re.search(r'transfer done: -\d+', ended) is not None,
+            f'fault 12: the cut transfer ended with an error: {ended}')
+    t.log(f'fault 12: {sent} requests, {failed} failed with an error, all completed')
+    vm.run('rmmod ferry_hostile')
+    t.eq(vm.run('rdma res show mr | wc -l').out.strip(), mr_base,
+         'fault 12: MRs back to the baseline')
     vm.run('rmmod ferry_echo ferry')

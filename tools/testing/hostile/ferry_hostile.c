@@ -7,17 +7,22 @@
  * session of one channel, commits the fault (see include/ferry/ferry_test.h)
  * and waits for the peer to close the connection; the load fails if it does
  * not within 10 s. It logs "ferry_hostile: fault N: closed by the peer after
- * M ms".
+ * M ms". With fault=11 its own side plays a driver that takes a request's
+ * registrations and refuses its send: the connection must fail here, and the
+ * request end once with an error.
  *
  * As a service (serve=1 fault=6, 7 or 8) it offers "hostile" and serves
  * requests with data, but RDMAs with a forged key (6) or beyond the region
  * it was given (8) on the first one, or with the previous request's key (7)
- * on the second one. With fault=10 it forges the server's proof of the
- * pre-shared key in the hello reply of each session it accepts.
+ * on the second one; with fault=12 the first transfer's work requests are
+ * posted as a driver that refuses the last one would. With fault=10 it
+ * forges the server's proof of the pre-shared key in the hello reply of
+ * each session it accepts.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/highmem.h>
+#include <linux/delay.h>
 #include <linux/inet.h>
 #include <linux/module.h>
 #include <linux/scatterlist.h>
@@ -74,8 +79,20 @@ static void rq_done(struct ferry_request *rq)
 {
 	struct victim *v = rq->priv;
 
-	atomic_set(&v->done, 1);
+	atomic_inc(&v->done);
 	wake_up(&v->wq);
+}
+
+/* Fault 11's request data: beyond the inline size, so it is registered. */
+#define CUT_PAGES 4
+
+static void free_pages_of(struct scatterlist *sgl)
+{
+	int i;
+
+	for (i = 0; i < CUT_PAGES; i++)
+		if (sg_page(&sgl[i]))
+			__free_page(sg_page(&sgl[i]));
 }
 
 static int attack(void)
@@ -83,11 +100,12 @@ static int attack(void)
 	static const char msg[64] = "hostile";
 	struct ferry_session_params p = { .service = service, .channels = 1 };
 	struct ferry_request rq = { .hdr = msg, .hdr_len = 16, .done = rq_done };
+	struct scatterlist sgl[CUT_PAGES];
 	struct ferry_session *s;
 	struct victim *v;
 	char port_str[8];
 	unsigned long t0;
-	int ret;
+	int ret, i;
 
 	snprintf(port_str, sizeof(port_str), "%u", port);
 	ret = inet_pton_with_scope(&init_net, AF_UNSPEC, peer, port_str, &p.peer);
@@ -98,8 +116,25 @@ static int attack(void)
 		return -ENOMEM;
 	init_waitqueue_head(&v->wq);
 	rq.priv = v;
+	sg_init_table(sgl, CUT_PAGES);
+	if (fault == FERRY_FAULT_PARTIAL_POST) {
+		for (i = 0; i < CUT_PAGES; i++) {
+			struct page *pg = alloc_page(GFP_KERNEL | __GFP_ZERO);
+
+			if (!pg) {
+				free_pages_of(sgl);
+				kfree(v);
+				return -ENOMEM;
+			}
+			sg_set_page(&sgl[i], pg, PAGE_SIZE, 0);
+		}
+		rq.dir = FERRY_TO_PEER;
+		rq.sgl = sgl;
+		rq.nents = CUT_PAGES;
+	}
 	s = ferry_session_open(&p, &victim_ops, v);
 	if (IS_ERR(s)) {
+		free_pages_of(sgl);
 		kfree(v);
 		return PTR_ERR(s);
 	}
@@ -112,6 +147,17 @@ static int attack(void)
 		case FERRY_FAULT_OVER_GRANT:
 		case FERRY_FAULT_OVERSIZED:
 			ret = ferry_send(s, msg, sizeof(msg), 0);
+			break;
+		case FERRY_FAULT_PARTIAL_POST:
+			/* Until the region pool has grown: -EAGAIN. */
+			for (i = 0; i < 500; i++) {
+				ret = ferry_submit(s, &rq, 0);
+				if (ret != -EAGAIN)
+					break;
+				msleep(10);
+			}
+			if (ret)
+				atomic_set(&v->done, 1);
 			break;
 		case FERRY_FAULT_LYING_REQUEST:
 			ret = ferry_submit(s, &rq, 0);
@@ -134,6 +180,18 @@ static int attack(void)
 	ferry_session_close(s);
 	if (fault == FERRY_FAULT_LYING_REQUEST && !atomic_read(&v->done))
 		ret = ret ?: -EIO;
+	/*
+	 * Fault 11 fails the connection on this side: its request, whose send
+	 * never left, must have ended once, with an error, and only after its
+	 * registrations were gone (the pages go back below).
+	 */
+	if (fault == FERRY_FAULT_PARTIAL_POST) {
+		pr_info("fault %u: the request ended %d time(s), status %d\n", fault,
+			atomic_read(&v->done), rq.status);
+		if (atomic_read(&v->done) != 1 || rq.status >= 0)
+			ret = ret ?: -EIO;
+	}
+	free_pages_of(sgl);
 	kfree(v);
 	return ret;
 }
