@@ -139,12 +139,13 @@ pub(crate) struct Admission {
 
 impl Admission {
     /// Whether a new session may start: none of `limits` reached. One that
-    /// `replaces` a live session of its client (counted here, and closed
-    /// once this one is admitted) takes that one's place.
-    pub(crate) fn admits(&self, limits: &Limits, replaces: bool) -> bool {
-        let old = u32::from(replaces);
-        self.pending_peer < limits.pending_per_peer
-            && self.pending < limits.pending
+    /// replaces a live session of its client that this listener counts
+    /// (`replaced`: whether that one still waits for its first hello; it is
+    /// closed once this one is admitted) takes that one's place.
+    pub(crate) fn admits(&self, limits: &Limits, replaced: Option<bool>) -> bool {
+        let (old, old_pending) = replaced.map_or((0, 0), |p| (1, u32::from(p)));
+        self.pending_peer.saturating_sub(old_pending) < limits.pending_per_peer
+            && self.pending.saturating_sub(old_pending) < limits.pending
             && self.sessions_peer.saturating_sub(old) < limits.sessions_per_peer
             && self.sessions.saturating_sub(old) < limits.sessions
     }
@@ -380,13 +381,19 @@ impl Listener {
             );
             return Self::refuse(req, Reason::Busy);
         }
-        let replaces = verdict == Verdict::Replace;
+        // The session replaced, if this listener counts it.
+        let replaced = match (verdict, existing.as_ref()) {
+            (Verdict::Replace, Some(s)) if s.listener == Some(self.id) => {
+                Some(s.awaits_first_hello())
+            }
+            _ => None,
+        };
         if verdict != Verdict::Join
             && !self
                 .host
                 .admission(self.id, &peer)
                 // Not counted (out of memory): not admitted.
-                .is_ok_and(|a| a.admits(&self.limits, replaces))
+                .is_ok_and(|a| a.admits(&self.limits, replaced))
         {
             self.busy_refused.fetch_add(1, Relaxed);
             crate::ratelimit::pr_warn_limited!(
@@ -452,7 +459,7 @@ impl Listener {
                 match made {
                     Ok(s) => s,
                     // The store of secrets is full, for this address or in
-                    // all: it never drops one to make room.
+                    // all, and no other address gave a record up.
                     Err(e) if e == EDQUOT || e == ENOSPC => {
                         self.busy_refused.fetch_add(1, Relaxed);
                         let whose = if e == EDQUOT {
@@ -554,14 +561,17 @@ mod tests {
             sessions: 2,
             ..Admission::default()
         };
-        assert!(!full.admits(&limits, false));
-        assert!(full.admits(&limits, true));
-        // Waiting for a hello counts as before.
+        assert!(!full.admits(&limits, None));
+        assert!(full.admits(&limits, Some(false)));
+        // Another's wait for its hello counts as before.
         let waiting = Admission {
             pending_peer: 1,
             ..full
         };
-        assert!(!waiting.admits(&limits, true));
+        assert!(!waiting.admits(&limits, Some(false)));
+        // The predecessor's own wait goes with it: a client whose first
+        // attempt is stuck before its hello may try again.
+        assert!(waiting.admits(&limits, Some(true)));
     }
 
     #[test]

@@ -277,7 +277,7 @@ impl Operations for Blk {
                 r.ctx = ctx;
                 r
             }
-            // Not taken: `new_pdu` made one, and every path gives it back.
+            // Not taken: `init_pdu` made one, and every path gives it back.
             // Should one be lost, it is made again rather than the tag
             // lost with it.
             None => match Request::new(&[0; wire::IO_LEN], 0, ctx, GFP_ATOMIC) {

@@ -33,7 +33,7 @@ use crate::{cm::SockAddr, wire::Secret};
 /// than a client's default give-up time (600 s).
 pub(crate) const IDLE_TTL_MS: i64 = 15 * 60 * 1000;
 
-/// Most records of one client address (live and idle), in all namespaces.
+/// Most records of one client address (live and idle) in one namespace.
 pub(crate) const MAX_PER_PEER: usize = 1024;
 /// Most records in all (about 100 bytes each).
 pub(crate) const MAX_RECORDS: usize = 16384;
@@ -242,9 +242,10 @@ impl Secrets {
     /// The store is full: drops the oldest idle record of the address that
     /// holds the most, unless that is `peer`'s own or holds fewer than
     /// [`MIN_EVICTABLE`]; `ENOSPC` if none goes. (The records are sorted
-    /// by address to count them: only when the store is full.)
+    /// by address to count them: only when the store is full. The index
+    /// list is 128 KiB when it is, so it may come from vmalloc.)
     fn evict_for(&mut self, net: usize, peer: &SockAddr) -> Result {
-        let mut order = KVec::with_capacity(self.records.len(), GFP_KERNEL)?;
+        let mut order = KVVec::with_capacity(self.records.len(), GFP_KERNEL)?;
         for i in 0..self.records.len() {
             order.push(i, GFP_KERNEL)?;
         }
@@ -377,7 +378,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_store_refuses_and_never_drops_a_record() -> Result {
+    fn a_full_store_drops_only_a_big_holders_oldest_idle_record() -> Result {
         // (The module keeps MAX_PER_PEER and MAX_RECORDS; a few show the
         // rule, and thousands of claims, each pruning, take long on a KASAN
         // kernel under emulation.)

@@ -616,7 +616,10 @@ impl WorkItem for Session {
 /// never allocates.
 fn retire(inner: &mut Inner, channels: &[Arc<Channel>]) {
     for c in channels {
-        let _ = inner.retiring.push_within_capacity(c.clone());
+        // Beyond the room, a done callback of this channel would wait for
+        // its timeout instead of hearing -EDEADLK: a bug, said once.
+        let full = inner.retiring.push_within_capacity(c.clone()).is_err();
+        kernel::warn_on!(full);
     }
 }
 
