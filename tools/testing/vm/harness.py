@@ -160,7 +160,10 @@ class Test:
 
     # A leak report's backtrace frame in code that no longer has a symbol: a
     # module that was unloaded (ferry's, in these tests).
-    _UNLOADED_FRAME = re.compile(r'^\s+\[<[0-9a-f]+>\] 0x[0-9a-f]+$', re.M)
+    # A frame in code of a module gone by the scan (ferry's, unloaded at the
+    # end of a case): the kernel prints it as a bare address, with or without
+    # the bracketed one before it.
+    _UNLOADED_FRAME = re.compile(r'^\s+(\[<[0-9a-f]+>\] )?0x[0-9a-f]+$', re.M)
 
     def leak_check(self, vm):
         """Debug kernel: scans for leaks at the end of a case and fails it on
