@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """Self-tests of the runner. A case fails on a planted kernel WARN, a hung
-task, its own time limit or a command's, and under a jiffies clocksource; a
-failing KUnit case is counted. With VMs reused between cases, each case is
+task, its own time limit or a command's, a KUnit suite of ferry's that failed
+at a load, and under a jiffies clocksource; a failing KUnit case is counted. With VMs reused between cases, each case is
 judged on its own console alone, what a case leaves behind is undone before
 the next one, and a case that fails, hangs or taints the kernel leaves the
 next one a freshly booted VM."""
@@ -39,8 +39,10 @@ def plant_warn(t2):
 
 def plant_bug_message(t2):
     # Reports in the console alone (no taint, nothing left behind): a BUG,
-    # and the three ways the kernel says it ran out of memory.
+    # the three ways the kernel says it ran out of memory, and a KUnit suite
+    # of ferry's that failed at a load.
     for line in ('BUG: planted by the runner self-test',
+                 'not ok 9 ferry_planted',
                  'planted: page allocation failure: order:4, mode:0x40cc0',
                  'planted invoked oom-killer: gfp_mask=0xcc0, order=0',
                  'Out of memory: Killed process 1 (planted)'):
@@ -147,6 +149,9 @@ def runner_reuses_vms(t):
          f'{r["planted-report"].reasons}; the next case booted {r["mark-console"].boots}')
     oom = [x for x in r['planted-report'].reasons if 'out of memory' in x]
     rule('out_of_memory_fails_its_case', len(oom) == 3, r['planted-report'].reasons)
+    rule('failed_kunit_suite_fails_its_case',
+         any('failed KUnit suite' in x for x in r['planted-report'].reasons),
+         r['planted-report'].reasons)
 
     def console(name):
         with open(os.path.join(t.outdir, name, 'vm.console')) as f:

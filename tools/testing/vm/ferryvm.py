@@ -48,6 +48,10 @@ BAD_PATTERNS = [
                 r'blocked for more than)'), 'lockup or stall'),
     (re.compile(_KMSG + r'.*(page allocation failure|Out of memory|invoked oom-killer|'
                 r'oom-kill:)'), 'out of memory'),
+    # A test build runs its KUnit suites at every load, in any case: a suite
+    # of ferry's or ferry_blk's that fails there fails the case (the runner's
+    # own self-test module fails one on purpose).
+    (re.compile(_KMSG + r'not ok \d+ ferry_(?!selftest_kunit\b)'), 'failed KUnit suite'),
 ]
 
 JIFFIES_CLOCKSOURCES = ('jiffies', 'refined-jiffies')
