@@ -82,7 +82,8 @@ def session_refusals(t):
     """A connect to a port nobody listens on, and to a service the peer does
     not offer, fail with that reason (not a bare "connection reset"); bad
     arguments get extack messages, and a peer address that is not unicast
-    is one; nothing stays behind."""
+    is one; a session the host cannot afford (64 channels of depth 1024) is
+    refused with the figures logged; nothing stays behind."""
     vm = loopback(t)
     ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
     r = ferryctl(t, vm, f'session connect 192.0.2.1 port {PORT + 1} service echo', check=False)
@@ -94,6 +95,14 @@ def session_refusals(t):
     r = ferryctl(t, vm, f'session connect 192.0.2.1 port {PORT} service echo queue-depth 1',
                  check=False)
     t.check(r.rc == 2 and 'queue depth' in r.err, f'queue depth 1 refused: {r}')
+    # More than the host can spare (about 13 GiB): refused before anything
+    # is allocated, with the figures in the kernel log.
+    r = ferryctl(t, vm, f'session connect 192.0.2.1 port {PORT} service echo channels 64 '
+                        'queue-depth 1024 max-msg-size 65536', check=False)
+    t.check(r.rc == 2 and 'cannot spare the memory' in r.err,
+            f'64 channels of depth 1024 refused: {r}')
+    t.check('not started: 64 channels of depth 1024 with 65536 byte messages'
+            in vm.run('dmesg').out, 'the figures of a session the host cannot afford are logged')
     # No one host answers these: refused before anything is resolved.
     for addr in ('ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff', 'ff02::1', '::', '224.0.0.1',
                  '255.255.255.255', '0.0.0.0', '::ffff:224.0.0.1'):
