@@ -24,6 +24,8 @@ enum ferry_fault {
 					 * driver that refuses its send would */
 	FERRY_FAULT_PARTIAL_RDMA = 12,	/* next RDMA of several work requests: posted
 					 * as a driver that refuses the last would */
+	FERRY_FAULT_REPLAYED_CLIENT_PROOF = 13, /* next hello: the last one's proof
+						 * of the key, replayed */
 };
 
 /**

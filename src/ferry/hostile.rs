@@ -10,12 +10,21 @@
 //! on any of the session's channels, and then disarmed.
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
-use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
-use crate::rdma::{
-    mr::Remote,
-    qp::{Completion, Qp},
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+use crate::wire::NONCE_LEN;
+use crate::{
+    rdma::{
+        mr::Remote,
+        qp::{Completion, Qp},
+    },
+    wire::Auth,
 };
+
+/// A hello's proof of the key (nonce, then MAC), in 64-bit words.
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+const PROOF_WORDS: usize = (NONCE_LEN + crate::crypto::HMAC_SHA256_LEN) / 8;
 
 /// A breach of the protocol to commit once.
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
@@ -55,6 +64,10 @@ pub(crate) enum Fault {
     /// As `PartialPost`, for the next RDMA transfer of several work
     /// requests: all but its last are posted.
     PartialRdma = 12,
+    /// The next hello's proof of the pre-shared key is the one the
+    /// session's last hello carried (its nonce and MAC), replayed into a
+    /// new connection.
+    ReplayedClientProof = 13,
 }
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
@@ -74,6 +87,7 @@ impl Fault {
             10 => Self::ForgedServerProof,
             11 => Self::PartialPost,
             12 => Self::PartialRdma,
+            13 => Self::ReplayedClientProof,
             _ => return None,
         })
     }
@@ -87,6 +101,10 @@ pub(crate) struct Hostile {
     /// The remote key of the session's last transfer, for [`Fault::StaleKey`].
     #[cfg(CONFIG_FERRY_KUNIT_TEST)]
     last_rkey: AtomicU32,
+    /// The proof of the key the session's last hello carried, for
+    /// [`Fault::ReplayedClientProof`].
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    last_proof: [AtomicU64; PROOF_WORDS],
 }
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
@@ -133,6 +151,30 @@ impl Hostile {
             .filter(|_| self.take(Fault::ForgedServerProof))
         {
             *b ^= 1;
+        }
+    }
+
+    /// The proof of the key about to go in a hello (`None` without a key):
+    /// kept, or replaced by the one the session's last hello carried.
+    pub(crate) fn client_proof(&self, auth: &mut Option<Auth>) {
+        let Some(a) = auth.as_mut() else {
+            return;
+        };
+        let mut bytes = [0u8; PROOF_WORDS * 8];
+        if self.take(Fault::ReplayedClientProof) {
+            for (i, w) in self.last_proof.iter().enumerate() {
+                bytes[i * 8..i * 8 + 8].copy_from_slice(&w.load(Relaxed).to_le_bytes());
+            }
+            a.nonce.copy_from_slice(&bytes[..NONCE_LEN]);
+            a.mac.copy_from_slice(&bytes[NONCE_LEN..]);
+            return;
+        }
+        bytes[..NONCE_LEN].copy_from_slice(&a.nonce);
+        bytes[NONCE_LEN..].copy_from_slice(&a.mac);
+        for (i, w) in self.last_proof.iter().enumerate() {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
+            w.store(u64::from_le_bytes(word), Relaxed);
         }
     }
 
@@ -188,6 +230,10 @@ impl Hostile {
     /// Production build: the server's proof as it is.
     #[inline(always)]
     pub(crate) fn server_proof(&self, _mac: &mut [u8]) {}
+
+    /// Production build: the client's proof as it is.
+    #[inline(always)]
+    pub(crate) fn client_proof(&self, _auth: &mut Option<Auth>) {}
 
     /// Production build: the peer's region.
     #[inline(always)]

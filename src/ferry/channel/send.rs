@@ -162,7 +162,7 @@ impl<O: Owner> Channel<O> {
     /// Client, connection up: sends the hello.
     pub(super) fn send_hello(&self, inner: &mut Inner<O>) -> Result {
         let p = &self.session.params();
-        let auth = match (self.session.psk(), inner.nonces.0) {
+        let mut auth = match (self.session.psk(), inner.nonces.0) {
             (Some(key), Some(_)) => {
                 crate::crypto::random_bytes(&mut inner.nonces.1);
                 self.auth_context(inner.nonces).map(|c| Auth {
@@ -172,6 +172,7 @@ impl<O: Owner> Channel<O> {
             }
             _ => None,
         };
+        self.session.hostile().client_proof(&mut auth);
         let hello = Hello {
             service: self.session.service(),
             queue_depth: p.queue_depth,

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """Session cases: listeners, connects, refusals, recovery."""
 import json
+import re
 import time
 
 from ferryvm import ROOT
@@ -197,9 +198,11 @@ def session_keys(t):
     listener that requires key k1 lets in a client that proves k1 (both
     sides show the key's name, and the session reconnects with it), and
     refuses, with "authentication failed" on both sides, a client with
-    another key's bytes, one with no key, and (another listener, without a
-    key) a client that asks it to prove one; a client refuses a server
-    whose proof of the key is wrong (the hostile service, fault 10). A deleted key stays with the
+    another key's bytes, one with no key, a reconnect that replays the
+    proof of its last hello (the hostile client, fault 13; its next attempt
+    gets in), and (another listener, without a key) a client that asks it
+    to prove one; a client refuses a server whose proof of the key is wrong
+    (the hostile service, fault 10). A deleted key stays with the
     listener that uses it; a client can no longer name it."""
     vm = loopback(t)
     vm.run('head -c 32 /dev/urandom > /tmp/k1 && head -c 32 /dev/urandom > /tmp/k2')
@@ -242,6 +245,20 @@ def session_keys(t):
     t.check(r.rc == 2 and 'authentication failed' in r.err,
             f'a server with a forged proof: refused by the client: {r}')
     vm.run('rmmod ferry_hostile')
+    # A replayed proof (fault 13): a keyed client's reconnect sends the
+    # nonce and MAC of its last hello again. The server refuses it, the
+    # client hears why, and its next attempt, with a fresh proof, gets in.
+    r = vm.run(f'insmod {t.sample("ferry_hostile")} peer=192.0.2.1 port={PORT} service=echo '
+               'key=k1 fault=13', check=False, timeout=60 * t.slow)
+    line = vm.run('dmesg | grep "ferry_hostile: fault 13" | tail -1', check=False).out.strip()
+    t.check(r.rc == 0, f'a replayed proof: the client did not get back in: {r} {line}')
+    vm.run('rmmod ferry_hostile', check=False)
+    log = vm.run('dmesg | grep "refused the client\'s hello"', check=False).out
+    t.eq(log.count('authentication failed'), len(refusals) + 1,
+         f'the server refused the replayed proof: {log!r}')
+    attempt = vm.run('dmesg | grep "failed (authentication failed)"', check=False).out
+    t.check(re.search(r'session \d+: attempt \d+ to 192\.0\.2\.1:\d+ failed', attempt),
+            f'the client logged its refused attempt: {attempt!r}')
     r = ferryctl(t, vm, f'session connect 192.0.2.1 port {PORT} service echo key nosuch',
                  check=False)
     t.check(r.rc == 2 and 'no such key' in r.err, f'an unknown key: {r}')

@@ -42,6 +42,9 @@ MODULE_PARM_DESC(service, "The victim's service");
 static uint fault;
 module_param(fault, uint, 0444);
 MODULE_PARM_DESC(fault, "The breach to commit (enum ferry_fault)");
+static char *key;
+module_param(key, charp, 0444);
+MODULE_PARM_DESC(key, "The pre-shared key to prove (client mode)");
 static bool serve;
 module_param(serve, bool, 0444);
 MODULE_PARM_DESC(serve, "Offer the service \"hostile\" and commit the fault while serving");
@@ -52,9 +55,17 @@ MODULE_PARM_DESC(serve, "Offer the service \"hostile\" and commit the fault whil
 
 struct victim {
 	wait_queue_head_t wq;
-	atomic_t down, done;
+	atomic_t up, down, done;
 	int err;
 };
+
+static void victim_up(struct ferry_session *s, void *priv)
+{
+	struct victim *v = priv;
+
+	atomic_inc(&v->up);
+	wake_up(&v->wq);
+}
 
 static void victim_message(struct ferry_session *s, void *priv, const void *data,
 			   size_t len)
@@ -71,6 +82,7 @@ static void victim_down(struct ferry_session *s, void *priv, int err)
 }
 
 static const struct ferry_ops victim_ops = {
+	.up = victim_up,
 	.message = victim_message,
 	.down = victim_down,
 };
@@ -98,7 +110,7 @@ static void free_pages_of(struct scatterlist *sgl)
 static int attack(void)
 {
 	static const char msg[64] = "hostile";
-	struct ferry_session_params p = { .service = service, .channels = 1 };
+	struct ferry_session_params p = { .service = service, .channels = 1, .key = key };
 	struct ferry_request rq = { .hdr = msg, .hdr_len = 16, .done = rq_done };
 	struct scatterlist sgl[CUT_PAGES];
 	struct ferry_session *s;
@@ -140,6 +152,22 @@ static int attack(void)
 	}
 	t0 = jiffies;
 	ret = ferry_test_misbehave(s, fault);
+	if (!ret && fault == FERRY_FAULT_REPLAYED_CLIENT_PROOF) {
+		/*
+		 * The reconnect's first hello carries the proof of the key that
+		 * the last one did: refused. The next attempt proves it afresh
+		 * and is let in (up once more).
+		 */
+		ret = ferry_reset_channel(s, 0);
+		if (!ret && !wait_event_timeout(v->wq, atomic_read(&v->up) >= 2,
+						msecs_to_jiffies(3 * WAIT_MS)))
+			ret = -ETIMEDOUT;
+		pr_info("fault %u: up %d time(s) in %u ms (%d)\n", fault, atomic_read(&v->up),
+			jiffies_to_msecs(jiffies - t0), ret);
+		ferry_session_close(s);
+		kfree(v);
+		return ret;
+	}
 	if (!ret) {
 		switch (fault) {
 		case FERRY_FAULT_UNKNOWN_KIND:
