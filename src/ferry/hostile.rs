@@ -10,7 +10,7 @@
 //! on any of the session's channels, and then disarmed.
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 use crate::wire::NONCE_LEN;
@@ -68,7 +68,18 @@ pub(crate) enum Fault {
     /// session's last hello carried (its nonce and MAC), replayed into a
     /// new connection.
     ReplayedClientProof = 13,
+    /// Not a breach but a slow host, played here: in the next connect
+    /// attempt, channels 0 and 1 each take [`SLOW_ROUTE_MS`] (asleep in
+    /// rdma_cm's worker) before they build their QPs. Each connects within
+    /// the connect timeout, both together take longer.
+    SlowChannels = 14,
 }
+
+/// How long [`Fault::SlowChannels`] holds up each of the two channels: more
+/// than half the connect timeout, which channel 1 must count from its own
+/// start (once channel 0 is up), not from when it was made.
+#[cfg(CONFIG_FERRY_KUNIT_TEST)]
+const SLOW_ROUTE_MS: i64 = 6_000;
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 impl Fault {
@@ -88,6 +99,7 @@ impl Fault {
             11 => Self::PartialPost,
             12 => Self::PartialRdma,
             13 => Self::ReplayedClientProof,
+            14 => Self::SlowChannels,
             _ => return None,
         })
     }
@@ -105,6 +117,9 @@ pub(crate) struct Hostile {
     /// [`Fault::ReplayedClientProof`].
     #[cfg(CONFIG_FERRY_KUNIT_TEST)]
     last_proof: [AtomicU64; PROOF_WORDS],
+    /// Channel 1 is to be held up too ([`Fault::SlowChannels`]).
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    slow_next: AtomicBool,
 }
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
@@ -178,6 +193,20 @@ impl Hostile {
         }
     }
 
+    /// Client: channel `index`'s route is known and its QP about to be
+    /// built (in rdma_cm's worker, which may sleep).
+    pub(crate) fn route_resolved(&self, index: u16) {
+        let slow = match index {
+            0 => self.take(Fault::SlowChannels),
+            1 => self.slow_next.swap(false, Relaxed),
+            _ => false,
+        };
+        if slow {
+            self.slow_next.store(index == 0, Relaxed);
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(SLOW_ROUTE_MS));
+        }
+    }
+
     /// A request about to be sent, as `buf` (header first, then its head).
     pub(crate) fn request(&self, buf: &mut [u8]) {
         // The head's data length: bytes 4..8 after the 16-byte header.
@@ -234,6 +263,10 @@ impl Hostile {
     /// Production build: the client's proof as it is.
     #[inline(always)]
     pub(crate) fn client_proof(&self, _auth: &mut Option<Auth>) {}
+
+    /// Production build: the QP is built at once.
+    #[inline(always)]
+    pub(crate) fn route_resolved(&self, _index: u16) {}
 
     /// Production build: the peer's region.
     #[inline(always)]

@@ -20,9 +20,16 @@ impl<O: Owner> Channel<O> {
         // that follows a failure takes it under the same lock. A channel
         // closed already stores none (it would never be destroyed).
         let mut cm = self.cm.lock();
-        if self.inner.lock().state == ChanState::Closed {
-            drop(cm);
-            return;
+        {
+            let mut inner = self.inner.lock();
+            if inner.state == ChanState::Closed {
+                drop(inner);
+                drop(cm);
+                return;
+            }
+            // Its connect deadline counts from now: a channel after the
+            // first was made with it, but starts only once that one is up.
+            inner.since = Instant::now();
         }
         let res = id.resolve_addr(None, self.session.peer(), RESOLVE_TIMEOUT_MS);
         *cm = Some(id);
@@ -273,6 +280,7 @@ impl<O: Owner> Channel<O> {
 
     /// Client: route known; create the QP and send the connect request.
     pub(super) fn route_resolved(self: &Arc<Self>, id: &Locked<'_>) -> Result<(), Reason> {
+        self.session.hostile().route_resolved(self.index);
         let (qp, ring) = self.create_qp(id)?;
         // The connect's deadline restarts once the QP is built: with
         // `FERRY_PREREGISTER` that took one registration per tag.

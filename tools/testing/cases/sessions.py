@@ -278,6 +278,31 @@ def session_keys(t):
     vm.run(UNLOAD_ECHO)
 
 
+@case(timeout=180)
+def session_slow_channels(t):
+    """A reconnect whose two channels each take 6 s before they build their
+    QPs (a slow host, played by the test build's fault 14): each connects
+    within the connect timeout (10 s), both together take longer. Channel 1
+    starts once channel 0 is up and its 10 s count from then, so the
+    attempt succeeds with no failed attempt logged (before, they counted
+    from when it was made, with channel 0: the attempt timed out)."""
+    vm = loopback(t)
+    ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
+    r = vm.run(f'insmod {t.sample("ferry_hostile")} peer=192.0.2.1 port={PORT} service=echo '
+               'fault=14', check=False, timeout=90 * t.slow)
+    line = vm.run('dmesg | grep "ferry_hostile: fault 14" | tail -1', check=False).out.strip()
+    t.check(r.rc == 0, f'the slow reconnect did not come up: {r} {line}')
+    vm.run('rmmod ferry_hostile', check=False)
+    m = re.search(r'up 2 time\(s\) in (\d+) ms', line)
+    t.check(m and int(m.group(1)) >= 12_000, f'both channels were held up 6 s: {line!r}')
+    if m:
+        t.log(f'up again {int(m.group(1)) / 1000:.1f} s after the reset')
+    attempts = vm.run('dmesg | grep "session [0-9]*: attempt"', check=False).out.strip()
+    t.check(len(attempts.splitlines()) == 1 and 'reset by its consumer' in attempts,
+            f'only the reset attempt failed: {attempts!r}')
+    vm.run(UNLOAD_ECHO)
+
+
 def mem_available_mb(vm):
     line = vm.run('grep MemAvailable /proc/meminfo').out.split()
     return int(line[1]) // 1024

@@ -9,7 +9,11 @@
  * not within 10 s. It logs "ferry_hostile: fault N: closed by the peer after
  * M ms". With fault=11 its own side plays a driver that takes a request's
  * registrations and refuses its send: the connection must fail here, and the
- * request end once with an error.
+ * request end once with an error. With fault=13 (and key=NAME) or 14 it
+ * resets its channel 0 and waits for the reconnect to come up (within 30 s):
+ * fault 13's first attempt replays its last hello's proof of the key, fault
+ * 14's opens two channels that each take 6 s to build their QPs. It logs
+ * "ferry_hostile: fault N: up K time(s) in M ms".
  *
  * As a service (serve=1 fault=6, 7 or 8) it offers "hostile" and serves
  * requests with data, but RDMAs with a forged key (6) or beyond the region
@@ -110,7 +114,11 @@ static void free_pages_of(struct scatterlist *sgl)
 static int attack(void)
 {
 	static const char msg[64] = "hostile";
-	struct ferry_session_params p = { .service = service, .channels = 1, .key = key };
+	struct ferry_session_params p = {
+		.service = service,
+		.channels = fault == FERRY_FAULT_SLOW_CHANNELS ? 2 : 1,
+		.key = key,
+	};
 	struct ferry_request rq = { .hdr = msg, .hdr_len = 16, .done = rq_done };
 	struct scatterlist sgl[CUT_PAGES];
 	struct ferry_session *s;
@@ -152,11 +160,15 @@ static int attack(void)
 	}
 	t0 = jiffies;
 	ret = ferry_test_misbehave(s, fault);
-	if (!ret && fault == FERRY_FAULT_REPLAYED_CLIENT_PROOF) {
+	if (!ret && (fault == FERRY_FAULT_REPLAYED_CLIENT_PROOF ||
+		     fault == FERRY_FAULT_SLOW_CHANNELS)) {
 		/*
-		 * The reconnect's first hello carries the proof of the key that
-		 * the last one did: refused. The next attempt proves it afresh
-		 * and is let in (up once more).
+		 * Fault 13: the reconnect's first hello carries the proof of the
+		 * key that the last one did: refused. The next attempt proves it
+		 * afresh and is let in (up once more).
+		 * Fault 14: the reconnect's channels 0 and 1 each take 6 s before
+		 * they build their QPs; channel 1, made with channel 0, starts
+		 * once it is up, and the attempt still succeeds.
 		 */
 		ret = ferry_reset_channel(s, 0);
 		if (!ret && !wait_event_timeout(v->wq, atomic_read(&v->up) >= 2,
