@@ -27,7 +27,8 @@ enum ferry_fault {
 	FERRY_FAULT_REPLAYED_CLIENT_PROOF = 13, /* next hello: the last one's proof
 						 * of the key, replayed */
 	FERRY_FAULT_SLOW_CHANNELS = 14,	/* next connect attempt: channels 0 and 1
-					 * each wait 6 s before building their QPs */
+					 * each wait 6 s before building their QPs,
+					 * and 6 s before connecting */
 };
 
 /**

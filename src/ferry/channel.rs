@@ -177,8 +177,10 @@ struct Inner<O: Owner> {
     /// peer announced and this side's own limit.
     peer_inline: u32,
     peer_depth: u32,
-    /// When the current state began (for timeouts).
-    since: Instant<Monotonic>,
+    /// When the current step of the connect began: its timeout counts from
+    /// then. `None` for a client channel not started yet (the channels
+    /// after the first wait for it to be up), which has no deadline.
+    since: Option<Instant<Monotonic>>,
     /// The last message from the peer: the sign of life that counts while
     /// no request is at work.
     last_rx: Instant<Monotonic>,
@@ -348,7 +350,7 @@ impl<O: Owner> Channel<O> {
                     peer_max_msg: wire::MIN_MSG_SIZE,
                     peer_inline: 0,
                     peer_depth: 0,
-                    since: now,
+                    since: (session.role() == Role::Server).then_some(now),
                     last_rx: now,
                     last_ack: now,
                     last_heartbeat: now,

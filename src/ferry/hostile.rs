@@ -10,7 +10,7 @@
 //! on any of the session's channels, and then disarmed.
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 use crate::wire::NONCE_LEN;
@@ -26,7 +26,8 @@ use crate::{
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 const PROOF_WORDS: usize = (NONCE_LEN + crate::crypto::HMAC_SHA256_LEN) / 8;
 
-/// A breach of the protocol to commit once.
+/// A breach of the protocol to commit once (or a driver's or host's
+/// misfortune to play once).
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -69,17 +70,18 @@ pub(crate) enum Fault {
     /// new connection.
     ReplayedClientProof = 13,
     /// Not a breach but a slow host, played here: in the next connect
-    /// attempt, channels 0 and 1 each take [`SLOW_ROUTE_MS`] (asleep in
-    /// rdma_cm's worker) before they build their QPs. Each connects within
-    /// the connect timeout, both together take longer.
+    /// attempt, channels 0 and 1 each take [`SLOW_STEP_MS`] (asleep in
+    /// rdma_cm's handler) before they build their QPs and again before they
+    /// send their connect requests. Each step ends within the connect
+    /// timeout; channel 0 alone, and channel 1 after it, take longer.
     SlowChannels = 14,
 }
 
-/// How long [`Fault::SlowChannels`] holds up each of the two channels: more
-/// than half the connect timeout, which channel 1 must count from its own
-/// start (once channel 0 is up), not from when it was made.
+/// How long [`Fault::SlowChannels`] holds up each of its four steps: more
+/// than half the connect timeout, which each step of a channel's connect
+/// counts alone.
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
-const SLOW_ROUTE_MS: i64 = 6_000;
+const SLOW_STEP_MS: i64 = 6_000;
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
 impl Fault {
@@ -117,9 +119,10 @@ pub(crate) struct Hostile {
     /// [`Fault::ReplayedClientProof`].
     #[cfg(CONFIG_FERRY_KUNIT_TEST)]
     last_proof: [AtomicU64; PROOF_WORDS],
-    /// Channel 1 is to be held up too ([`Fault::SlowChannels`]).
+    /// The attempt whose channels 0 and 1 are held up, plus one (0: none;
+    /// [`Fault::SlowChannels`]).
     #[cfg(CONFIG_FERRY_KUNIT_TEST)]
-    slow_next: AtomicBool,
+    slow_attempt: AtomicU32,
 }
 
 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
@@ -193,17 +196,18 @@ impl Hostile {
         }
     }
 
-    /// Client: channel `index`'s route is known and its QP about to be
-    /// built (in rdma_cm's worker, which may sleep).
-    pub(crate) fn route_resolved(&self, index: u16) {
-        let slow = match index {
-            0 => self.take(Fault::SlowChannels),
-            1 => self.slow_next.swap(false, Relaxed),
-            _ => false,
-        };
-        if slow {
-            self.slow_next.store(index == 0, Relaxed);
-            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(SLOW_ROUTE_MS));
+    /// Client: channel `index` of attempt `generation` is about to build
+    /// its QP, or to send its connect request. This runs in rdma_cm's
+    /// handler, which may sleep: on RoCE and iWARP rdma_cm's own ordered
+    /// worker, which a sleep holds up for the whole host (on InfiniBand,
+    /// the path query's completion).
+    pub(crate) fn connect_step(&self, index: u16, generation: u32) {
+        let mark = generation.wrapping_add(1).max(1);
+        if index == 0 && self.slow_attempt.load(Relaxed) != mark && self.take(Fault::SlowChannels) {
+            self.slow_attempt.store(mark, Relaxed);
+        }
+        if index <= 1 && self.slow_attempt.load(Relaxed) == mark {
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(SLOW_STEP_MS));
         }
     }
 
@@ -264,9 +268,9 @@ impl Hostile {
     #[inline(always)]
     pub(crate) fn client_proof(&self, _auth: &mut Option<Auth>) {}
 
-    /// Production build: the QP is built at once.
+    /// Production build: the connect goes on at once.
     #[inline(always)]
-    pub(crate) fn route_resolved(&self, _index: u16) {}
+    pub(crate) fn connect_step(&self, _index: u16, _generation: u32) {}
 
     /// Production build: the peer's region.
     #[inline(always)]

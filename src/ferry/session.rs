@@ -192,7 +192,9 @@ struct Inner {
     /// When the session last lost its connection (for the give-up time).
     failed_since: Option<Instant<Monotonic>>,
     connected_once: bool,
-    /// When the current connect attempt began.
+    /// When the current connect attempt began (server: when a channel last
+    /// arrived or said hello; a server session whose next channel does not
+    /// come within twice the connect timeout closes).
     attempt_started: Instant<Monotonic>,
     /// Who gets the session's messages and events.
     consumer: Option<Arc<dyn Consumer>>,

@@ -27,9 +27,9 @@ impl<O: Owner> Channel<O> {
                 drop(cm);
                 return;
             }
-            // Its connect deadline counts from now: a channel after the
-            // first was made with it, but starts only once that one is up.
-            inner.since = Instant::now();
+            // Its connect deadline counts from now (a channel after the
+            // first was made with it, but starts only once that one is up).
+            inner.since = Some(Instant::now());
         }
         let res = id.resolve_addr(None, self.session.peer(), RESOLVE_TIMEOUT_MS);
         *cm = Some(id);
@@ -100,7 +100,7 @@ impl<O: Owner> Channel<O> {
                 // first, then holds the QP's last reference.
                 drop(qp);
                 drop(cm);
-                chan.inner.lock().since = Instant::now();
+                chan.inner.lock().since = Some(Instant::now());
                 Ok(chan)
             }
             Err(_) => {
@@ -280,11 +280,13 @@ impl<O: Owner> Channel<O> {
 
     /// Client: route known; create the QP and send the connect request.
     pub(super) fn route_resolved(self: &Arc<Self>, id: &Locked<'_>) -> Result<(), Reason> {
-        self.session.hostile().route_resolved(self.index);
+        let hostile = self.session.hostile();
+        hostile.connect_step(self.index, self.generation);
         let (qp, ring) = self.create_qp(id)?;
         // The connect's deadline restarts once the QP is built: with
         // `FERRY_PREREGISTER` that took one registration per tag.
-        self.inner.lock().since = Instant::now();
+        self.inner.lock().since = Some(Instant::now());
+        hostile.connect_step(self.index, self.generation);
         let mut data = ConnectData {
             minor: wire::MINOR,
             proof: None,
@@ -354,7 +356,7 @@ impl<O: Owner> Channel<O> {
             return Err(Reason::LocalClose);
         }
         inner.enter(ChanState::Handshake);
-        inner.since = Instant::now();
+        inner.since = Some(Instant::now());
         self.send_hello(&mut inner).map_err(|_| Reason::NoResources)
     }
 }

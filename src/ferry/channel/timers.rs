@@ -33,9 +33,9 @@ impl<O: Owner> Channel<O> {
             ChanState::Resolving
             | ChanState::Connecting
             | ChanState::Handshake
-            | ChanState::Refusing(_) => {
-                inner.since.elapsed().as_millis() > i64::from(connect_timeout_ms)
-            }
+            | ChanState::Refusing(_) => inner
+                .since
+                .is_some_and(|t| t.elapsed().as_millis() > i64::from(connect_timeout_ms)),
             ChanState::Up => peer_silent(
                 inner.last_rx.elapsed().as_millis(),
                 inner.last_ack.elapsed().as_millis(),

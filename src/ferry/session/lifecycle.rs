@@ -95,9 +95,10 @@ impl Session {
             .map_err(|_| Reason::NoResources)?;
         s.notify();
         s.start_attempt();
-        // Channel 0 connects first, the others once it is up, each within
-        // `CONNECT_TIMEOUT_MS` of its start (the tick fails it otherwise,
-        // which ends the wait sooner): the wait allows both phases.
+        // Channel 0 connects first, the others once it is up, each step of
+        // each within `CONNECT_TIMEOUT_MS` (the tick fails the channel
+        // otherwise, which ends the wait sooner). The wait bounds the whole
+        // attempt: two channels' worth, and then it times out.
         let (state, reason) = s.wait_while(2 * CONNECT_TIMEOUT_MS + 2000, |st| {
             st == SessionState::Connecting
         });
@@ -267,6 +268,12 @@ impl Session {
         let mut inner = self.inner.lock();
         if inner.generation != generation || inner.state != SessionState::Connecting {
             return;
+        }
+        if self.role == Role::Server {
+            // A client starts its channels after the first once that one is
+            // up, each with a connect timeout of its own: the session waits
+            // as long for the next one from each arrival and each hello.
+            inner.attempt_started = Instant::now();
         }
         if self.role == Role::Client && index == 0 && inner.channels.len() > 1 {
             // The others start now, with the secret channel 0 brought.
@@ -546,8 +553,10 @@ impl Session {
             && inner
                 .next_attempt
                 .is_some_and(|t| t.elapsed().as_millis() >= i64::from(inner.next_delay_ms));
+        // (Server.) A client's next channel resolves its route and builds
+        // its QP, then connects, each step within the connect timeout.
         let stuck =
-            inner.attempt_started.elapsed().as_millis() > i64::from(CONNECT_TIMEOUT_MS) + 1000;
+            inner.attempt_started.elapsed().as_millis() > 2 * i64::from(CONNECT_TIMEOUT_MS) + 1000;
         let gave_up = self.params.give_up_s != 0
             && inner.failed_since.is_some_and(|t| {
                 t.elapsed().as_millis() >= i64::from(self.params.give_up_s) * 1000

@@ -10,9 +10,10 @@
  * M ms". With fault=11 its own side plays a driver that takes a request's
  * registrations and refuses its send: the connection must fail here, and the
  * request end once with an error. With fault=13 (and key=NAME) or 14 it
- * resets its channel 0 and waits for the reconnect to come up (within 30 s):
+ * resets its channel 0 and waits for the reconnect to come up (within 60 s):
  * fault 13's first attempt replays its last hello's proof of the key, fault
- * 14's opens two channels that each take 6 s to build their QPs. It logs
+ * 14's opens two channels that each take 6 s before they build their QPs
+ * and 6 s more before they connect. It logs
  * "ferry_hostile: fault N: up K time(s) in M ms".
  *
  * As a service (serve=1 fault=6, 7 or 8) it offers "hostile" and serves
@@ -167,13 +168,22 @@ static int attack(void)
 		 * key that the last one did: refused. The next attempt proves it
 		 * afresh and is let in (up once more).
 		 * Fault 14: the reconnect's channels 0 and 1 each take 6 s before
-		 * they build their QPs; channel 1, made with channel 0, starts
-		 * once it is up, and the attempt still succeeds.
+		 * they build their QPs and 6 s more before they connect; channel
+		 * 1, made with channel 0, starts once it is up, and the attempt
+		 * still succeeds, in about 25 s. (The wait is interruptible: a
+		 * hung-task check may fire after 30 s.)
 		 */
+		long left;
+
 		ret = ferry_reset_channel(s, 0);
-		if (!ret && !wait_event_timeout(v->wq, atomic_read(&v->up) >= 2,
-						msecs_to_jiffies(3 * WAIT_MS)))
-			ret = -ETIMEDOUT;
+		if (!ret) {
+			left = wait_event_interruptible_timeout(v->wq, atomic_read(&v->up) >= 2,
+								msecs_to_jiffies(6 * WAIT_MS));
+			if (!left)
+				ret = -ETIMEDOUT;
+			else if (left < 0)
+				ret = left;
+		}
 		pr_info("fault %u: up %d time(s) in %u ms (%d)\n", fault, atomic_read(&v->up),
 			jiffies_to_msecs(jiffies - t0), ret);
 		ferry_session_close(s);
