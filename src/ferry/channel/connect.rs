@@ -23,8 +23,6 @@ impl<O: Owner> Channel<O> {
         {
             let mut inner = self.inner.lock();
             if inner.state == ChanState::Closed {
-                drop(inner);
-                drop(cm);
                 return;
             }
             // Its connect deadline counts from now (a channel after the

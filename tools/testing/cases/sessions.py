@@ -248,11 +248,8 @@ def session_keys(t):
     # A replayed proof (fault 13): a keyed client's reconnect sends the
     # nonce and MAC of its last hello again. The server refuses it, the
     # client hears why, and its next attempt, with a fresh proof, gets in.
-    r = vm.run(f'insmod {t.sample("ferry_hostile")} peer=192.0.2.1 port={PORT} service=echo '
-               'key=k1 fault=13', check=False, timeout=60 * t.slow)
-    line = vm.run('dmesg | grep "ferry_hostile: fault 13" | tail -1', check=False).out.strip()
+    r, line = hostile_reconnect(t, vm, 13, 'key=k1 ')
     t.check(r.rc == 0, f'a replayed proof: the client did not get back in: {r} {line}')
-    vm.run('rmmod ferry_hostile', check=False)
     log = vm.run('dmesg | grep "refused the client\'s hello"', check=False).out
     t.eq(log.count('authentication failed'), len(refusals) + 1,
          f'the server refused the replayed proof: {log!r}')
@@ -289,11 +286,8 @@ def session_slow_channels(t):
     attempt succeeds: only the reset is logged as a failed attempt."""
     vm = loopback(t)
     ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
-    r = vm.run(f'insmod {t.sample("ferry_hostile")} peer=192.0.2.1 port={PORT} service=echo '
-               'fault=14', check=False, timeout=120 * t.slow)
-    line = vm.run('dmesg | grep "ferry_hostile: fault 14" | tail -1', check=False).out.strip()
+    r, line = hostile_reconnect(t, vm, 14)
     t.check(r.rc == 0, f'the slow reconnect did not come up: {r} {line}')
-    vm.run('rmmod ferry_hostile', check=False)
     m = re.search(r'up 2 time\(s\) in (\d+) ms', line)
     t.check(m and int(m.group(1)) >= 24_000, f'both channels were held up 12 s: {line!r}')
     if m:
@@ -302,6 +296,17 @@ def session_slow_channels(t):
     t.check(len(attempts.splitlines()) == 1 and 'reset by its consumer' in attempts,
             f'only the reset attempt failed: {attempts!r}')
     vm.run(UNLOAD_ECHO)
+
+
+def hostile_reconnect(t, vm, fault, extra=''):
+    """Loads the hostile client with `fault` (13 or 14: it resets its channel
+    0 and waits, 60 s at most, for the reconnect to come up) against the
+    echo service; its load's result and its log line."""
+    r = vm.run(f'insmod {t.sample("ferry_hostile")} peer=192.0.2.1 port={PORT} service=echo '
+               f'{extra}fault={fault}', check=False, timeout=120 * t.slow)
+    line = vm.run(f'dmesg | grep "ferry_hostile: fault {fault}" | tail -1', check=False).out.strip()
+    vm.run('rmmod ferry_hostile', check=False)
+    return r, line
 
 
 def mem_available_mb(vm):
