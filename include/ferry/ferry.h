@@ -341,7 +341,9 @@ void ferry_service_unregister(struct ferry_service *svc);
  * @priv: passed to every callback.
  *
  * Connects every channel and waits until the session is up or has failed, at
- * most about 12 seconds. A failed open calls none of @ops. A successful one
+ * most 22 seconds, then for a failed session's teardown (each step of a
+ * channel's connect has 10 s; see Documentation/session.md). A failed open
+ * calls none of @ops. A successful one
  * has called @ops->up before it returns (unless the connection was lost again
  * at once: then @up follows the reconnect). After that, a lost connection is
  * re-established by ferry in the background (@down, then @up) until
