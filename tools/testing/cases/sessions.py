@@ -248,7 +248,7 @@ def session_keys(t):
     # A replayed proof (fault 13): a keyed client's reconnect sends the
     # nonce and MAC of its last hello again. The server refuses it, the
     # client hears why, and its next attempt, with a fresh proof, gets in.
-    r, line = hostile_reconnect(t, vm, 13, 'key=k1 ')
+    r, line = hostile_reconnect(t, vm, 13, 60, 'key=k1 ')
     t.check(r.rc == 0, f'a replayed proof: the client did not get back in: {r} {line}')
     log = vm.run('dmesg | grep "refused the client\'s hello"', check=False).out
     t.eq(log.count('authentication failed'), len(refusals) + 1,
@@ -286,7 +286,7 @@ def session_slow_channels(t):
     attempt succeeds: only the reset is logged as a failed attempt."""
     vm = loopback(t)
     ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT}')
-    r, line = hostile_reconnect(t, vm, 14)
+    r, line = hostile_reconnect(t, vm, 14, 120)
     t.check(r.rc == 0, f'the slow reconnect did not come up: {r} {line}')
     m = re.search(r'up 2 time\(s\) in (\d+) ms', line)
     t.check(m and int(m.group(1)) >= 24_000, f'both channels were held up 12 s: {line!r}')
@@ -298,12 +298,13 @@ def session_slow_channels(t):
     vm.run(UNLOAD_ECHO)
 
 
-def hostile_reconnect(t, vm, fault, extra=''):
+def hostile_reconnect(t, vm, fault, timeout, extra=''):
     """Loads the hostile client with `fault` (13 or 14: it resets its channel
     0 and waits, 60 s at most, for the reconnect to come up) against the
-    echo service; its load's result and its log line."""
+    echo service, allowing `timeout` s (times the kernel's slowness) for the
+    load; its load's result and its log line."""
     r = vm.run(f'insmod {t.sample("ferry_hostile")} peer=192.0.2.1 port={PORT} service=echo '
-               f'{extra}fault={fault}', check=False, timeout=120 * t.slow)
+               f'{extra}fault={fault}', check=False, timeout=timeout * t.slow)
     line = vm.run(f'dmesg | grep "ferry_hostile: fault {fault}" | tail -1', check=False).out.strip()
     vm.run('rmmod ferry_hostile', check=False)
     return r, line
