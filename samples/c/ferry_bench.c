@@ -175,7 +175,10 @@ static int wait_answers(struct client *c, int n)
  * Spins until @n answers are in, as ib_send_lat polls its completion queue:
  * ferry_poll() processes the polled channel's completions in this thread, so the
  * answer's callback runs here, with no worker to wake and no wakeup of this
- * thread. It yields whenever nothing came and the scheduler asks.
+ * thread. Whenever nothing came it calls cond_resched(), which yields only
+ * where the kernel has voluntary preemption points (not in a preemptible
+ * kernel without PREEMPT_DYNAMIC: there a task woken onto this CPU waits
+ * for the next tick or interrupt).
  */
 static int spin_answers(struct ferry_session *s, struct client *c, int n)
 {
