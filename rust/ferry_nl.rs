@@ -76,6 +76,8 @@ pub mod cmd {
     pub const DEVICE_ADD_NTF: u32 = bindings::FERRY_CMD_DEVICE_ADD_NTF;
     /// ferry stopped using a device.
     pub const DEVICE_DEL_NTF: u32 = bindings::FERRY_CMD_DEVICE_DEL_NTF;
+    /// A listener's device went away, or it listens again.
+    pub const LISTENER_NTF: u32 = bindings::FERRY_CMD_LISTENER_NTF;
 }
 
 /// Attribute numbers of the `listener` set.
@@ -112,6 +114,12 @@ pub mod listener {
     pub const MAX_PENDING_PER_PEER: u32 = bindings::FERRY_A_LISTENER_MAX_PENDING_PER_PEER;
     /// Most channels of a session.
     pub const MAX_CHANNELS: u32 = bindings::FERRY_A_LISTENER_MAX_CHANNELS;
+    /// Whether it listens (`STATE_*`).
+    pub const STATE: u32 = bindings::FERRY_A_LISTENER_STATE;
+    /// State: listening.
+    pub const STATE_LISTENING: u32 = bindings::ferry_listener_state_FERRY_LISTENER_STATE_LISTENING;
+    /// State: waiting for its address to be on a device again.
+    pub const STATE_WAITING: u32 = bindings::ferry_listener_state_FERRY_LISTENER_STATE_WAITING;
 }
 
 /// Attribute numbers of the `session` set.
@@ -407,7 +415,7 @@ op_dumpit!(
 );
 op_doit!(
     /// `FERRY_CMD_LISTENER_ADD`, do.
-    ferry_nl_listener_add_doit => crate::netlink::listener_add_doit, maxattr FERRY_A_LISTENER_MAX_CHANNELS
+    ferry_nl_listener_add_doit => crate::netlink::listener_add_doit, maxattr FERRY_A_LISTENER_STATE
 );
 op_doit!(
     /// `FERRY_CMD_LISTENER_DEL`, do.

@@ -13,8 +13,17 @@
 //! [`Reason::AuthFailed`] before it touches anything, counted and logged. A
 //! new session starts with channel 0, whose hello reply hands the client a
 //! fresh secret.
+//!
+//! A listener outlives its RDMA device: when the device goes away, rdma_cm
+//! tears its id down, and the listener waits for its address, trying to
+//! bind and listen again every [`RELISTEN_MS`] (from the transport's tick,
+//! as nvmet-rdma's port repair work does) until the address is on a device
+//! again. Its configuration (address, key, limits, counters) stays.
 
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{
+    AtomicBool, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use kernel::{
     new_mutex, new_work,
     prelude::*,
@@ -33,6 +42,9 @@ use crate::{
 
 /// Connection requests rdma_cm queues for a listener.
 const BACKLOG: i32 = 128;
+
+/// How often a listener whose device went away tries to listen again.
+pub(crate) const RELISTEN_MS: u32 = 1000;
 
 /// Most sessions waiting for their first hello, from one address and in all,
 /// by default (a connection takes a QP and its receive buffers until its
@@ -164,9 +176,11 @@ pub(crate) trait Host: Send + Sync {
     /// What listener `id` holds, from `peer`'s address and in all; an error
     /// if it cannot be counted (out of memory).
     fn admission(&self, id: u32, peer: &SockAddr) -> Result<Admission>;
-    /// Queues listener `l`'s work item (which closes it) on the module's
-    /// work queue.
+    /// Queues listener `l`'s work item (which lets its device's id go) on
+    /// the module's work queue.
     fn queue_listener(&self, l: Arc<Listener>);
+    /// Listener `l` started or stopped listening.
+    fn listener_changed(&self, l: &Listener);
 }
 
 /// A listening address and port.
@@ -181,6 +195,12 @@ pub(crate) struct Listener {
     /// `None` once the listener is closed, or its device went away.
     #[pin]
     cm: Mutex<Option<CmId<Listener>>>,
+    /// Deleted (or the module unloads): it never listens again. Set under
+    /// `cm`'s lock.
+    closed: AtomicBool,
+    /// When it next tries to listen, while it waits for its address
+    /// (jiffies).
+    next_try: AtomicU64,
     /// The module around it, for the listener and for the sessions it makes.
     host: Arc<dyn Host>,
     sessions: Arc<dyn session::Host>,
@@ -195,8 +215,8 @@ pub(crate) struct Listener {
     pub(crate) psk: Option<Arc<Psk>>,
     /// Its admission limits.
     pub(crate) limits: Limits,
-    /// Closes the listener when its device goes away (not in its own
-    /// handler, which closing waits for); embedded, so never lost for want
+    /// Lets the id go when its device goes away (not in its own handler,
+    /// which destroying the id waits for); embedded, so never lost for want
     /// of memory.
     #[pin]
     work: Work<Listener>,
@@ -210,7 +230,17 @@ impl WorkItem for Listener {
     type Pointer = Arc<Listener>;
 
     fn run(this: Arc<Listener>) {
-        this.close();
+        let cm = this.cm.lock().take();
+        if cm.is_some() {
+            drop(cm);
+            this.next_try.store(crate::work::jiffies_64(), Relaxed);
+            pr_warn!(
+                "listener {} on {}: waiting for its address to be on an RDMA device again\n",
+                this.id,
+                this.addr
+            );
+            this.host.listener_changed(&this);
+        }
     }
 }
 
@@ -238,31 +268,84 @@ impl Listener {
                 busy_refused: AtomicU64::new(0),
                 psk,
                 limits,
+                closed: AtomicBool::new(false),
+                next_try: AtomicU64::new(0),
                 work <- new_work!("ferry::Listener::work"),
             }),
             GFP_KERNEL,
         )?;
-        let cm = CmId::new(net, l.clone(), OWNER)?;
-        if addr.is_v6() {
-            // An IPv6 listener takes IPv6 only; IPv4 gets its own.
-            cm.set_afonly(true)?;
-        }
-        cm.bind(&addr)?;
-        cm.listen(BACKLOG)?;
+        let cm = l.bind_listen()?;
         *l.cm.lock() = Some(cm);
         Ok(l)
     }
 
-    /// Stops listening. Sessions accepted through the listener stay. May sleep;
-    /// not from the listener's own handler.
+    /// A new id of the listener's, bound to its address and listening. May
+    /// sleep.
+    fn bind_listen(self: &Arc<Self>) -> Result<CmId<Listener>> {
+        let cm = CmId::new(&self.net, self.clone(), OWNER)?;
+        if self.addr.is_v6() {
+            // An IPv6 listener takes IPv6 only; IPv4 gets its own.
+            cm.set_afonly(true)?;
+        }
+        cm.bind(&self.addr)?;
+        cm.listen(BACKLOG)?;
+        Ok(cm)
+    }
+
+    /// Stops listening for good (deleted, or the module unloads). Sessions
+    /// accepted through the listener stay. May sleep; not from the
+    /// listener's own handler.
     pub(crate) fn close(&self) {
-        let cm = self.cm.lock().take();
+        let cm = {
+            let mut cm = self.cm.lock();
+            self.closed.store(true, Release);
+            cm.take()
+        };
         drop(cm);
     }
 
-    /// Whether the listener still listens.
+    /// Whether the listener listens (else its device went away, and it
+    /// waits for its address).
     pub(crate) fn is_listening(&self) -> bool {
         self.cm.lock().is_some()
+    }
+
+    /// Whether it waits for its address: its device went away, and it is
+    /// not closed.
+    pub(crate) fn is_waiting(&self) -> bool {
+        !self.closed.load(Acquire) && !self.is_listening()
+    }
+
+    /// While it waits for its address, tries to listen again, at most every
+    /// [`RELISTEN_MS`]: whether it listens now. From the transport's tick;
+    /// may sleep.
+    pub(crate) fn try_listen(self: &Arc<Self>) -> bool {
+        if !self.is_waiting() {
+            return !self.closed.load(Acquire);
+        }
+        let now = crate::work::jiffies_64();
+        if now < self.next_try.load(Relaxed) {
+            return false;
+        }
+        // CAST: a second of jiffies fits any width.
+        let next = now + kernel::time::msecs_to_jiffies(RELISTEN_MS) as u64;
+        self.next_try.store(next, Relaxed);
+        // (Not on a device yet: the bind fails, quietly; it is tried again.)
+        let Ok(cm) = self.bind_listen() else {
+            return false;
+        };
+        let mut slot = self.cm.lock();
+        if self.closed.load(Acquire) || slot.is_some() {
+            // Deleted meanwhile: the new id goes (out of the lock).
+            drop(slot);
+            drop(cm);
+            return false;
+        }
+        *slot = Some(cm);
+        drop(slot);
+        pr_info!("listener {} on {}: listening again\n", self.id, self.addr);
+        self.host.listener_changed(self);
+        true
     }
 
     fn refuse(req: ConnectRequest<'_>, reason: Reason) {
@@ -500,7 +583,7 @@ impl Handler for Listener {
             // Bound to a device that is going away: rdma_cm waits until the id
             // is destroyed, which must not happen in this handler.
             pr_warn!(
-                "listener {} on {}: RDMA device removed, no longer listening\n",
+                "listener {} on {}: RDMA device removed, not listening until its address is back\n",
                 this.id,
                 this.addr
             );

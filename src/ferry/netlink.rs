@@ -114,6 +114,14 @@ fn fill_listener(w: &mut Writer<'_>, ferry: &Ferry, l: &Listener) -> Result {
     w.put_bytes(l_attr::ADDR, l.addr.ip())?;
     w.put_u16(l_attr::PORT, l.addr.port())?;
     w.put_u32(l_attr::SESSIONS, ferry.listener_sessions(l.id))?;
+    w.put_u32(
+        l_attr::STATE,
+        if l.is_listening() {
+            l_attr::STATE_LISTENING
+        } else {
+            l_attr::STATE_WAITING
+        },
+    )?;
     if let Some(k) = &l.psk {
         w.put_str(l_attr::KEY, k.name.as_cstr())?;
     }
@@ -316,7 +324,7 @@ pub(crate) fn listener_get_dumpit(dump: &mut Dump<'_>) -> Result {
     list.sort_unstable_by_key(|l| l.id);
     for l in list.iter() {
         let id = u64::from(l.id);
-        if id < *dump.position() || l.net.as_raw() != dump.net().as_raw() || !l.is_listening() {
+        if id < *dump.position() || l.net.as_raw() != dump.net().as_raw() {
             continue;
         }
         dump.entry(|w| fill_listener(w, &ferry, l))?;
@@ -621,6 +629,16 @@ impl Observer for Events {
         let _ = ferry_nl::notify_all(cmd, 128, |w| {
             w.put_u32(dev_ev::INDEX, index)?;
             w.put_str(dev_ev::NAME, name)
+        });
+    }
+
+    /// Multicasts a listener's state to the group in its namespace.
+    fn listener_changed(&self, l: &Listener) {
+        let Some(ferry) = Ferry::get() else {
+            return;
+        };
+        let _ = ferry_nl::notify(ferry_nl::cmd::LISTENER_NTF, LISTENER_SIZE, &l.net, |w| {
+            fill_listener(w, &ferry, l)
         });
     }
 }

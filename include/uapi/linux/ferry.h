@@ -70,6 +70,15 @@ enum ferry_session_state {
 };
 
 /*
+ * Whether a listener listens, or waits for its address to be on an RDMA device
+ * again (its device went away; it tries every second).
+ */
+enum ferry_listener_state {
+	FERRY_LISTENER_STATE_LISTENING,
+	FERRY_LISTENER_STATE_WAITING,
+};
+
+/*
  * Which side opened the session.
  */
 enum ferry_role {
@@ -171,6 +180,7 @@ enum {
 	FERRY_A_LISTENER_MAX_PENDING,
 	FERRY_A_LISTENER_MAX_PENDING_PER_PEER,
 	FERRY_A_LISTENER_MAX_CHANNELS,
+	FERRY_A_LISTENER_STATE,
 
 	__FERRY_A_LISTENER_MAX,
 	FERRY_A_LISTENER_MAX = (__FERRY_A_LISTENER_MAX - 1)
@@ -298,6 +308,7 @@ enum {
 	FERRY_CMD_KEY_ADD,
 	FERRY_CMD_KEY_DEL,
 	FERRY_CMD_KEY_GET,
+	FERRY_CMD_LISTENER_NTF,
 
 	__FERRY_CMD_MAX,
 	FERRY_CMD_MAX = (__FERRY_CMD_MAX - 1)

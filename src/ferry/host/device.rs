@@ -37,6 +37,8 @@ pub(crate) trait Observer: Send + Sync {
     fn session_changed(&self, s: &Session);
     /// ferry started (`added`) or stopped using device `index`.
     fn device_changed(&self, added: bool, index: u32, name: &CStr);
+    /// Listener `l` started listening again, or its device went away.
+    fn listener_changed(&self, l: &crate::listener::Listener);
 }
 
 /// ferry's ib_core client, reached from ib_core and netlink callbacks.
@@ -67,6 +69,11 @@ impl Ferry {
             }? Error),
             GFP_KERNEL,
         )
+    }
+
+    /// Tells the observer that listener `l` changed.
+    pub(crate) fn listener_changed(&self, l: &crate::listener::Listener) {
+        self.observer.listener_changed(l);
     }
 
     /// Tells the observer that session `s` changed.

@@ -117,6 +117,8 @@ pub(crate) struct Transport {
     next_session: AtomicU32,
     next_listener: AtomicU32,
     shutting_down: AtomicBool,
+    /// A listener may wait for its address: the tick tries them.
+    listeners_waiting: AtomicBool,
 }
 
 impl Transport {
@@ -138,6 +140,7 @@ impl Transport {
             next_session: AtomicU32::new(1),
             next_listener: AtomicU32::new(1),
             shutting_down: AtomicBool::new(false),
+            listeners_waiting: AtomicBool::new(false),
         }? Error))
     }
 }
@@ -157,11 +160,28 @@ impl Ferry {
     }
 
     fn tick(&self) {
+        if self.transport.listeners_waiting.swap(false, Acquire) {
+            self.relisten();
+        }
         let Ok(sessions) = self.sessions() else {
             return;
         };
         for s in sessions.iter() {
             s.tick();
+        }
+    }
+
+    /// Tries the listeners that wait for their address (each at most every
+    /// [`listener::RELISTEN_MS`]); those still waiting are tried again.
+    fn relisten(&self) {
+        let Ok(listeners) = self.listeners() else {
+            self.transport.listeners_waiting.store(true, Release);
+            return;
+        };
+        for l in listeners.iter() {
+            if l.is_waiting() && !l.try_listen() {
+                self.transport.listeners_waiting.store(true, Release);
+            }
         }
     }
 
@@ -559,5 +579,12 @@ impl listener::Host for Ferry {
 
     fn queue_listener(&self, l: Arc<Listener>) {
         self.queue_work::<_, 0>(l);
+    }
+
+    fn listener_changed(&self, l: &Listener) {
+        if l.is_waiting() {
+            self.transport.listeners_waiting.store(true, Release);
+        }
+        Ferry::listener_changed(self, l);
     }
 }

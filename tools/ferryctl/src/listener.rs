@@ -10,7 +10,7 @@ use crate::{
     attr::{self, Attrs},
     matches,
     nl::{self, Error},
-    uapi::*,
+    uapi::{enum_names, *},
     usage, CliError, Ctx, Output,
 };
 
@@ -26,6 +26,8 @@ pub struct Listener {
     pub pending: Option<u32>,
     pub busy_refused: Option<u64>,
     pub stale_refused: Option<u64>,
+    /// `listening`, or `waiting` (for its address: its device went away).
+    pub state: Option<String>,
     pub limits: Limits,
 }
 
@@ -119,6 +121,14 @@ impl Listener {
                 FERRY_A_LISTENER_STALE_REFUSED => {
                     l.stale_refused = Some(attr::u64(p).ok_or_else(|| bad("stale-refused"))?)
                 }
+                FERRY_A_LISTENER_STATE => {
+                    let v = attr::u32(p).ok_or_else(|| bad("state"))?;
+                    let name = enum_names::FERRY_LISTENER_STATE
+                        .iter()
+                        .find(|(n, _)| *n == v)
+                        .map_or("unknown", |(_, name)| name);
+                    l.state = Some(name.to_string());
+                }
                 t => {
                     for (ty, name, field) in limit_fields(&mut l.limits) {
                         if ty == t {
@@ -137,10 +147,14 @@ impl Listener {
     /// The JSON object: `id`, `addr`, `port`, `sessions`, `auth_refused`,
     /// `pending`, `busy_refused`, `stale_refused`, the limits (`max_sessions`,
     /// `max_sessions_per_peer`, `max_pending`, `max_pending_per_peer`,
-    /// `max_channels`), `key` (if the listener requires one).
+    /// `max_channels`), `key` (if the listener requires one), `state`
+    /// (`listening`, or `waiting` for its address).
     pub fn to_json(&self) -> Value {
         let mut o = Map::new();
         o.insert("id".into(), json!(self.id));
+        if let Some(st) = &self.state {
+            o.insert("state".into(), json!(st));
+        }
         if let Some(a) = self.addr {
             o.insert("addr".into(), json!(a.to_string()));
         }
@@ -179,6 +193,9 @@ impl Listener {
         }
         if let Some(p) = self.port {
             s += &format!(" port {p}");
+        }
+        if let Some(st) = &self.state {
+            s += &format!(" state {st}");
         }
         if let Some(n) = self.sessions {
             s += &format!(" sessions {n}");

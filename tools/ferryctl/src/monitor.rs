@@ -85,6 +85,14 @@ pub fn render(
             let s = Session::decode(payload)?;
             ("session", s.to_json(stats), s.summary())
         }
+        FERRY_CMD_LISTENER_NTF => {
+            let l = crate::listener::Listener::decode(payload)?;
+            (
+                "listener",
+                l.to_json(),
+                l.to_text().lines().next().unwrap_or_default().to_string(),
+            )
+        }
         c @ (FERRY_CMD_DEVICE_ADD_NTF | FERRY_CMD_DEVICE_DEL_NTF) => {
             let d = DeviceEvent::decode(payload)?;
             let (event, verb) = if c == FERRY_CMD_DEVICE_ADD_NTF {

@@ -470,6 +470,52 @@ def session_recovery_loopback(t):
     vm.run(UNLOAD_ECHO)
 
 
+@case(timeout=300)
+def session_listener_device(t):
+    """A listener outlives its RDMA device, as nvmet's ports do: on
+    192.0.2.1 (so bound to rxe0), it waits for its address when the device
+    is deleted (`listener show` state waiting, a `listener` event, its
+    limits kept), listens again within a few seconds of the device's return
+    (state listening, an event), and the client, reconnecting meanwhile,
+    gets back in. A waiting listener can be deleted, and never listens
+    again."""
+    vm = loopback(t)
+    vm.run(f'({t.ferryctl} -j monitor > /tmp/mon.log 2>&1 &) ; sleep {2 * t.slow}')
+    ferryctl(t, vm, f'listener add 192.0.2.1 port {PORT} max-pending 7')
+    s = connect(t, vm, '192.0.2.1', extra='channels 2 heartbeat-ms 100 timeout-ms 1000')
+    vm.run('rdma link delete rxe0')
+    t.until(lambda: t.ferryctl_json(vm, 'listener show')[0].get('state') == 'waiting',
+            10 * t.slow, 'the listener waiting for its address')
+    lst = t.ferryctl_json(vm, 'listener show')
+    t.eq((len(lst), lst[0].get('max_pending')), (1, 7), f'the listener kept: {lst}')
+    wait_state(t, vm, s['id'], ('reconnecting', 'connecting'))
+    vm.run('sleep 2')
+    t.rxe_add(vm)
+    back = time.monotonic()
+    t.until(lambda: t.ferryctl_json(vm, 'listener show')[0].get('state') == 'listening',
+            10 * t.slow, 'the listener listening again')
+    t.log(f'listening again {time.monotonic() - back:.1f} s after the device came back')
+    st, secs = wait_state(t, vm, s['id'], ('connected',), timeout=60)
+    t.log(f'the client reconnected {secs:.1f} s after the listener was back')
+    t.check('listener 1 on 192.0.2.1' in vm.run('dmesg | grep "listening again"').out,
+            'logged')
+    # Waiting, then deleted: it is gone for good.
+    vm.run('rdma link delete rxe0')
+    t.until(lambda: t.ferryctl_json(vm, 'listener show')[0].get('state') == 'waiting',
+            10 * t.slow, 'waiting again')
+    ferryctl(t, vm, 'listener del id 1')
+    t.rxe_add(vm)
+    vm.run(f'sleep {3 * t.slow}')
+    t.eq(t.ferryctl_json(vm, 'listener show'), [], 'a deleted listener does not come back')
+    vm.run('pkill -f "[f]erryctl -j monitor"; sleep 0.5')
+    events = [json.loads(line) for line in vm.run('cat /tmp/mon.log').out.splitlines()
+              if line.startswith('{')]
+    states = [e.get('state') for e in events if e['event'] == 'listener']
+    t.eq(states[:3], ['waiting', 'listening', 'waiting'], f'listener events: {states}')
+    ferryctl(t, vm, f'session disconnect id {s["id"]}')
+    vm.run(UNLOAD_ECHO)
+
+
 @case(topology='pair', timeout=300)
 def session_two_hosts(t):
     """Two hosts: sessions in both directions over IPv4 and IPv6; rmmod on the
