@@ -91,6 +91,10 @@ pub mod export_attr {
     pub const STATS: u32 = bindings::FERRY_BLK_A_EXPORT_STATS;
     /// A session that has it open (nest of [`super::client_attr`]; one each).
     pub const CLIENT: u32 = bindings::FERRY_BLK_A_EXPORT_CLIENT;
+    /// Its identity, a UUID (16 bytes).
+    pub const UUID: u32 = bindings::FERRY_BLK_A_EXPORT_UUID;
+    /// Ended or replaced sessions with operations still at work.
+    pub const RETIRED: u32 = bindings::FERRY_BLK_A_EXPORT_RETIRED;
 }
 
 /// Attributes of an export's client (`FERRY_BLK_A_CLIENT_*`).
@@ -145,6 +149,8 @@ pub mod map_attr {
     pub const STATS: u32 = bindings::FERRY_BLK_A_MAP_STATS;
     /// Requests sent and not answered.
     pub const INFLIGHT: u32 = bindings::FERRY_BLK_A_MAP_INFLIGHT;
+    /// The export's identity, as its target said (16 bytes).
+    pub const UUID: u32 = bindings::FERRY_BLK_A_MAP_UUID;
     /// State: up.
     pub const STATE_UP: u32 = bindings::ferry_blk_map_state_FERRY_BLK_MAP_STATE_UP;
     /// State: dead (I/O fails).
@@ -188,7 +194,7 @@ pub mod stats_attr {
 op_doit!(
     /// `FERRY_BLK_CMD_EXPORT_ADD`, do.
     ferry_blk_nl_export_add_doit => crate::netlink::export_add_doit,
-    maxattr FERRY_BLK_A_EXPORT_SHARED
+    maxattr FERRY_BLK_A_EXPORT_UUID
 );
 op_doit!(
     /// `FERRY_BLK_CMD_EXPORT_DEL`, do.

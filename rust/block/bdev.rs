@@ -223,6 +223,18 @@ impl Bdev {
         }
     }
 
+    /// The device's own unique ID (`->get_unique_id()`: NAA, else EUI-64,
+    /// else T10), zero-padded to 16 bytes; `None` where it has none (most
+    /// virtual devices, and partitions). May sleep (a SCSI disk reads its
+    /// VPD page).
+    pub fn unique_id(&self) -> Option<[u8; 16]> {
+        let mut id = [0u8; 16];
+        // SAFETY: The device is open (type invariant); `id` has the 16 bytes
+        // the helper writes at most.
+        let len = unsafe { bindings::ferry_blk_bdev_unique_id(self.raw(), id.as_mut_ptr()) };
+        (len > 0 && id != [0; 16]).then_some(id)
+    }
+
     /// Starts `op` at `sector` on `owner`'s device (on its pages for a read
     /// or a write) and returns without waiting: `owner` hears how it ended
     /// ([`BioOwner::ended`], exactly once, maybe before this returns), as

@@ -90,6 +90,10 @@ impl Limits {
 pub struct Disk<T: Operations> {
     disk: NonNull<bindings::gendisk>,
     queuedata: *mut core::ffi::c_void,
+    /// The identity sysfs shows (`wwid`, `uuid`), which the disk's
+    /// `private_data` points at: freed after the disk (a field drops after
+    /// `drop` has deleted and put it).
+    _id: Option<KBox<[u8; 16]>>,
     /// [`Disk::delete`] ran.
     deleted: AtomicBool,
     tag_set: Arc<TagSet<T>>,
@@ -102,15 +106,20 @@ unsafe impl<T: Operations> Sync for Disk<T> {}
 
 impl<T: Operations> Disk<T> {
     /// Makes and adds disk `name` of `capacity` sectors with `limits`, whose
-    /// requests come from `tag_set` and whose queue carries `data`. Sleeps.
+    /// requests come from `tag_set` and whose queue carries `data`; with
+    /// `id`, a UUID it shows in sysfs as `wwid` (`uuid.` and the UUID, as
+    /// an NVMe namespace's: udev's `/dev/disk/by-id` links) and `uuid`.
+    /// Sleeps.
     pub fn add(
         name: &CStr,
         tag_set: Arc<TagSet<T>>,
         limits: Limits,
         capacity: u64,
         read_only: bool,
+        id: Option<[u8; 16]>,
         data: T::QueueData,
     ) -> Result<Self> {
+        let id = id.map(|id| KBox::new(id, GFP_KERNEL)).transpose()?;
         let mut lim = limits.to_raw();
         let queuedata = data.into_foreign();
         // SAFETY: The set is live (the `Arc`), `lim` is valid for the call.
@@ -131,10 +140,10 @@ impl<T: Operations> Disk<T> {
             bindings::set_capacity_and_notify(disk, capacity);
             bindings::set_disk_ro(disk, read_only);
         }
-        // SAFETY: As above; no parent device, no attribute groups.
-        let added = unsafe {
-            bindings::device_add_disk(core::ptr::null_mut(), disk, core::ptr::null_mut())
-        };
+        let id_ptr = id.as_deref().map_or(core::ptr::null(), |id| id.as_ptr());
+        // SAFETY: As above. `id_ptr` is null or 16 bytes that live as long
+        // as the disk (see `_id`).
+        let added = unsafe { bindings::ferry_blk_disk_add(disk, id_ptr) };
         if added != 0 {
             // SAFETY: Never added: putting it frees the disk and its queue,
             // and then nothing uses `queuedata` any more.
@@ -148,6 +157,7 @@ impl<T: Operations> Disk<T> {
             // SAFETY: `from_err_ptr` passed a valid pointer.
             disk: unsafe { NonNull::new_unchecked(disk) },
             queuedata,
+            _id: id,
             deleted: AtomicBool::new(false),
             tag_set,
         })

@@ -115,6 +115,44 @@ void ferry_blk_disk_setup(struct gendisk *disk, const char *name)
 	strscpy(disk->disk_name, name, DISK_NAME_LEN);
 }
 
+/*
+ * The identity a disk shows in sysfs, as an NVMe namespace does: wwid
+ * ("uuid." and the UUID, what udev's by-id links are made from) and uuid.
+ * Only for a disk whose private_data points at its 16-byte UUID.
+ */
+static ssize_t wwid_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "uuid.%pU\n", dev_to_disk(dev)->private_data);
+}
+static DEVICE_ATTR_RO(wwid);
+
+static ssize_t uuid_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%pU\n", dev_to_disk(dev)->private_data);
+}
+static DEVICE_ATTR_RO(uuid);
+
+static struct attribute *ferry_blk_id_attrs[] = {
+	&dev_attr_wwid.attr,
+	&dev_attr_uuid.attr,
+	NULL,
+};
+
+static const struct attribute_group ferry_blk_id_group = {
+	.attrs = ferry_blk_id_attrs,
+};
+
+static const struct attribute_group *ferry_blk_id_groups[] = {
+	&ferry_blk_id_group,
+	NULL,
+};
+
+int ferry_blk_disk_add(struct gendisk *disk, const u8 *id)
+{
+	disk->private_data = (void *)id;
+	return device_add_disk(NULL, disk, id ? ferry_blk_id_groups : NULL);
+}
+
 sector_t ferry_blk_disk_capacity(struct gendisk *disk)
 {
 	return get_capacity(disk);
@@ -210,6 +248,24 @@ bool ferry_blk_bdev_rotational(struct block_device *bdev)
 bool ferry_blk_bdev_read_only(struct block_device *bdev)
 {
 	return bdev_read_only(bdev);
+}
+
+int ferry_blk_bdev_unique_id(struct block_device *bdev, u8 id[16])
+{
+	static const enum blk_unique_id types[] = { BLK_UID_NAA, BLK_UID_EUI64, BLK_UID_T10 };
+	struct gendisk *disk = bdev->bd_disk;
+	int i, len;
+
+	/* A partition is not its disk: it has no ID of its own. */
+	if (bdev_is_partition(bdev) || !disk->fops->get_unique_id)
+		return -EOPNOTSUPP;
+	for (i = 0; i < ARRAY_SIZE(types); i++) {
+		memset(id, 0, 16);
+		len = disk->fops->get_unique_id(disk, id, types[i]);
+		if (len > 0)
+			return min(len, 16);
+	}
+	return -EOPNOTSUPP;
 }
 
 struct bio *ferry_blk_bio_alloc(struct block_device *bdev, unsigned short nr_vecs,

@@ -31,6 +31,11 @@ struct request_queue *ferry_blk_disk_queue(struct gendisk *disk);
 struct gendisk *ferry_blk_alloc_disk(struct blk_mq_tag_set *set,
 				     struct queue_limits *lim, void *queuedata);
 void ferry_blk_disk_setup(struct gendisk *disk, const char *name);
+/*
+ * Adds @disk (no parent device); with @id, a 16-byte UUID that lives as long
+ * as the disk, it shows it in sysfs as "wwid" (uuid.UUID) and "uuid".
+ */
+int ferry_blk_disk_add(struct gendisk *disk, const u8 *id);
 sector_t ferry_blk_disk_capacity(struct gendisk *disk);
 unsigned int ferry_blk_disk_openers(struct gendisk *disk);
 const char *ferry_blk_disk_name(struct gendisk *disk);
@@ -52,6 +57,12 @@ bool ferry_blk_bdev_write_cache(struct block_device *bdev);
 bool ferry_blk_bdev_fua(struct block_device *bdev);
 bool ferry_blk_bdev_rotational(struct block_device *bdev);
 bool ferry_blk_bdev_read_only(struct block_device *bdev);
+/*
+ * The device's own unique ID (NAA, else EUI-64, else T10, as
+ * ->get_unique_id() gives it) in @id, zero-padded: its length, or
+ * -EOPNOTSUPP when it has none (a partition has none of its own).
+ */
+int ferry_blk_bdev_unique_id(struct block_device *bdev, u8 id[16]);
 
 struct bio *ferry_blk_bio_alloc(struct block_device *bdev, unsigned short nr_vecs,
 				blk_opf_t opf, sector_t sector);

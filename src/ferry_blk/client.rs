@@ -94,6 +94,8 @@ pub(crate) struct Shared {
     session: SetOnce<SessionHandle>,
     /// What opens the export (again).
     open: Open,
+    /// The export's identity, once opened: every later open must find it.
+    id: SetOnce<[u8; 16]>,
     /// The export's handle at the target and its block size, once opened.
     handle: AtomicU32,
     logical_block_size: AtomicU32,
@@ -460,10 +462,24 @@ impl Shared {
     /// The target answered the open sent again after a reconnect.
     fn reopened(self: &Arc<Self>, res: Result<Opened>) {
         match res {
-            Ok(o)
-                if o.handle == self.handle.load(Relaxed)
-                    && o.logical_block_size == self.logical_block_size.load(Relaxed) =>
-            {
+            // Another disk under the export's name (the target exported
+            // another device, or another target took the address): not one
+            // request goes to it.
+            Ok(o) if self.id.as_ref() != Some(&o.id) => {
+                pr_err!(
+                    "ferryblk{}: export {} at the target is another disk now (identity {:?}, was {:?}): the disk is dead\n",
+                    self.index,
+                    self.open.name,
+                    Uuid(&o.id),
+                    Uuid(self.id.as_ref().unwrap_or(&[0; 16]))
+                );
+                self.kill("the target's export has another identity");
+            }
+            // The same disk: its handle may be another (the target's module
+            // was loaded again, and numbers its exports anew), which the
+            // requests name from now on (each is encoded as it goes).
+            Ok(o) if o.logical_block_size == self.logical_block_size.load(Relaxed) => {
+                self.handle.store(o.handle, Relaxed);
                 // A new capacity is set as a notice's is, off this
                 // completion, after any notice that came before.
                 if self.disk().is_some_and(|d| d.capacity() != o.sectors) {
@@ -474,7 +490,22 @@ impl Shared {
                 self.resume();
                 self.run_queues();
             }
-            Ok(_) => self.kill("the target's export changed while the session was down"),
+            Ok(_) => self.kill("the export's block size changed while the session was down"),
+            // The target still has operations of the mapping's earlier
+            // connection at work (a write there must land before any newer
+            // one goes): it waited a while, and the open goes again.
+            Err(e) if e == EAGAIN => {
+                crate::ratelimit::pr_info_limited!(
+                    "ferryblk{}: the target still has operations of the earlier connection at work: opening again\n",
+                    self.index
+                );
+                if let Some(s) = self.session.as_ref() {
+                    self.reopen(s);
+                }
+            }
+            // The connection failed under the open: the next `up` sends it
+            // again.
+            Err(e) if e == ECONNABORTED => {}
             Err(_) => self.kill("the target refused to open the export again"),
         }
     }
@@ -550,6 +581,21 @@ impl Handler for ClientHandler {
         if err.is_some() {
             self.shared.kill("the session to the target is gone");
         }
+    }
+}
+
+/// A UUID, printed as one (`0123abcd-...`).
+pub(crate) struct Uuid<'a>(pub(crate) &'a [u8; 16]);
+
+impl core::fmt::Debug for Uuid<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for (i, b) in self.0.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                f.write_str("-")?;
+            }
+            write!(f, "{:02x}", b)?;
+        }
+        Ok(())
     }
 }
 
@@ -634,6 +680,7 @@ impl Mapping {
                 index: number,
                 session: SetOnce::new(),
                 open,
+                id: SetOnce::new(),
                 handle: AtomicU32::new(0),
                 logical_block_size: AtomicU32::new(0),
                 ready: AtomicBool::new(false),
@@ -668,6 +715,7 @@ impl Mapping {
         if opened.handle == 0 {
             return Err(EPROTO);
         }
+        shared.id.populate(opened.id);
         shared
             .logical_block_size
             .store(opened.logical_block_size, Relaxed);
@@ -720,6 +768,7 @@ impl Mapping {
                 disk_limits,
                 opened.sectors,
                 opened.read_only || p.read_only,
+                Some(opened.id),
                 shared.clone(),
             )?,
             GFP_KERNEL,
@@ -739,6 +788,11 @@ impl Mapping {
     /// N of the disk `ferryblkN`.
     pub(crate) fn index(&self) -> u32 {
         self.index.get()
+    }
+
+    /// The export's identity, as the target said at the map.
+    pub(crate) fn id(&self) -> &[u8; 16] {
+        self.shared.id.as_ref().unwrap_or(&[0; 16])
     }
 
     /// The disk's name.

@@ -12,8 +12,9 @@ use crate::{
     wire::{ExportName, NAME_MAX},
 };
 
-/// Room for an event's attributes.
-pub(crate) const EVENT_SIZE: usize = 256;
+/// Room for an event's attributes: an export's name and path with their
+/// headers (36 and 260 bytes), its UUID (20) and numbers.
+pub(crate) const EVENT_SIZE: usize = 512;
 
 /// Writes a mapping's capacity and state.
 pub(crate) fn put_change(w: &mut Writer<'_>, sectors: u64, dead: bool) -> Result {

@@ -24,8 +24,9 @@ const ENTRY_SIZE: usize = 512;
 
 /// Room for an export's attributes in a reply: a name and a path with their
 /// headers (36 and 260 bytes), flags, numbers and counters (at most 16 bytes
-/// each, with padding), and its clients.
-const EXPORT_SIZE: usize = 36 + 260 + 8 + 8 * 16 + 4 + 14 * 16 + MAX_CLIENTS_LISTED * CLIENT_SIZE;
+/// each, with padding), its UUID (20), and its clients.
+const EXPORT_SIZE: usize =
+    36 + 260 + 8 + 9 * 16 + 4 + 14 * 16 + 20 + MAX_CLIENTS_LISTED * CLIENT_SIZE;
 
 /// An export's clients listed at most (its `users` counts them all): an
 /// entry stays within a dump's first, page-sized message.
@@ -72,7 +73,8 @@ fn fill_export_id(w: &mut Writer<'_>, e: &Export) -> Result {
     }
     w.put_u32(ea::HANDLE, e.handle)?;
     w.put_u64(ea::SECTORS, e.sectors(), ea::PAD)?;
-    w.put_u32(ea::LOGICAL_BLOCK_SIZE, e.logical_block_size())
+    w.put_u32(ea::LOGICAL_BLOCK_SIZE, e.logical_block_size())?;
+    w.put_bytes(ea::UUID, &e.id)
 }
 
 /// Writes an export's attributes.
@@ -82,6 +84,7 @@ fn fill_export(w: &mut Writer<'_>, e: &Export) -> Result {
     w.put_u32(ea::USERS, u32::try_from(users).unwrap_or(u32::MAX))?;
     w.put_u32(ea::RW_USERS, u32::try_from(rw).unwrap_or(u32::MAX))?;
     w.put_u32(ea::INFLIGHT, e.inflight())?;
+    w.put_u32(ea::RETIRED, u32::try_from(e.retired()).unwrap_or(u32::MAX))?;
     put_stats(w, ea::STATS, &e.stats.counts())?;
     // The list is best effort: the clients that do not fit are left out
     // (`users` counts them all), never the export.
@@ -134,12 +137,21 @@ pub(crate) fn export_add_doit(req: &mut Request<'_>) -> Result {
         read_only: req.has(ea::READ_ONLY),
         shared: req.has(ea::SHARED),
     };
+    // (The policy takes 16 bytes exactly.)
+    let id = match req.bytes(ea::UUID).map(<[u8; 16]>::try_from) {
+        None => None,
+        Some(Ok(id)) if id != [0; 16] => Some(id),
+        Some(_) => {
+            req.bad_attr(ea::UUID, c"an export's UUID is 16 bytes, not all zero");
+            return Err(EINVAL);
+        }
+    };
     // Taken first: an unload that began meanwhile refuses the export.
     if !crate::module_get() {
         req.error(c"ferry_blk is being unloaded");
         return Err(ENODEV);
     }
-    let export = match state.target.add(name, path, access) {
+    let export = match state.target.add(name, path, access, id) {
         Ok(e) => e,
         Err(e) => {
             crate::module_put();
@@ -232,7 +244,8 @@ pub(crate) fn export_get_dumpit(dump: &mut Dump<'_>) -> Result {
 fn fill_map(w: &mut Writer<'_>, m: &Mapping) -> Result {
     fill_map_id(w, m, m.sectors())?;
     put_stats(w, ma::STATS, &m.stats())?;
-    w.put_u32(ma::INFLIGHT, m.inflight())
+    w.put_u32(ma::INFLIGHT, m.inflight())?;
+    w.put_bytes(ma::UUID, m.id())
 }
 
 /// Writes what identifies a mapping, its capacity (`sectors`) and state

@@ -12,11 +12,12 @@
 #include <uapi/linux/ferry_blk.h>
 
 /* FERRY_BLK_CMD_EXPORT_ADD - do */
-static const struct nla_policy ferry_blk_export_add_nl_policy[FERRY_BLK_A_EXPORT_SHARED + 1] = {
+static const struct nla_policy ferry_blk_export_add_nl_policy[FERRY_BLK_A_EXPORT_UUID + 1] = {
 	[FERRY_BLK_A_EXPORT_NAME] = { .type = NLA_NUL_STRING, .len = FERRY_BLK_EXPORT_NAME_LEN, },
 	[FERRY_BLK_A_EXPORT_PATH] = { .type = NLA_NUL_STRING, .len = FERRY_BLK_PATH_LEN, },
 	[FERRY_BLK_A_EXPORT_READ_ONLY] = { .type = NLA_FLAG, },
 	[FERRY_BLK_A_EXPORT_SHARED] = { .type = NLA_FLAG, },
+	[FERRY_BLK_A_EXPORT_UUID] = NLA_POLICY_EXACT_LEN(16),
 };
 
 /* FERRY_BLK_CMD_EXPORT_DEL - do */
@@ -53,7 +54,7 @@ static const struct genl_split_ops ferry_blk_nl_ops[] = {
 		.cmd		= FERRY_BLK_CMD_EXPORT_ADD,
 		.doit		= ferry_blk_nl_export_add_doit,
 		.policy		= ferry_blk_export_add_nl_policy,
-		.maxattr	= FERRY_BLK_A_EXPORT_SHARED,
+		.maxattr	= FERRY_BLK_A_EXPORT_UUID,
 		.flags		= GENL_ADMIN_PERM | GENL_CMD_CAP_DO,
 	},
 	{

@@ -60,15 +60,44 @@ pub(crate) struct Access {
     pub(crate) shared: bool,
 }
 
-/// One session that opened an export.
+/// One session that opened an export: a user while its session lives, then
+/// kept as retired until its last operation has ended (the fence a
+/// reconnect waits for), however its session ended.
 struct User {
     session: SessionHandle,
     read_only: bool,
     /// The client's id of its mapping: its next session after a reconnect
-    /// takes this one's place.
+    /// takes this one's place, once this one's operations are over.
     mapping: u64,
-    /// That session's operations at work.
-    inflight: Arc<AtomicU32>,
+    /// That session's operations, and whether they may start.
+    ops: Arc<SessionOps>,
+}
+
+impl User {
+    /// Its session ended or was replaced: it stays only while operations
+    /// it started are at work.
+    fn retired(&self) -> bool {
+        self.ops.closed.load(SeqCst)
+    }
+
+    /// Retired, and none of its operations at work any more.
+    fn over(&self) -> bool {
+        self.retired() && self.ops.inflight.load(SeqCst) == 0
+    }
+}
+
+/// A session's operations at work on its export, and whether new ones may
+/// start.
+///
+/// An operation counts itself (`inflight`, `SeqCst`), then reads `closed`;
+/// a reopen of the mapping sets `closed`, then reads `inflight`: so either
+/// the operation sees it closed and is refused, or the reopen sees it at
+/// work and waits (or is refused for now).
+struct SessionOps {
+    inflight: AtomicU32,
+    /// The session ended, or a newer session of its mapping opened the
+    /// export: it starts no operation any more.
+    closed: AtomicBool,
 }
 
 /// A block device exported under a name.
@@ -78,8 +107,12 @@ pub(crate) struct Export {
     /// The device's path, as given.
     pub(crate) path: CString,
     pub(crate) access: Access,
-    /// What clients name it by once open.
+    /// What clients name it by once open (numbered anew when the module
+    /// loads again: the identity is what tells one disk from another).
     pub(crate) handle: u32,
+    /// Its identity, a UUID: given, or the device's own unique ID, or
+    /// random. The client checks it at every open.
+    pub(crate) id: [u8; 16],
     /// The device, until the export is deleted (the operations at work hold
     /// it meanwhile). Read under RCU, without a lock.
     #[pin]
@@ -95,9 +128,14 @@ pub(crate) struct Export {
     deleted: AtomicBool,
     /// Operations between their check and their answer.
     inflight: AtomicU32,
+    /// The sessions that opened it, and the retired ones whose operations
+    /// are still at work.
     #[pin]
     users: Mutex<KVec<User>>,
     pub(crate) stats: IoStats,
+    /// Test builds: a `hostile-stall` export's first write was held.
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    stalled: AtomicBool,
 }
 
 impl Export {
@@ -115,9 +153,16 @@ impl Export {
             // device has no command for it.
             max_write_zeroes_sectors: MAX_IO_BYTES / 512,
             read_only: read_only || self.access.read_only || i.read_only,
-            write_cache: i.write_cache,
-            fua: i.fua,
+            // Always, as nvmet reports a volatile write cache for every
+            // controller: the client sends every flush and FUA write, and
+            // the block layer here ends them at once where the device has
+            // no cache. What the device has now may not be what it has
+            // later (sysfs `write_cache`, a dm table reload): a client told
+            // "no cache" once would never flush again.
+            write_cache: true,
+            fua: true,
             rotational: i.rotational,
+            id: self.id,
         }
     }
 
@@ -128,17 +173,32 @@ impl Export {
         max: usize,
         mut f: impl FnMut(&SessionRef, bool, u32) -> Result,
     ) -> Result {
-        for u in self.users.lock().iter().take(max) {
-            f(&u.session, u.read_only, u.inflight.load(Relaxed))?;
+        let users = self.live_users();
+        for u in users.iter().filter(|u| !u.retired()).take(max) {
+            f(&u.session, u.read_only, u.ops.inflight.load(Relaxed))?;
         }
         Ok(())
     }
 
     /// How many sessions have it open, and how many of them read-write.
     pub(crate) fn users(&self) -> (usize, usize) {
-        let users = self.users.lock();
-        let rw = users.iter().filter(|u| !u.read_only).count();
-        (users.len(), rw)
+        let users = self.live_users();
+        let open = users.iter().filter(|u| !u.retired());
+        let rw = open.clone().filter(|u| !u.read_only).count();
+        (open.count(), rw)
+    }
+
+    /// Sessions that ended, or were replaced, and still have operations at
+    /// work.
+    pub(crate) fn retired(&self) -> usize {
+        self.live_users().iter().filter(|u| u.retired()).count()
+    }
+
+    /// The users, less the retired ones whose operations are over.
+    fn live_users(&self) -> kernel::sync::MutexGuard<'_, KVec<User>> {
+        let mut users = self.users.lock();
+        users.retain(|u| !u.over());
+        users
     }
 
     /// Its capacity, in sectors.
@@ -156,10 +216,19 @@ impl Export {
         self.inflight.load(Relaxed)
     }
 
+    /// Whether a retired session of mapping `mapping` still has operations
+    /// at work.
+    fn fenced(&self, mapping: u64) -> bool {
+        self.users
+            .lock()
+            .iter()
+            .any(|u| u.mapping == mapping && u.retired() && u.ops.inflight.load(SeqCst) != 0)
+    }
+
     /// Tells every user `n`, as far as their sessions take it.
     fn tell_users(&self, n: Notice) {
         let msg = n.encode();
-        for u in self.users.lock().iter() {
+        for u in self.live_users().iter().filter(|u| !u.retired()) {
             if let Err(e) = u.session.send(&msg, Wait::No) {
                 pr_warn!(
                     "export {}: could not tell session {}: {:?}\n",
@@ -217,10 +286,17 @@ impl Target {
         Ok(v)
     }
 
-    /// Exports the block device at `path` as `name`: `EEXIST` if the name
-    /// is taken, `EBUSY` if the device is in use (mounted, exported, held),
-    /// the device's error if it cannot be opened. Sleeps.
-    pub(crate) fn add(&self, name: ExportName, path: &CStr, access: Access) -> Result<Arc<Export>> {
+    /// Exports the block device at `path` as `name`, with identity `id`
+    /// (else the device's own unique ID, else a random UUID): `EEXIST` if
+    /// the name is taken, `EBUSY` if the device is in use (mounted,
+    /// exported, held), the device's error if it cannot be opened. Sleeps.
+    pub(crate) fn add(
+        &self,
+        name: ExportName,
+        path: &CStr,
+        access: Access,
+        id: Option<[u8; 16]>,
+    ) -> Result<Arc<Export>> {
         if self.find(&name).is_some() {
             return Err(EEXIST);
         }
@@ -229,12 +305,14 @@ impl Target {
         let holder = core::ptr::from_ref::<u8>(&claim).cast();
         let bdev = Arc::new(Bdev::open(path, !access.read_only, holder)?, GFP_KERNEL)?;
         let info = bdev.info();
+        let id = id.or_else(|| bdev.unique_id()).unwrap_or_else(random_uuid);
         let export = Arc::pin_init(
             try_pin_init!(Export {
                 name,
                 path: CString::try_from(path)?,
                 access,
                 handle: self.next_handle.fetch_add(1, Relaxed),
+                id,
                 bdev <- Revocable::new(bdev),
                 _claim: claim,
                 info,
@@ -244,6 +322,8 @@ impl Target {
                 inflight: AtomicU32::new(0),
                 users <- new_mutex!(KVec::new()),
                 stats: IoStats::default(),
+                #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+                stalled: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )?;
@@ -283,7 +363,7 @@ impl Target {
             {
                 // Under the users' lock: no open slips in between.
                 let users = list[i].users.lock();
-                if !users.is_empty() && !force {
+                if users.iter().any(|u| !u.retired()) && !force {
                     return Err(EBUSY);
                 }
                 list[i].deleted.store(true, SeqCst);
@@ -302,6 +382,16 @@ impl Target {
     }
 }
 
+/// A random (version 4) UUID.
+fn random_uuid() -> [u8; 16] {
+    let mut id = [0; 16];
+    id[..8].copy_from_slice(&crate::work::random_u64().to_le_bytes());
+    id[8..].copy_from_slice(&crate::work::random_u64().to_le_bytes());
+    id[6] = (id[6] & 0x0f) | 0x40;
+    id[8] = (id[8] & 0x3f) | 0x80;
+    id
+}
+
 /// The service clients open sessions to.
 pub(crate) struct TargetService(pub(crate) Arc<Target>);
 
@@ -309,18 +399,24 @@ impl crate::ferry_api::Service for TargetService {
     type Session = TargetSession;
 
     fn accept(&self, _s: &SessionRef) -> Result<Arc<TargetSession>> {
-        let inflight = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
+        let ops = Arc::new(
+            SessionOps {
+                inflight: AtomicU32::new(0),
+                closed: AtomicBool::new(false),
+            },
+            GFP_KERNEL,
+        )?;
         let slots = Slots::new()?;
         let state = Arc::pin_init(
             pin_init!(SessionState {
                 phase <- new_mutex!(Phase {
                     ended: false,
-                    opening: None,
+                    opening: false,
                     #[cfg(CONFIG_FERRY_KUNIT_TEST)]
                     held: KVec::new(),
                 }),
                 opened: SetOnce::new(),
-                inflight,
+                ops,
                 slots,
             }),
             GFP_KERNEL,
@@ -352,8 +448,9 @@ struct SessionState {
     /// by every operation without a lock.
     opened: SetOnce<(Arc<Export>, bool)>,
     /// Its operations at work (a reconnected mapping's next session waits
-    /// for them: an old write must not land after a newer one).
-    inflight: Arc<AtomicU32>,
+    /// for them: an old write must not land after a newer one), and
+    /// whether they may start.
+    ops: Arc<SessionOps>,
     /// Its operations' places, made by its open.
     slots: Slots,
 }
@@ -362,93 +459,134 @@ struct SessionState {
 struct Phase {
     /// The session ended (`gone`): no open may add a user any more.
     ended: bool,
-    /// The export an open added the session to as a user, while the open
-    /// waits for the operations of the session it replaced.
-    opening: Option<Arc<Export>>,
+    /// An open of the session is at work (a session opens once; an open
+    /// refused for now may be sent again).
+    opening: bool,
     /// Test builds: the writes a `hostile-hold` export never answers, until
     /// the session ends.
     #[cfg(CONFIG_FERRY_KUNIT_TEST)]
     held: KVec<Incoming>,
 }
 
+/// How long an open waits for the operations of the session it replaces
+/// before it is refused for now ([`Refusal::Fenced`]): the client sends it
+/// again, so a hung backing disk holds no open, and no work item, for ever.
+const FENCE_WAIT_MS: u32 = 1000;
+
 impl SessionState {
     /// Opens export `e` (the one `o` names) for session `s`, as it asked.
-    /// The session of the same mapping before a reconnect gives its place
-    /// up at once, and this waits until its operations are over (on the
-    /// target's open queue, never on a completion), without a lock the
-    /// session's end takes. Sleeps.
+    ///
+    /// The sessions of the same mapping before a reconnect are closed at
+    /// once (they start no operation any more) and kept, retired, until
+    /// their operations have ended; this waits for those at most
+    /// [`FENCE_WAIT_MS`] (on the target's open queue, never on a
+    /// completion), then refuses the open for now. So no write of an
+    /// earlier connection lands after one the client sends once this open
+    /// is answered. Sleeps.
     fn open(&self, e: Arc<Export>, s: &SessionRef, o: Open) -> Result<Opened, Refusal> {
         let read_only = o.read_only || e.access.read_only;
         if !o.read_only && e.access.read_only {
             return Err(Refusal::ReadOnly);
         }
-        let replaced = {
+        {
             let mut phase = self.phase.lock();
             if phase.ended {
                 return Err(Refusal::UnknownExport);
             }
-            if self.opened.as_ref().is_some() || phase.opening.is_some() {
+            if self.opened.as_ref().is_some() || phase.opening {
                 return Err(Refusal::Malformed);
             }
-            let mut users = e.users.lock();
-            if e.deleted.load(SeqCst) {
-                return Err(Refusal::UnknownExport);
-            }
-            let mine = users.iter().position(|u| u.mapping == o.mapping);
-            let others_rw = users.iter().any(|u| !u.read_only && u.mapping != o.mapping);
-            if !read_only && !e.access.shared && others_rw {
-                return Err(Refusal::Busy);
-            }
-            let user = User {
-                session: s.to_owned(),
-                read_only,
-                mapping: o.mapping,
-                inflight: self.inflight.clone(),
-            };
-            let replaced = match mine {
-                Some(i) => Some(core::mem::replace(&mut users[i], user).inflight),
-                None => {
-                    users.push(user, GFP_KERNEL).map_err(|_| Refusal::Busy)?;
-                    None
-                }
-            };
-            // Its end removes the user from here on.
-            phase.opening = Some(e.clone());
-            replaced
-        };
-        // A write of the old connection still at work must land before the
-        // client can send a newer one (bios take milliseconds).
-        if let Some(old) = replaced {
-            while old.load(SeqCst) != 0 {
-                kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
-            }
+            phase.opening = true;
         }
-        let mut phase = self.phase.lock();
-        phase.opening = None;
+        let res = self.try_open(&e, s, &o, read_only);
+        let res = match res {
+            Err(Refusal::Fenced) => {
+                let waited = crate::work::jiffies_64();
+                // CAST: a second of jiffies fits any width.
+                let limit = kernel::time::msecs_to_jiffies(FENCE_WAIT_MS) as u64;
+                while e.fenced(o.mapping) && crate::work::jiffies_64() - waited < limit {
+                    kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+                }
+                self.try_open(&e, s, &o, read_only)
+            }
+            res => res,
+        };
+        self.phase.lock().opening = false;
+        res
+    }
+
+    /// One try of [`Self::open`]: closes the mapping's earlier sessions, and
+    /// adds this one as a user unless any of them still has operations at
+    /// work ([`Refusal::Fenced`]).
+    fn try_open(
+        &self,
+        e: &Arc<Export>,
+        s: &SessionRef,
+        o: &Open,
+        read_only: bool,
+    ) -> Result<Opened, Refusal> {
+        let phase = self.phase.lock();
         if phase.ended {
-            // It ended meanwhile, and removed the user.
             return Err(Refusal::UnknownExport);
         }
+        let mut users = e.live_users();
+        if e.deleted.load(SeqCst) {
+            return Err(Refusal::UnknownExport);
+        }
+        // (A retired session of another mapping counts while its
+        // operations are at work: its writes land before a new writer's.)
+        let others_rw = users.iter().any(|u| !u.read_only && u.mapping != o.mapping);
+        if !read_only && !e.access.shared && others_rw {
+            return Err(Refusal::Busy);
+        }
+        for u in users.iter().filter(|u| u.mapping == o.mapping) {
+            // `SeqCst`, then the count: see `SessionOps`.
+            u.ops.closed.store(true, SeqCst);
+        }
+        users.retain(|u| !u.over());
+        if users.iter().any(|u| u.mapping == o.mapping) {
+            return Err(Refusal::Fenced);
+        }
+        let user = User {
+            session: s.to_owned(),
+            read_only,
+            mapping: o.mapping,
+            ops: self.ops.clone(),
+        };
+        users.push(user, GFP_KERNEL).map_err(|_| Refusal::Busy)?;
         let desc = e.describe(read_only);
-        // Empty until now: only this open sets it, under `phase`.
-        let _ = self.opened.populate((e, read_only));
+        // Empty until now: only an open sets it, under `phase`, and the
+        // session's end reads it there.
+        let _ = self.opened.populate((e.clone(), read_only));
+        drop(users);
+        drop(phase);
         Ok(desc)
     }
 
-    /// Ends session `s`: its export, open or being opened, is no longer its.
+    /// Ends session `s`: it starts no operation any more, and its export
+    /// keeps it as a retired user until its operations are over.
     fn end(&self, s: &SessionRef) {
         let mut phase = self.phase.lock();
         phase.ended = true;
-        let e = match self.opened.as_ref() {
-            Some((e, _)) => Some(e.clone()),
-            None => phase.opening.clone(),
-        };
+        self.ops.closed.store(true, SeqCst);
+        let e = self.opened.as_ref().map(|(e, _)| e.clone());
         // Answered (to a session that is gone) out of the lock.
         #[cfg(CONFIG_FERRY_KUNIT_TEST)]
         let _held = core::mem::take(&mut phase.held);
         drop(phase);
         if let Some(e) = e {
-            e.users.lock().retain(|u| u.session.id() != s.id());
+            let inflight = self.ops.inflight.load(SeqCst);
+            if inflight != 0 {
+                pr_info!(
+                    "export {}: session {} ended with {} operations at work: its mapping is fenced until they end\n",
+                    e.name,
+                    s.id(),
+                    inflight
+                );
+            }
+            // Those over go now; the others when the next open or listing
+            // finds them over.
+            drop(e.live_users());
         }
     }
 
@@ -464,7 +602,7 @@ impl SessionState {
             Ok(desc)
                 if !matches!(
                     hostile::Mode::of(&self.opened),
-                    hostile::Mode::None | hostile::Mode::Hold
+                    hostile::Mode::None | hostile::Mode::Hold | hostile::Mode::Stall
                 ) =>
             {
                 hostile::answer(s, req, &desc, hostile::Mode::of(&self.opened))
@@ -509,11 +647,15 @@ impl TargetSession {
             if io.len > most {
                 return Err(Refusal::BadLength);
             }
-            // Counted before the deletion flag is read: a deletion waits for
-            // it, or this sees the flag.
-            let busy = Busy::new(e.clone(), self.state.inflight.clone());
+            // Counted before the deletion flag and the session's close are
+            // read: a deletion, and the open of the mapping's next session,
+            // wait for it, or this sees them.
+            let busy = Busy::new(e.clone(), self.state.ops.clone());
             if e.deleted.load(SeqCst) {
                 return Err(Refusal::UnknownExport);
+            }
+            if self.state.ops.closed.load(SeqCst) {
+                return Err(Refusal::Replaced);
             }
             Ok((io, busy))
         });
@@ -613,19 +755,19 @@ impl Handler for TargetSession {
 /// An operation between its check and its answer: its export and its
 /// session count it (deleting an export, and the session of the same
 /// mapping after a reconnect, wait for them).
-struct Busy(Arc<Export>, Arc<AtomicU32>);
+struct Busy(Arc<Export>, Arc<SessionOps>);
 
 impl Busy {
-    fn new(export: Arc<Export>, session: Arc<AtomicU32>) -> Self {
+    fn new(export: Arc<Export>, session: Arc<SessionOps>) -> Self {
         export.inflight.fetch_add(1, SeqCst);
-        session.fetch_add(1, SeqCst);
+        session.inflight.fetch_add(1, SeqCst);
         Self(export, session)
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.1.fetch_sub(1, SeqCst);
+        self.1.inflight.fetch_sub(1, SeqCst);
         self.0.inflight.fetch_sub(1, SeqCst);
     }
 }
@@ -1118,6 +1260,8 @@ fn start_op(
         drop(target);
         return finish(Some(&*slot), busy, req, io, Err(ENODEV), Some(t));
     };
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    hostile::stall_write(&busy, &io);
     t.ctx = Stage {
         target: Some(target),
         bdev: Some(bdev),
@@ -1243,6 +1387,45 @@ mod hostile {
         /// `hostile-hold`: every write is held, never answered, until its
         /// session ends (the client's timeout resets the connection).
         Hold,
+        /// `hostile-stall`: the export's first write stays "in the backing
+        /// disk" until its session has ended and [`STALL_AFTER_END_MS`]
+        /// more, then lands (the client's timeout resets the connection,
+        /// and the write is sent again meanwhile).
+        Stall,
+    }
+
+    /// How long a `hostile-stall` write lands after its session ended.
+    const STALL_AFTER_END_MS: u64 = 8000;
+
+    /// In `Stall` mode, holds the export's first write (`io`, counted by
+    /// `busy`) before its bios are submitted, until its session has ended
+    /// and [`STALL_AFTER_END_MS`] more (at most two minutes in all). On the
+    /// target's queue: sleeps.
+    pub(super) fn stall_write(busy: &Busy, io: &Io) {
+        let e = &busy.0;
+        if e.name.as_bytes() != b"hostile-stall"
+            || io.op != IoOp::Write
+            || e.stalled.swap(true, SeqCst)
+        {
+            return;
+        }
+        pr_info!(
+            "target: hostile export: holding a write of {} bytes at sector {} in the backing disk\n",
+            io.len,
+            io.sector
+        );
+        let step = kernel::time::Delta::from_millis(10);
+        for _ in 0..12_000 {
+            if busy.1.closed.load(SeqCst) {
+                break;
+            }
+            kernel::time::delay::fsleep(step);
+        }
+        kernel::time::delay::fsleep(kernel::time::Delta::from_millis(STALL_AFTER_END_MS as i64));
+        pr_info!(
+            "target: hostile export: the held write at sector {} lands now\n",
+            io.sector
+        );
     }
 
     impl Mode {
@@ -1254,6 +1437,7 @@ mod hostile {
                 Some(n) if n.as_bytes() == b"hostile-notices" => Self::Notices,
                 Some(n) if n.as_bytes() == b"hostile-drop" => Self::Drop,
                 Some(n) if n.as_bytes() == b"hostile-hold" => Self::Hold,
+                Some(n) if n.as_bytes() == b"hostile-stall" => Self::Stall,
                 _ => Self::None,
             }
         }
@@ -1269,7 +1453,7 @@ mod hostile {
         match mode {
             Mode::Short => return req.respond(Ok(()), &b[..b.len() - 1]),
             Mode::BlockSize => b[16..20].copy_from_slice(&1000u32.to_le_bytes()),
-            Mode::Notices | Mode::Drop | Mode::Hold | Mode::None => {}
+            Mode::Notices | Mode::Drop | Mode::Hold | Mode::Stall | Mode::None => {}
         }
         req.respond(Ok(()), &b)?;
         if mode == Mode::Notices {

@@ -22,7 +22,7 @@ use crate::block::mq::{Flags, Op};
 pub(crate) const SERVICE: &CStr = c"ferry_blk";
 
 /// This protocol's version.
-pub(crate) const VERSION: u8 = 1;
+pub(crate) const VERSION: u8 = 2;
 
 /// "FBLK", the first bytes of an [`Open`].
 const MAGIC: u32 = u32::from_le_bytes(*b"FBLK");
@@ -48,6 +48,13 @@ pub(crate) enum Refusal {
     ReadOnly,
     /// The export is mapped read-write by another client already.
     Busy,
+    /// An open of a mapping whose earlier session still has operations at
+    /// work on the export: the client tries again (a write of the old
+    /// connection must land before any newer one can be sent).
+    Fenced,
+    /// A request of a session whose mapping a newer session has opened
+    /// again, or that ended: it must not reach the disk any more.
+    Replaced,
 }
 
 impl Refusal {
@@ -59,6 +66,8 @@ impl Refusal {
             Self::OutOfRange | Self::BadLength => EINVAL,
             Self::ReadOnly => EROFS,
             Self::Busy => EBUSY,
+            Self::Fenced => EAGAIN,
+            Self::Replaced => ESTALE,
         }
     }
 
@@ -72,6 +81,10 @@ impl Refusal {
             Self::BadLength => "data that does not match its length",
             Self::ReadOnly => "a write to a read-only export",
             Self::Busy => "an export mapped read-write elsewhere",
+            Self::Fenced => {
+                "an open while the mapping's earlier session still has operations at work"
+            }
+            Self::Replaced => "a request of a session replaced by a newer one of its mapping",
         }
     }
 }
@@ -186,10 +199,13 @@ pub(crate) struct Opened {
     pub(crate) write_cache: bool,
     pub(crate) fua: bool,
     pub(crate) rotational: bool,
+    /// The export's identity (a UUID, never all zeroes): a reconnect that
+    /// finds another has reached another disk.
+    pub(crate) id: [u8; 16],
 }
 
 /// [`Opened`]'s encoded size.
-pub(crate) const OPENED_LEN: usize = 40;
+pub(crate) const OPENED_LEN: usize = 56;
 
 const F_READ_ONLY: u32 = 1 << 0;
 const F_WRITE_CACHE: u32 = 1 << 1;
@@ -201,6 +217,7 @@ impl Opened {
     /// The response header.
     pub(crate) fn encode(&self) -> [u8; OPENED_LEN] {
         let mut b = [0; OPENED_LEN];
+        b[40..56].copy_from_slice(&self.id);
         let flags = [
             (self.read_only, F_READ_ONLY),
             (self.write_cache, F_WRITE_CACHE),
@@ -231,6 +248,8 @@ impl Opened {
         }
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let flags = u32_at(36);
+        let mut id = [0; 16];
+        id.copy_from_slice(&b[40..56]);
         let o = Self {
             handle: u32_at(4),
             sectors: u64::from(u32_at(8)) | u64::from(u32_at(12)) << 32,
@@ -243,9 +262,11 @@ impl Opened {
             write_cache: flags & F_WRITE_CACHE != 0,
             fua: flags & F_FUA != 0,
             rotational: flags & F_ROTATIONAL != 0,
+            id,
         };
         let lbs = o.logical_block_size;
         let good = flags & !F_ALL == 0
+            && o.id != [0; 16]
             && lbs.is_power_of_two()
             && (512..=4096).contains(&lbs)
             && o.physical_block_size.is_power_of_two()
@@ -546,8 +567,12 @@ mod tests {
             write_cache: true,
             fua: true,
             rotational: false,
+            id: *b"0123456789abcdef",
         };
         assert_eq!(Opened::decode(&o.encode()), Ok(o));
+        // No identity.
+        let bad = Opened { id: [0; 16], ..o };
+        assert_eq!(Opened::decode(&bad.encode()), Err(Refusal::Malformed));
         for (lbs, pbs) in [(1000, 4096), (8192, 8192), (256, 512), (4096, 512)] {
             let bad = Opened {
                 logical_block_size: lbs,
@@ -632,7 +657,7 @@ mod tests {
         };
         assert_eq!(Io::decode(&read_fua.encode()), Err(Refusal::UnknownOp));
         let mut b = io.encode();
-        b[0] = 2;
+        b[0] = VERSION + 1;
         assert_eq!(Io::decode(&b), Err(Refusal::Malformed));
         let mut b = io.encode();
         b[23] = 1;

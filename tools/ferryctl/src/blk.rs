@@ -28,6 +28,7 @@ fn export_attr_name(ty: u16) -> Option<&'static str> {
         FERRY_BLK_A_EXPORT_READ_ONLY => Some("ro"),
         FERRY_BLK_A_EXPORT_SHARED => Some("shared"),
         FERRY_BLK_A_EXPORT_FORCE => Some("force"),
+        FERRY_BLK_A_EXPORT_UUID => Some("uuid"),
         _ => None,
     }
 }
@@ -50,10 +51,11 @@ fn map_attr_name(ty: u16) -> Option<&'static str> {
 /// A parsed `blk` command.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cmd {
-    /// `blk export add NAME path PATH [ro] [shared]`
+    /// `blk export add NAME path PATH [uuid UUID] [ro] [shared]`
     ExportAdd {
         name: String,
         path: String,
+        uuid: Option<[u8; 16]>,
         ro: bool,
         shared: bool,
     },
@@ -99,6 +101,45 @@ fn export_name(s: &str) -> Result<String, CliError> {
     args::short_name("export", s, FERRY_BLK_EXPORT_NAME_LEN)
 }
 
+/// A UUID: 32 hex digits, with or without the dashes of
+/// `01234567-89ab-cdef-0123-456789abcdef`; not all zeroes.
+pub fn parse_uuid(s: &str) -> Result<[u8; 16], CliError> {
+    let bad = || {
+        usage(format!(
+            "invalid uuid \"{s}\" (32 hex digits, as 01234567-89ab-cdef-0123-456789abcdef)"
+        ))
+    };
+    let hex: Vec<u8> = s.bytes().filter(|&c| c != b'-').collect();
+    let dashes_ok = s.len() == 32
+        || [8, 13, 18, 23]
+            .iter()
+            .all(|&i| s.as_bytes().get(i) == Some(&b'-'));
+    if hex.len() != 32 || !dashes_ok || !hex.iter().all(u8::is_ascii_hexdigit) {
+        return Err(bad());
+    }
+    let mut id = [0u8; 16];
+    for (i, b) in id.iter_mut().enumerate() {
+        let pair = std::str::from_utf8(&hex[2 * i..2 * i + 2]).map_err(|_| bad())?;
+        *b = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
+    }
+    if id == [0; 16] {
+        return Err(bad());
+    }
+    Ok(id)
+}
+
+/// A UUID as text: `01234567-89ab-cdef-0123-456789abcdef`.
+pub fn uuid_text(id: &[u8]) -> String {
+    let mut s = String::new();
+    for (i, b) in id.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s += &format!("{b:02x}");
+    }
+    s
+}
+
 /// A disk: `/dev/ferryblkN`, `ferryblkN` or `N`.
 fn disk_index(s: &str) -> Result<u32, CliError> {
     let n = s.trim_start_matches("/dev/").trim_start_matches("ferryblk");
@@ -121,10 +162,11 @@ impl Cmd {
             let rest = &args[1..];
             if matches(sub, "add") {
                 let (rest, set) = flags(rest, &["ro", "read-only", "shared"]);
-                let kw = KwArgs::parse(&rest, &["name", "path"], Some("name"))?;
+                let kw = KwArgs::parse(&rest, &["name", "path", "uuid"], Some("name"))?;
                 Ok(Some(Cmd::ExportAdd {
                     name: export_name(kw.required("name")?)?,
                     path: kw.required("path")?.to_string(),
+                    uuid: kw.get("uuid").map(parse_uuid).transpose()?,
                     ro: set.contains(&"ro"),
                     shared: set.contains(&"shared"),
                 }))
@@ -235,7 +277,8 @@ fn decode_client(p: &[u8]) -> Result<Value, Error> {
 
 /// An export as JSON: `name`, `path`, `read_only`, `shared`, `handle`,
 /// `sectors`, `logical_block_size`, `users`, `rw_users`, `inflight`,
-/// `stats`, and `clients` (the sessions that have it open, the first 64).
+/// `uuid`, `retired`, `stats`, and `clients` (the sessions that have it
+/// open, the first 16).
 fn decode_export(p: &[u8]) -> Result<Value, Error> {
     let mut o = Map::new();
     o.insert("kind".into(), json!("export"));
@@ -272,6 +315,11 @@ fn decode_export(p: &[u8]) -> Result<Value, Error> {
                 json!(attr::u32(v).ok_or_else(|| bad("inflight"))?),
             ),
             FERRY_BLK_A_EXPORT_STATS => ("stats", stats(v)),
+            FERRY_BLK_A_EXPORT_UUID if v.len() == 16 => ("uuid", json!(uuid_text(v))),
+            FERRY_BLK_A_EXPORT_RETIRED => (
+                "retired",
+                json!(attr::u32(v).ok_or_else(|| bad("retired"))?),
+            ),
             _ => continue,
         };
         o.insert(k.into(), val);
@@ -281,7 +329,7 @@ fn decode_export(p: &[u8]) -> Result<Value, Error> {
 }
 
 /// A mapping as JSON: `index`, `addr`, `port`, `export`, `read_only`,
-/// `disk`, `session`, `sectors`, `state`, `stats`, `inflight`.
+/// `disk`, `session`, `sectors`, `state`, `stats`, `inflight`, `uuid`.
 fn decode_map(p: &[u8]) -> Result<Value, Error> {
     let mut o = Map::new();
     o.insert("kind".into(), json!("map"));
@@ -321,6 +369,7 @@ fn decode_map(p: &[u8]) -> Result<Value, Error> {
                 "inflight",
                 json!(attr::u32(v).ok_or_else(|| bad("inflight"))?),
             ),
+            FERRY_BLK_A_MAP_UUID if v.len() == 16 => ("uuid", json!(uuid_text(v))),
             _ => continue,
         };
         o.insert(k.into(), val);
@@ -362,7 +411,7 @@ pub fn event(cmd: u8, payload: &[u8]) -> Result<Option<(&'static str, Value, Str
     // "blk export add NAME path P ..." or "blk map change DISK export E ...".
     let mut text = format!("{} {}", name.replace('-', " "), plain(&v[first]));
     for k in [
-        "path", "addr", "port", "export", "sectors", "state", "session",
+        "path", "addr", "port", "export", "sectors", "state", "session", "uuid",
     ] {
         if let Some(x) = v.get(k) {
             text += &format!(" {k} {}", plain(x));
@@ -391,21 +440,27 @@ fn to_text(v: &Value, with_stats: bool) -> String {
             .map(|x| x.to_string().trim_matches('"').to_string())
     };
     let mut s = if v["kind"] == "export" {
-        format!(
-            "export {} path {} sectors {} users {} inflight {}",
+        let mut s = format!(
+            "export {} path {} uuid {} sectors {} users {} inflight {}",
             get("name").unwrap_or_default(),
             get("path").unwrap_or_default(),
+            get("uuid").unwrap_or_default(),
             get("sectors").unwrap_or_default(),
             get("users").unwrap_or_default(),
             get("inflight").unwrap_or_default()
-        )
+        );
+        if let Some(r) = v.get("retired").filter(|r| **r != json!(0)) {
+            s += &format!(" retired {r}");
+        }
+        s
     } else {
         format!(
-            "{} addr {} port {} export {} sectors {} state {} session {} inflight {}",
+            "{} addr {} port {} export {} uuid {} sectors {} state {} session {} inflight {}",
             get("disk").unwrap_or_default(),
             get("addr").unwrap_or_default(),
             get("port").unwrap_or_default(),
             get("export").unwrap_or_default(),
+            get("uuid").unwrap_or_default(),
             get("sectors").unwrap_or_default(),
             get("state").unwrap_or_default(),
             get("session").unwrap_or_default(),
@@ -456,12 +511,16 @@ pub fn exec(ctx: &mut Ctx, cmd: &Cmd) -> Result<Option<Output>, CliError> {
         Cmd::ExportAdd {
             name,
             path,
+            uuid,
             ro,
             shared,
         } => {
             let mut b = b
                 .str(FERRY_BLK_A_EXPORT_NAME, name)
                 .str(FERRY_BLK_A_EXPORT_PATH, path);
+            if let Some(id) = uuid {
+                b = b.binary(FERRY_BLK_A_EXPORT_UUID, id);
+            }
             if *ro {
                 b = b.flag(FERRY_BLK_A_EXPORT_READ_ONLY);
             }
@@ -567,10 +626,30 @@ mod tests {
             Cmd::ExportAdd {
                 name: "ram0".into(),
                 path: "/dev/ram0".into(),
+                uuid: None,
                 ro: true,
                 shared: false,
             }
         );
+        let id = *b"\x01\x23\x45\x67\x89\xab\xcd\xef\x01\x23\x45\x67\x89\xab\xcd\xef";
+        for text in [
+            "01234567-89ab-cdef-0123-456789abcdef",
+            "0123456789ABCDEF0123456789abcdef",
+        ] {
+            assert_eq!(
+                parse(&format!("export add ram0 path /dev/ram0 uuid {text}"))
+                    .unwrap()
+                    .unwrap(),
+                Cmd::ExportAdd {
+                    name: "ram0".into(),
+                    path: "/dev/ram0".into(),
+                    uuid: Some(id),
+                    ro: false,
+                    shared: false,
+                }
+            );
+        }
+        assert_eq!(uuid_text(&id), "01234567-89ab-cdef-0123-456789abcdef");
         assert_eq!(
             parse("export del ram0 force").unwrap().unwrap(),
             Cmd::ExportDel {
@@ -621,6 +700,18 @@ mod tests {
             "invalid port \"x\""
         );
         assert_eq!(usage_msg("frob"), "unknown blk command \"frob\"");
+        for bad in [
+            "0123",
+            "00000000-0000-0000-0000-000000000000",
+            "01234567-89ab-cdef-0123-456789abcdeg",
+            "0123456-789ab-cdef-0123-456789abcdef",
+        ] {
+            assert!(
+                usage_msg(&format!("export add a path /dev/x uuid {bad}"))
+                    .starts_with("invalid uuid"),
+                "{bad}"
+            );
+        }
         // `force` is no flag of `map`.
         assert_eq!(
             usage_msg("map 192.0.2.1 export a force"),

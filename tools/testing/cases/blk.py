@@ -5,6 +5,7 @@ between two hosts (`blk_two_hosts`)."""
 import json
 import time
 
+from ferryvm import ROOT
 from harness import case
 
 PORT = 7473
@@ -52,10 +53,11 @@ def slow_io_timeout(t, vm, disk):
         vm.run(f'echo {30000 * t.slow} > /sys/block/{disk.removeprefix("/dev/")}/queue/io_timeout')
 
 
-def export_and_map(t, vm, name, dev, how=''):
-    """Exports `dev` as `name` and maps it back (`how`: more of the map
-    command): the disk's path, once it is there."""
-    vm.run(f'{t.ferryctl} blk export add {name} path {dev}')
+def export_and_map(t, vm, name, dev, how='', export_how=''):
+    """Exports `dev` as `name` (`export_how`: more of the export command)
+    and maps it back (`how`: more of the map command): the disk's path,
+    once it is there."""
+    vm.run(f'{t.ferryctl} blk export add {name} path {dev} {export_how}'.rstrip())
     m = t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export {name} {how}'.rstrip())
     disk = '/dev/' + m[0]['disk']
     vm.wait_for(f'test -b {disk}', timeout=30)
@@ -306,13 +308,22 @@ def grew(before, after, key):
     return after[key] - before[key]
 
 
+def backing_flushes(vm, dev):
+    """Flushes the block device `dev`'s driver completed (its stat file)."""
+    return int(vm.run(f'cat /sys/block/{dev.removeprefix("/dev/")}/stat').out.split()[15])
+
+
 @case(timeout=400)
 def blk_operations(t):
     """Every operation, counted on the target, over two null_blk exports:
-    one with a write cache and FUA, one with neither. The first maps with
-    `write back` and FUA, the second `write through` without. On the cached
-    one `fio --fsync=1` reaches the target as one flush per write and
-    `fio --sync=1` as FUA writes; on the other, none of either.
+    one with a write cache and FUA, one with neither. Both disks map with a
+    volatile write cache and FUA (as nvmet's controllers report, whatever
+    the device): the client always sends flushes and FUA, and the target's
+    block layer ends them at once where the device has no cache. So a cache
+    turned on after the export (the first device's was off when exported,
+    as `write_cache` in sysfs or a dm table reload may change it) still gets
+    every flush: `fio --fsync=1` reaches the target as one flush per write,
+    and the device; `fio --sync=1` as FUA writes.
     `blkdiscard -z` becomes WRITE_ZEROES and `blkdiscard` DISCARD, both
     counted, and the range reads back zeros; `fstrim` on ext4 discards. A
     bad block of the backing disk fails the I/O that touches it with EIO
@@ -322,35 +333,41 @@ def blk_operations(t):
     blk_modules(t, vm)
     cached = nullb(vm, 'fbc', cache_size=16, fua=1)
     plain = nullb(vm, 'fbp')
+    vm.run('echo "write through" > /sys/block/fbc/queue/write_cache')
     vm.run(f'{t.ferryctl} blk export add c0 path {cached}')
     vm.run(f'{t.ferryctl} blk export add p0 path {plain}')
     c = t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export c0 channels 2')[0]['disk']
     p = t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export p0')[0]['disk']
-    for disk, cache, fua in ((c, 'write back', '1'), (p, 'write through', '0')):
+    for disk in (c, p):
         vm.wait_for(f'test -b /dev/{disk}', timeout=30)
         slow_io_timeout(t, vm, disk)
-        t.eq(vm.run(f'cat /sys/block/{disk}/queue/write_cache').out.strip(), cache,
+        t.eq(vm.run(f'cat /sys/block/{disk}/queue/write_cache').out.strip(), 'write back',
              f'{disk}: write cache')
-        t.eq(vm.run(f'cat /sys/block/{disk}/queue/fua').out.strip(), fua, f'{disk}: FUA')
+        t.eq(vm.run(f'cat /sys/block/{disk}/queue/fua').out.strip(), '1', f'{disk}: FUA')
+    # The cache of the first device on, after it was exported.
+    vm.run('echo "write back" > /sys/block/fbc/queue/write_cache')
     n = 256
     # Each measured alone: O_SYNC writes flush too (the block layer's
     # fsync after each), so the flushes are counted on the fsync run.
-    for name, disk in (('c0', c), ('p0', p)):
+    for name, disk, backing in (('c0', c, cached), ('p0', p, plain)):
         got = {}
         for flag, key in (('--fsync=1', 'flushes'), ('--sync=1', 'fua')):
             before = export_stats(t, vm, name)
-            vm.run(f'fio --name=s --filename=/dev/{disk} --direct=1 --ioengine=psync '
-                   f'--rw=randwrite --bs=4k --number_ios={n} --size=16M {flag} '
-                   f'--output-format=terse', timeout=120 * t.slow)
+            flushed = backing_flushes(vm, backing)
+            r = vm.run(f'fio --name=s --filename=/dev/{disk} --direct=1 --ioengine=psync '
+                       f'--rw=randwrite --bs=4k --number_ios={n} --size=16M {flag} '
+                       f'--output-format=json', timeout=120 * t.slow)
+            iops = json.loads(r.out[r.out.index('{'):])['jobs'][0]['write']['iops']
             got[key] = grew(before, export_stats(t, vm, name), key)
-        t.log(f'{name}: flushes +{got["flushes"]} in the fsync run, '
-              f'FUA writes +{got["fua"]} in the O_SYNC run')
+            got[f'device flushes in the {key} run'] = backing_flushes(vm, backing) - flushed
+            got[f'{key} iops'] = round(iops)
+        t.log(f'{name}: {got}')
+        # (fio's last fsync goes with its close: one fewer is seen.)
+        t.check(got['flushes'] >= n - 1, f'{name}: too few flushes {got}')
+        t.check(got['fua'] >= n, f'{name}: too few FUA writes {got}')
         if name == 'c0':
-            # (fio's last fsync goes with its close: one fewer is seen.)
-            t.check(got['flushes'] >= n - 1, f'{name}: too few flushes {got}')
-            t.check(got['fua'] >= n, f'{name}: too few FUA writes {got}')
-        else:
-            t.eq(got, {'flushes': 0, 'fua': 0}, f'{name}: flushes and FUA without a write cache')
+            t.check(got['device flushes in the flushes run'] >= n - 1,
+                    f'{name}: the flushes reached the device its cache was turned on in: {got}')
     # Zeroes and discards, each over 8 MiB of random data.
     zero = f'cmp -n {8 * MIB} /dev/zero'
     for cmd, key, bytes_key, at in (('blkdiscard -z', 'write_zeroes', 'bytes_zeroed', 16),
@@ -648,6 +665,215 @@ def blk_timeout_reset(t):
                           if s['role'] == 'client'][0].get('reconnects', 0) - before.get('reconnects', 0)
     t.until(lambda: reconnects() == 6, 30 * t.slow, 'a reconnect after each reset')
     failed_alone(t, vm, disk, 'hostile-hold', 'ho0')
+
+
+@case(timeout=400)
+def blk_fence(t):
+    """No write of an earlier connection lands after a newer one. A hostile
+    target (test builds: an export named `hostile-stall`) keeps the
+    export's first write "in the backing disk" until its session has ended
+    and 8 s more. With the disk's `io_timeout` at 1 s the client resets the
+    connection, reconnects and opens the export again: the target refuses
+    that open for now (its log: fenced) until the held write has landed,
+    so the write sent again, and a newer write of other data to the same
+    block, land after it and read back. fio verify (crc32c) runs on the
+    rest of the disk through the fault, and the disk and the target's
+    device hold the same bytes."""
+    vm = t.vm
+    loop = blk_setup(t, vm)
+    disk = export_and_map(t, vm, 'hostile-stall', loop, 'channels 2')
+    vm.run(f'echo 1000 > /sys/block/{disk.removeprefix("/dev/")}/queue/io_timeout')
+    vm.run('head -c 4096 /dev/urandom > /dev/shm/old; head -c 4096 /dev/urandom > /dev/shm/new')
+    vm.run(f'(dd if=/dev/shm/old of={disk} bs=4k count=1 oflag=direct status=none; '
+           f'echo $? > /tmp/dd.rc) >/dev/null 2>&1 &')
+    t.until(lambda: 'holding a write' in vm.run('dmesg').out, 30 * t.slow,
+            'the target holding the first write')
+    # Once the write timed out and the client reset the connection, the
+    # disk's timeout is long again (fio's requests must not time out).
+    t.until(lambda: any(s['role'] == 'client' and s.get('reconnects', 0) >= 1
+                        for s in t.ferryctl_json(vm, 'session show')),
+            60 * t.slow, 'the client reset and reconnected')
+    vm.run(f'echo {30000 * t.slow} > /sys/block/{disk.removeprefix("/dev/")}/queue/io_timeout')
+    mib = 8
+    fio_verify_background(t, vm, disk, mib, 1, '/tmp/fio.json', offset=1)
+    t.until(lambda: vm.run('test -s /tmp/dd.rc', check=False).rc == 0, 120 * t.slow,
+            'the first write done')
+    t.eq(vm.run('cat /tmp/dd.rc').out.strip(), '0', 'the first write\'s exit code')
+    # The newer write, at once, to the same block.
+    vm.run(f'dd if=/dev/shm/new of={disk} bs=4k count=1 oflag=direct status=none')
+    t.until(lambda: 'held write at sector 0 lands now' in vm.run('dmesg').out, 60 * t.slow,
+            'the held write landed')
+    written, verified = fio_verified(t, vm, '/tmp/fio.json', 300 * t.slow)
+    t.log(f'fio: {written} bytes written, {verified} verified')
+    t.check(verified >= mib * MIB, f'fio verified {mib} MiB')
+    log = vm.run('dmesg').out
+    fenced = log.count('still has operations at work')
+    t.log(f'opens refused as fenced on the target: {fenced}; '
+          f'the client opened again {log.count("opening again")} times')
+    vm.run('echo 3 > /proc/sys/vm/drop_caches')
+    want = sha(vm, '/dev/shm/new', 4096)
+    t.eq(sha(vm, loop, 4096), want, 'the newer write on the target\'s device (the stale one landed first)')
+    t.eq(sha(vm, disk, 4096), want, 'the newer write read back through the disk')
+    t.check(fenced >= 1, 'the target fenced the reopen at least once')
+    n = (1 + mib) * MIB
+    t.eq(sha(vm, disk, n), sha(vm, loop, n), 'sha256 of the disk and the export')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    vm.run(f'{t.ferryctl} blk export del hostile-stall')
+    vm.run('rm -f /dev/shm/old /dev/shm/new /tmp/dd.rc /tmp/fio.json /tmp/fio.json.rc')
+    blk_teardown(t, vm, loop)
+
+
+def fio_verify_background(t, vm, disk, mib, loops, out, offset=0):
+    """Starts fio verifying (crc32c, verify_fatal) random 4 KiB writes at
+    depth 8 over `mib` MiB of `disk` from `offset` MiB, `loops` times (each
+    pass written, then read back and checked), in the background: its JSON
+    to `out`, its exit code to `out`.rc."""
+    vm.run(f'(fio --name=f --filename={disk} --direct=1 --ioengine=libaio --rw=randwrite '
+           f'--bs=4k --iodepth=8 --size={mib}M --offset={offset}M --loops={loops} '
+           f'--verify=crc32c --verify_fatal=1 --do_verify=1 --output-format=json '
+           f'> {out} 2>&1; echo $? > {out}.rc) >/dev/null 2>&1 &')
+
+
+def fio_verified(t, vm, out, timeout):
+    """Waits for `fio_verify_background`'s fio: (bytes written, bytes
+    verified), checked clean."""
+    t.until(lambda: vm.run(f'test -s {out}.rc', check=False).rc == 0, timeout, 'fio verify ended')
+    r = vm.run(f'cat {out}.rc {out}')
+    t.require(r.out.startswith('0\n'), f'fio verify: {r.out[-600:]!r}')
+    job = json.loads(r.out[r.out.index('{'):])['jobs'][0]
+    t.eq(job['error'], 0, 'fio errors')
+    return job['write']['io_bytes'], job['read']['io_bytes']
+
+
+@case(timeout=400)
+def blk_device_readd(t):
+    """The target's RDMA device is deleted and added back while a disk is
+    mapped and fio verifies on it (one VM: the client's device too). The
+    listener waits for its address and listens again once the device is
+    back; the client reconnects and reopens, its requests requeued; fio
+    verify ends clean, and the disk and the device hold the same bytes."""
+    vm = t.vm
+    loop = blk_setup(t, vm)
+    disk = export_and_map(t, vm, 'dr0', loop, 'channels 2')
+    mib = 16
+    fio_verify_background(t, vm, disk, mib, 6, '/tmp/fio.json')
+    vm.run(f'sleep {2 * t.slow}')
+    vm.run('rdma link delete rxe0')
+    t.until(lambda: t.ferryctl_json(vm, 'listener show')[0].get('state') == 'waiting',
+            10 * t.slow, 'the listener waiting for its address')
+    vm.run('sleep 2')
+    t.rxe_add(vm)
+    back = time.monotonic()
+    t.until(lambda: t.ferryctl_json(vm, 'listener show')[0].get('state') == 'listening',
+            10 * t.slow, 'the listener listening again')
+    t.until(lambda: [x for x in show(t, vm) if x['kind'] == 'map'][0]['state'] == 'up'
+            and any(s['role'] == 'client' and s['state'] == 'connected'
+                    for s in t.ferryctl_json(vm, 'session show')),
+            60 * t.slow, 'the disk back')
+    t.log(f'the disk was back {time.monotonic() - back:.1f} s after the device')
+    written, verified = fio_verified(t, vm, '/tmp/fio.json', 300 * t.slow)
+    t.log(f'fio: {written} bytes written, {verified} verified')
+    t.check(verified >= 6 * mib * MIB, f'fio verified 6 x {mib} MiB')
+    vm.run('echo 3 > /proc/sys/vm/drop_caches')
+    n = mib * MIB
+    t.eq(sha(vm, disk, n), sha(vm, loop, n), 'sha256 of the disk and the export')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    vm.run(f'{t.ferryctl} blk export del dr0')
+    vm.run('rm -f /tmp/fio.json /tmp/fio.json.rc')
+    blk_teardown(t, vm, loop)
+
+
+UUID = '0123abcd-4567-489a-8bcd-ef0123456789'
+RULES = 'tools/udev/60-ferry-blk.rules'
+
+
+def reexport(t, vm, name, dev, how, reconnected_log):
+    """The target's export `name` goes away while its client is cut off
+    (the listener removed, the session disconnected) and comes back on
+    `dev` (`how`: more of the add command), as after a reload of the
+    target's module; then the listener again, and the client reconnects:
+    waits for `reconnected_log` in the log."""
+    lst = t.ferryctl_json(vm, 'listener show')[0]
+    vm.run(f'{t.ferryctl} listener del id {lst["id"]}')
+    server = [s for s in t.ferryctl_json(vm, 'session show') if s['role'] == 'server']
+    t.require(len(server) == 1, f'one server session: {server}')
+    vm.run(f'{t.ferryctl} session disconnect id {server[0]["id"]}')
+    # Its session is gone: no client has it open, it goes without force.
+    vm.run(f'{t.ferryctl} blk export del {name}')
+    vm.run(f'{t.ferryctl} blk export add {name} path {dev} {how}'.rstrip())
+    vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+    t.until(lambda: reconnected_log in vm.run('dmesg').out, 60 * t.slow, reconnected_log)
+
+
+@case(timeout=400)
+def blk_identity(t):
+    """Every export has an identity, a UUID: given at `export add`, else
+    random (a loop device has no ID of its own). `blk show` shows it on both
+    sides, the disk in sysfs (`wwid` uuid.UUID, `uuid`), and the udev rule
+    makes /dev/disk/by-id/ferryblk-uuid.UUID of it. The target's export goes
+    away while the client is cut off and comes back under the same name:
+    with the same identity the disk goes on (data intact); with another
+    device (another identity) the client refuses it, with a log line, and
+    not one request reaches it: its I/O fails, the other device is
+    untouched."""
+    vm = t.vm
+    loop = blk_setup(t, vm)
+    vm.run('truncate -s 64M /dev/shm/other.img')
+    other = vm.run('losetup -f --show /dev/shm/other.img').out.strip()
+    vm.run(f'{t.ferryctl} blk export add plain path {other}')
+    plain = [x for x in show(t, vm) if x['kind'] == 'export' and x['name'] == 'plain'][0]
+    t.log(f'an export of a device without an ID of its own: {plain["uuid"]}')
+    t.check(plain['uuid'][14] == '4' and plain['uuid'] != '00000000-0000-0000-0000-000000000000',
+            f'a random (version 4) UUID: {plain}')
+    vm.run(f'{t.ferryctl} blk export del plain')
+    r = vm.run(f'{t.ferryctl} blk export add bad path {other} uuid 1234', check=False)
+    t.check(r.rc == 1 and 'invalid uuid' in r.err, f'a malformed uuid refused: {r}')
+    disk = export_and_map(t, vm, 'id0', loop, 'channels 2', f'uuid {UUID}')
+    name = disk.removeprefix('/dev/')
+    st = show(t, vm)
+    e = [x for x in st if x['kind'] == 'export'][0]
+    m = [x for x in st if x['kind'] == 'map'][0]
+    t.eq((e['uuid'], m['uuid']), (UUID, UUID), 'the identity on both sides')
+    t.eq(vm.run(f'cat /sys/block/{name}/wwid /sys/block/{name}/uuid').out.split(),
+         [f'uuid.{UUID}', UUID], 'the disk\'s wwid and uuid')
+    vm.run(f'mkdir -p /run/udev/rules.d && cp {ROOT}/{RULES} /run/udev/rules.d/')
+    out = vm.run(f'udevadm test --action=add /sys/block/{name} 2>&1', check=False).out
+    t.check(f'disk/by-id/ferryblk-uuid.{UUID}' in out,
+            f'the udev rule names the disk by its identity: {out[-800:]!r}')
+    vm.run(f'head -c {4 * MIB} /dev/urandom > /dev/shm/pattern')
+    vm.run(f'dd if=/dev/shm/pattern of={disk} bs=1M oflag=direct status=none')
+    # The same export again (a reload of the target's module): the disk
+    # goes on.
+    reexport(t, vm, 'id0', loop, f'uuid {UUID}', 'reconnected')
+    vm.run(f'dd if=/dev/shm/pattern of={disk} bs=1M seek=4 oflag=direct status=none',
+           timeout=120 * t.slow)
+    vm.run('echo 3 > /proc/sys/vm/drop_caches')
+    want = sha(vm, '/dev/shm/pattern', 4 * MIB)
+    t.eq(sha(vm, disk, 4 * MIB), want, 'the data before, read back')
+    t.eq(vm.run(f'dd if={disk} bs=1M skip=4 count=4 status=none | sha256sum').out.split()[0],
+         want, 'the data after, read back')
+    t.eq([x for x in show(t, vm) if x['kind'] == 'map'][0]['state'], 'up', 'the disk is up')
+    # Another device under the same name: refused.
+    before = sha(vm, other, 64 * MIB)
+    reexport(t, vm, 'id0', other, '', 'is another disk now')
+    log = vm.run('dmesg | grep "is another disk now"').out
+    t.log(f'the client: {log.strip()}')
+    t.check(f'was {UUID}' in log, f'the log names both identities: {log!r}')
+    t.until(lambda: [x for x in show(t, vm) if x['kind'] == 'map'][0]['state'] == 'dead',
+            10 * t.slow, 'the disk dead')
+    r = vm.run(f'dd if=/dev/shm/pattern of={disk} bs=1M count=1 oflag=direct status=none',
+               check=False, timeout=60 * t.slow)
+    t.check(r.rc != 0, f'a write to the dead disk fails: {r}')
+    r = vm.run(f'dd if={disk} of=/dev/null bs=4k count=1 iflag=direct status=none', check=False)
+    t.check(r.rc != 0, f'a read of the dead disk fails: {r}')
+    st = [x for x in show(t, vm) if x['kind'] == 'export'][0]
+    t.eq((st['stats']['reads'], st['stats']['writes']), (0, 0),
+         'operations on the other device')
+    t.eq(sha(vm, other, 64 * MIB), before, 'the other device untouched')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    vm.run(f'{t.ferryctl} blk export del id0')
+    vm.run(f'losetup -d {other} && rm -f /dev/shm/other.img /dev/shm/pattern')
+    blk_teardown(t, vm, loop)
 
 
 @case(timeout=300)

@@ -31,10 +31,10 @@ static char *export = "ram0";
 module_param(export, charp, 0444);
 MODULE_PARM_DESC(export, "The export to open");
 
-/* ferry_blk's protocol, version 1 (Documentation/blk.md). */
-#define BLK_VERSION	1
+/* ferry_blk's protocol, version 2 (Documentation/blk.md). */
+#define BLK_VERSION	2
 #define OPEN_LEN	48
-#define OPENED_LEN	40
+#define OPENED_LEN	56
 #define IO_LEN		24
 #define NAME_LEN	32
 enum { OP_READ = 1, OP_WRITE = 2, OP_FLUSH = 3 };
@@ -147,7 +147,7 @@ static const struct fault faults[] = {
 	{ "unknown op", 9, 0, 0, 0, 0, FERRY_DIR_NONE, 0, 0, 0, -EOPNOTSUPP },
 	{ "FUA on a read", OP_READ, IO_FUA, 0, 0, 4096, FERRY_FROM_PEER, 4096, 0, 0, -EOPNOTSUPP },
 	{ "write to a read-only open", OP_WRITE, 0, 0, 0, 4096, FERRY_TO_PEER, 4096, 0, 0, -EROFS },
-	{ "unknown version", OP_READ, 0, 0, 0, 4096, FERRY_FROM_PEER, 4096, 0, 2, -EOPNOTSUPP },
+	{ "unknown version", OP_READ, 0, 0, 0, 4096, FERRY_FROM_PEER, 4096, 0, BLK_VERSION + 1, -EOPNOTSUPP },
 	{ "short header", OP_READ, 0, 0, 0, 4096, FERRY_FROM_PEER, 4096, 10, 0, -EOPNOTSUPP },
 };
 

@@ -18,6 +18,8 @@ PKGS=(
 	perftest fio python3-venv
 	# ferry_blk cases: filesystems on the mapped disk, discards
 	e2fsprogs xfsprogs util-linux
+	# blk_identity: the udev rule, tried with `udevadm test`
+	udev
 )
 
 missing=()
