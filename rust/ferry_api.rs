@@ -230,6 +230,10 @@ impl<'a> NetNs<'a> {
 /// `struct ferry_session_params`).
 pub const MAX_CHANNELS: u16 = 64;
 
+/// The longest give-up time a session takes, in seconds (a week; see
+/// `struct ferry_session_params`).
+pub const MAX_GIVE_UP_S: u32 = 7 * 86_400;
+
 /// What a session negotiated (`struct ferry_limits`).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {

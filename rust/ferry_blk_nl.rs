@@ -152,9 +152,18 @@ pub mod map_attr {
     /// The export's identity, as its target said (16 bytes).
     pub const UUID: u32 = bindings::FERRY_BLK_A_MAP_UUID;
     /// State: up.
-    pub const STATE_UP: u32 = bindings::ferry_blk_map_state_FERRY_BLK_MAP_STATE_UP;
+    pub const STATE_LIVE: u32 = bindings::ferry_blk_map_state_FERRY_BLK_MAP_STATE_LIVE;
     /// State: dead (I/O fails).
     pub const STATE_DEAD: u32 = bindings::ferry_blk_map_state_FERRY_BLK_MAP_STATE_DEAD;
+    /// State: connection lost, I/O waits.
+    pub const STATE_CONNECTING: u32 = bindings::ferry_blk_map_state_FERRY_BLK_MAP_STATE_CONNECTING;
+    /// State: lost beyond the fast-fail time, I/O fails at once.
+    pub const STATE_FAILING_FAST: u32 =
+        bindings::ferry_blk_map_state_FERRY_BLK_MAP_STATE_FAILING_FAST;
+    /// Seconds disconnected before I/O fails at once (0: never).
+    pub const FAST_FAIL: u32 = bindings::FERRY_BLK_A_MAP_FAST_FAIL;
+    /// Seconds disconnected before the disk is dead.
+    pub const GIVE_UP: u32 = bindings::FERRY_BLK_A_MAP_GIVE_UP;
 }
 
 /// Attributes of the counters (`FERRY_BLK_A_STATS_*`).
@@ -189,6 +198,18 @@ pub mod stats_attr {
     pub const BYTES_DISCARDED: u32 = bindings::FERRY_BLK_A_STATS_BYTES_DISCARDED;
     /// Bytes written as zeroes.
     pub const BYTES_ZEROED: u32 = bindings::FERRY_BLK_A_STATS_BYTES_ZEROED;
+    /// A mapping's connection losses.
+    pub const RECONNECTS: u32 = bindings::FERRY_BLK_A_STATS_RECONNECTS;
+    /// A mapping's requests requeued.
+    pub const REQUEUES: u32 = bindings::FERRY_BLK_A_STATS_REQUEUES;
+    /// A mapping's requests failed fast.
+    pub const FAST_FAILED: u32 = bindings::FERRY_BLK_A_STATS_FAST_FAILED;
+    /// A mapping's requests timed out.
+    pub const TIMEOUTS: u32 = bindings::FERRY_BLK_A_STATS_TIMEOUTS;
+    /// A mapping's reopens refused for now (fenced).
+    pub const FENCED: u32 = bindings::FERRY_BLK_A_STATS_FENCED;
+    /// Seconds a mapping spent disconnected.
+    pub const DISCONNECTED_S: u32 = bindings::FERRY_BLK_A_STATS_DISCONNECTED_S;
 }
 
 op_doit!(
@@ -213,7 +234,12 @@ op_dumpit!(
 op_doit!(
     /// `FERRY_BLK_CMD_MAP_ADD`, do.
     ferry_blk_nl_map_add_doit => crate::netlink::map_add_doit,
-    maxattr FERRY_BLK_A_MAP_KEY
+    maxattr FERRY_BLK_A_MAP_GIVE_UP
+);
+op_doit!(
+    /// `FERRY_BLK_CMD_MAP_SET`, do.
+    ferry_blk_nl_map_set_doit => crate::netlink::map_set_doit,
+    maxattr FERRY_BLK_A_MAP_GIVE_UP
 );
 op_doit!(
     /// `FERRY_BLK_CMD_MAP_DEL`, do.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! A work queue of one module's own, random numbers, the CPU count.
+//! A work queue of one module's own, a periodic tick on it, random numbers,
+//! the CPU count.
 //!
 //! C headers: [`include/linux/workqueue.h`](srctree/include/linux/workqueue.h),
 //! [`include/linux/random.h`](srctree/include/linux/random.h).
@@ -10,8 +11,20 @@
 //! destroys it on drop, which first runs every work item still queued: once it
 //! is gone, no work of the module runs any more.
 
-use core::ptr::NonNull;
-use kernel::{prelude::*, workqueue::Queue};
+use core::{
+    ptr::NonNull,
+    sync::atomic::{
+        AtomicBool,
+        Ordering::{Acquire, Release},
+    },
+};
+use kernel::{
+    impl_has_delayed_work, new_condvar, new_delayed_work, new_mutex,
+    prelude::*,
+    sync::{Arc, CondVar, Mutex},
+    time::msecs_to_jiffies,
+    workqueue::{DelayedWork, Queue, WorkItem},
+};
 
 use crate::bindings;
 
@@ -64,6 +77,78 @@ impl Drop for OwnedQueue {
         // what is still queued and frees it. Nothing queues on it afterwards, as
         // nobody can borrow it any more.
         unsafe { bindings::destroy_workqueue(self.wq.as_ptr()) };
+    }
+}
+
+/// A module's periodic tick: one delayed work item, on the module's own
+/// queue, that runs `tick` every period until [`Ticker::stop`]. One work
+/// item for all the module's timers instead of one per object keeps
+/// teardown simple: nothing is pending per object, and at unload the tick
+/// is stopped once, before the queue is destroyed.
+#[pin_data]
+pub struct Ticker {
+    #[pin]
+    work: DelayedWork<Ticker>,
+    /// Cleared by [`Ticker::stop`]: the next run ends the ticking.
+    running: AtomicBool,
+    /// Runs one tick and queues the next ([`Ticker::schedule`]); an error
+    /// (the module is going away) ends the ticking.
+    tick: fn(&Arc<Ticker>) -> Result,
+    #[pin]
+    stopped: Mutex<bool>,
+    #[pin]
+    stopped_cv: CondVar,
+}
+
+impl_has_delayed_work! {
+    impl HasDelayedWork<Self> for Ticker { self.work }
+}
+
+impl WorkItem for Ticker {
+    type Pointer = Arc<Ticker>;
+
+    fn run(this: Arc<Ticker>) {
+        if this.running.load(Acquire) && (this.tick)(&this).is_ok() {
+            return;
+        }
+        *this.stopped.lock() = true;
+        this.stopped_cv.notify_all();
+    }
+}
+
+impl Ticker {
+    /// A ticker that runs `tick` once [`Ticker::schedule`]d.
+    pub fn new(tick: fn(&Arc<Ticker>) -> Result) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                work <- new_delayed_work!("work::Ticker::work"),
+                running: AtomicBool::new(true),
+                tick,
+                stopped <- new_mutex!(false),
+                stopped_cv <- new_condvar!(),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Runs the tick on `queue` in `ms` milliseconds (`EBUSY` if it is
+    /// queued already).
+    pub fn schedule(self: &Arc<Self>, queue: &OwnedQueue, ms: u32) -> Result {
+        queue
+            .queue()
+            .enqueue_delayed(self.clone(), msecs_to_jiffies(ms))
+            .map_err(|_| EBUSY)
+    }
+
+    /// Stops the tick, and waits until its last run has decided to stop (its
+    /// queue's destruction waits for that run's end). Only for a ticker that
+    /// was scheduled. Sleeps.
+    pub fn stop(&self) {
+        self.running.store(false, Release);
+        let mut stopped = self.stopped.lock();
+        while !*stopped {
+            self.stopped_cv.wait(&mut stopped);
+        }
     }
 }
 

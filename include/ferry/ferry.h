@@ -213,7 +213,7 @@ struct ferry_request {
  * @timeout_ms: silence after which the peer counts as dead; 0: 5000. Also the
  *	longest a send waits for a credit.
  * @give_up_s: seconds of failed reconnecting before the session closes
- *	(@gone with -ETIMEDOUT); 0: 600.
+ *	(@gone with -ETIMEDOUT); 0: 600; at most a week (604800).
  * @key: NULL, or the name of a pre-shared key of @net's (``ferryctl key
  *	add``): the peer's listener must prove it holds the same key, and this
  *	side proves it to the peer (a mismatch fails with -EACCES).

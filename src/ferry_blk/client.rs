@@ -16,7 +16,7 @@
 
 use core::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64,
-    Ordering::{Acquire, Relaxed, Release},
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 use kernel::{
     new_condvar, new_mutex, new_work,
@@ -38,9 +38,11 @@ use crate::{
     },
     ferry_api::{
         Dir, Done, Handler, NetNs, Params, Peer, Request, Session, SessionHandle, SessionRef, Wait,
+        MAX_GIVE_UP_S,
     },
+    ferry_blk_nl::map_attr as ma,
     indices::DiskIndex,
-    stats::{IoCounts, IoStats, Op},
+    stats::{IoCounts, IoStats, MapCounters, Op},
     wire::{self, ExportName, Io, IoOp, Notice, Open, Opened},
 };
 
@@ -51,6 +53,15 @@ const TIMEOUT_MS: u32 = 30_000;
 
 /// How long a map waits for the target's answer to its open.
 const OPEN_TIMEOUT_MS: u32 = 30_000;
+
+/// How long a reopen after a reconnect may go unanswered (a refusal for now
+/// is an answer) before the connection is reset and tried again, in
+/// seconds (the module's ticks).
+const REOPEN_TIMEOUT_S: u32 = 30;
+
+/// A mapping's give-up time by default, in seconds, as nvme's
+/// `ctrl_loss_tmo`.
+pub(crate) const GIVE_UP_S: u32 = 600;
 
 /// The block driver of every mapping.
 pub(crate) struct Blk;
@@ -126,6 +137,21 @@ pub(crate) struct Shared {
     deleted: AtomicBool,
     /// The disk is being removed: `notices` leaves it alone.
     removing: AtomicBool,
+    /// Seconds disconnected before requests fail at once while it
+    /// reconnects (0: never), as nvme's `fast_io_fail_tmo`.
+    fast_fail_s: AtomicU32,
+    /// Seconds disconnected before the disk is dead, as `ctrl_loss_tmo`.
+    give_up_s: AtomicU32,
+    /// Seconds (ticks) since its connection was lost, while it is not live.
+    down_s: AtomicU32,
+    /// Disconnected beyond `fast_fail_s`: requests fail at once (with
+    /// `ENOLINK`, a transport error) until it is live again.
+    failing_fast: AtomicBool,
+    /// A reopen awaits its answer; for `reopen_s` seconds so far.
+    reopening: AtomicBool,
+    reopen_s: AtomicU32,
+    /// What it counts of its connection.
+    counters: MapCounters,
 }
 
 /// [`Shared::resize`] when no resize waits (no capacity the target may
@@ -190,8 +216,14 @@ impl Done<RqData<Blk>> for Sent {
             // The connection failed before the answer: once the session is
             // back, the request goes again (the target may have done it:
             // block operations may be repeated), a few times.
-            Err(e) if e == ECONNABORTED && !dead && rq.pdu().retries < MAX_RETRIES => {
+            Err(e)
+                if e == ECONNABORTED
+                    && !dead
+                    && rq.pdu().retries < MAX_RETRIES
+                    && !rq.queue_data().failing_fast.load(Acquire) =>
+            {
                 rq.pdu_mut().retries += 1;
+                MapCounters::count(&rq.queue_data().counters.requeues);
                 rq.requeue(true)
             }
             res => {
@@ -249,6 +281,12 @@ impl Operations for Blk {
             return failed(rq, EIO);
         };
         if !shared.ready.load(Acquire) {
+            // Disconnected beyond the fast-fail time: a transport error
+            // (BLK_STS_TRANSPORT), at once.
+            if shared.failing_fast.load(Acquire) {
+                MapCounters::count(&shared.counters.fast_failed);
+                return failed(rq, ENOLINK);
+            }
             // Reconnecting (the queues are being quiesced): soon again.
             return Queued::Busy(rq);
         }
@@ -335,6 +373,7 @@ impl Operations for Blk {
     }
 
     fn timeout(shared: ArcBorrow<'_, Shared>, rq: TimedOut) -> TimeoutAction {
+        MapCounters::count(&shared.counters.timeouts);
         // As nvme-rdma: the connection is reset (a lost answer, a stalled
         // QP), and the requests go again once it is back (a slow link or
         // disk wants a larger `io_timeout`). Its requests complete with ECONNABORTED, and are
@@ -422,8 +461,70 @@ impl Shared {
                 &self.open.name,
                 d.name(),
                 d.capacity(),
-                self.dead.load(Acquire),
+                self.state(),
             );
+        }
+    }
+
+    /// Its state (`ma::STATE_*`): dead, live (requests go), failing fast,
+    /// or connecting.
+    fn state(&self) -> u32 {
+        if self.dead.load(Acquire) {
+            ma::STATE_DEAD
+        } else if self.ready.load(Acquire) {
+            ma::STATE_LIVE
+        } else if self.failing_fast.load(Acquire) {
+            ma::STATE_FAILING_FAST
+        } else {
+            ma::STATE_CONNECTING
+        }
+    }
+
+    /// Once a second (the module's tick), while it is disconnected: fails
+    /// requests fast past its fast-fail time, gives up (the disk dead) past
+    /// its give-up time, and resets the connection of a reopen the target
+    /// has not answered for [`REOPEN_TIMEOUT_S`]. `s`: its session.
+    fn tick(&self, s: &SessionRef) {
+        // (Not opened yet: the map's own open waits with its deadline.)
+        if self.dead.load(Acquire) || self.ready.load(Acquire) || self.handle.load(Relaxed) == 0 {
+            return;
+        }
+        let down = self.down_s.fetch_add(1, Relaxed) + 1;
+        MapCounters::count(&self.counters.disconnected_s);
+        let fast_fail = self.fast_fail_s.load(Relaxed);
+        if fast_fail != 0 && down >= fast_fail && !self.failing_fast.swap(true, AcqRel) {
+            pr_warn!(
+                "ferryblk{}: disconnected for {} s: failing its I/O at once until it is back\n",
+                self.index,
+                down
+            );
+            self.changed();
+            // The requests waiting on the quiesced queues go, and fail.
+            self.resume();
+            self.run_queues();
+        }
+        if down >= self.give_up_s.load(Relaxed) {
+            pr_err!(
+                "ferryblk{}: disconnected for {} s, its give-up time: the disk is dead\n",
+                self.index,
+                down
+            );
+            return self.kill("gave up reconnecting");
+        }
+        if self.reopening.load(Acquire)
+            && self.reopen_s.fetch_add(1, Relaxed) + 1 >= REOPEN_TIMEOUT_S
+        {
+            self.reopen_s.store(0, Relaxed);
+            pr_warn!(
+                "ferryblk{}: the target did not answer the reopen in {} s: reconnecting\n",
+                self.index,
+                REOPEN_TIMEOUT_S
+            );
+            if let Ok(l) = s.limits() {
+                for q in 0..l.channels {
+                    let _ = s.reset_channel(q);
+                }
+            }
         }
     }
 
@@ -442,6 +543,8 @@ impl Shared {
     /// Sends the open again on the new connection of session `s`.
     fn reopen(self: &Arc<Self>, s: &SessionRef) {
         self.reopen_pending.store(false, Relaxed);
+        self.reopen_s.store(0, Relaxed);
+        self.reopening.store(true, Release);
         let req = match Request::new(
             &self.open.encode(),
             wire::OPENED_LEN,
@@ -461,6 +564,7 @@ impl Shared {
 
     /// The target answered the open sent again after a reconnect.
     fn reopened(self: &Arc<Self>, res: Result<Opened>) {
+        self.reopening.store(false, Release);
         match res {
             // Another disk under the export's name (the target exported
             // another device, or another target took the address): not one
@@ -486,7 +590,13 @@ impl Shared {
                     self.resize.store(o.sectors, Release);
                     self.notice();
                 }
+                self.down_s.store(0, Relaxed);
+                let was_failing = self.failing_fast.swap(false, AcqRel);
                 self.ready.store(true, Release);
+                if was_failing {
+                    pr_info!("ferryblk{}: live again\n", self.index);
+                }
+                self.changed();
                 self.resume();
                 self.run_queues();
             }
@@ -495,6 +605,7 @@ impl Shared {
             // connection at work (a write there must land before any newer
             // one goes): it waited a while, and the open goes again.
             Err(e) if e == EAGAIN => {
+                MapCounters::count(&self.counters.fenced);
                 crate::ratelimit::pr_info_limited!(
                     "ferryblk{}: the target still has operations of the earlier connection at work: opening again\n",
                     self.index
@@ -520,10 +631,15 @@ impl Handler for ClientHandler {
     fn down(&self, _s: &SessionRef, _err: Error) {
         // The requests in flight come back (and are requeued); the others
         // wait until the export is open on the new connection.
-        if self.shared.ready.swap(false, Relaxed) && !self.shared.quiesced.swap(true, Relaxed) {
-            if let Some(d) = self.shared.disk() {
-                d.quiesce();
+        if self.shared.ready.swap(false, Relaxed) {
+            self.shared.down_s.store(0, Relaxed);
+            MapCounters::count(&self.shared.counters.reconnects);
+            if !self.shared.quiesced.swap(true, Relaxed) {
+                if let Some(d) = self.shared.disk() {
+                    d.quiesce();
+                }
             }
+            self.shared.changed();
         }
     }
 
@@ -649,6 +765,10 @@ pub(crate) struct MapParams<'a> {
     pub(crate) depth: u32,
     /// A pre-shared key's name, of the namespace's keys.
     pub(crate) key: Option<CString>,
+    /// Seconds disconnected before requests fail at once (0: never).
+    pub(crate) fast_fail_s: u32,
+    /// Seconds disconnected before the disk is dead.
+    pub(crate) give_up_s: u32,
 }
 
 /// A mapped export.
@@ -694,6 +814,13 @@ impl Mapping {
                 resize: AtomicU64::new(NO_RESIZE),
                 deleted: AtomicBool::new(false),
                 removing: AtomicBool::new(false),
+                fast_fail_s: AtomicU32::new(p.fast_fail_s),
+                give_up_s: AtomicU32::new(p.give_up_s.max(1)),
+                down_s: AtomicU32::new(0),
+                failing_fast: AtomicBool::new(false),
+                reopening: AtomicBool::new(false),
+                reopen_s: AtomicU32::new(0),
+                counters: MapCounters::default(),
             }),
             GFP_KERNEL,
         )?;
@@ -703,6 +830,9 @@ impl Mapping {
         params.preregister = true;
         params.net = Some(p.net);
         params.key = p.key.as_deref();
+        // ferry_blk gives up by itself, after its own time (which may be
+        // changed live): the session reconnects as long as ferry allows.
+        params.give_up_s = MAX_GIVE_UP_S;
         let handler = Arc::new(
             ClientHandler {
                 shared: shared.clone(),
@@ -842,9 +972,39 @@ impl Mapping {
         self.disk.busy()
     }
 
-    /// Whether I/O fails from now on (the export or the session is gone).
-    pub(crate) fn is_dead(&self) -> bool {
-        self.shared.dead.load(Acquire)
+    /// Its state (`ma::STATE_*`).
+    pub(crate) fn state(&self) -> u32 {
+        self.shared.state()
+    }
+
+    /// What it counted of its connection: reconnects, requeues,
+    /// fast-failed, timeouts, fenced reopens, seconds disconnected.
+    pub(crate) fn counters(&self) -> [u64; 6] {
+        self.shared.counters.counts()
+    }
+
+    /// Its fast-fail and give-up times, in seconds.
+    pub(crate) fn timers(&self) -> (u32, u32) {
+        (
+            self.shared.fast_fail_s.load(Relaxed),
+            self.shared.give_up_s.load(Relaxed),
+        )
+    }
+
+    /// Changes its fast-fail and give-up times (those given), live: they
+    /// count from when the connection was lost.
+    pub(crate) fn set_timers(&self, fast_fail_s: Option<u32>, give_up_s: Option<u32>) {
+        if let Some(f) = fast_fail_s {
+            self.shared.fast_fail_s.store(f, Relaxed);
+        }
+        if let Some(g) = give_up_s {
+            self.shared.give_up_s.store(g.max(1), Relaxed);
+        }
+    }
+
+    /// Once a second: see [`Shared::tick`].
+    pub(crate) fn tick(&self) {
+        self.shared.tick(&self.session);
     }
 
     /// Whether the target can be reached: requests would go (a mapping whose

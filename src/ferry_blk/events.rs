@@ -16,10 +16,10 @@ use crate::{
 /// headers (36 and 260 bytes), its UUID (20) and numbers.
 pub(crate) const EVENT_SIZE: usize = 512;
 
-/// Writes a mapping's capacity and state.
-pub(crate) fn put_change(w: &mut Writer<'_>, sectors: u64, dead: bool) -> Result {
+/// Writes a mapping's capacity and state (`ma::STATE_*`).
+pub(crate) fn put_change(w: &mut Writer<'_>, sectors: u64, state: u32) -> Result {
     w.put_u64(ma::SECTORS, sectors, ma::PAD)?;
-    w.put_u32(ma::STATE, if dead { ma::STATE_DEAD } else { ma::STATE_UP })
+    w.put_u32(ma::STATE, state)
 }
 
 /// Writes `name` as attribute `ty` (a string).
@@ -30,14 +30,14 @@ pub(crate) fn put_name(w: &mut Writer<'_>, ty: u32, name: &ExportName) -> Result
 }
 
 /// Multicasts that disk `disk` of mapping `index` (of export `export`) now
-/// has `sectors` and is `dead` or not. An event that cannot be sent (no
+/// has `sectors` and is in `state` (`ma::STATE_*`). An event that cannot be sent (no
 /// memory) is lost: a listener reads the state again with a dump, as after
 /// an overrun of its socket. Sleeps.
-pub(crate) fn map_changed(index: u32, export: &ExportName, disk: &CStr, sectors: u64, dead: bool) {
+pub(crate) fn map_changed(index: u32, export: &ExportName, disk: &CStr, sectors: u64, state: u32) {
     let _ = nl::notify(nl::cmd::MAP_CHANGE_NTF, EVENT_SIZE, |w| {
         w.put_u32(ma::INDEX, index)?;
         put_name(w, ma::EXPORT, export)?;
         w.put_str(ma::DISK, disk)?;
-        put_change(w, sectors, dead)
+        put_change(w, sectors, state)
     });
 }

@@ -75,9 +75,32 @@ pub(crate) struct State {
     maps: Mutex<KVec<Mapping>>,
     /// The disks' numbers.
     indices: Arc<DiskIndices>,
-    /// Where mappings act on their target's notices (drained when the
-    /// module's state goes, at unload).
+    /// Where mappings act on their target's notices, and the tick runs
+    /// (drained when the module's state goes, at unload).
     notices: work::OwnedQueue,
+}
+
+/// Period of the module's tick, which drives the mappings' timers
+/// (fast-fail, give-up, the reopen's deadline), in milliseconds.
+const TICK_MS: u32 = 1000;
+
+/// One tick: each mapping's timers, then the next tick.
+fn tick(t: &Arc<work::Ticker>) -> Result {
+    let state = State::get()?;
+    for m in state.maps.lock().iter() {
+        m.tick();
+    }
+    t.schedule(&state.notices, TICK_MS)
+}
+
+/// Stops the tick when the module goes, before its state (whose queue the
+/// tick runs on) does.
+struct TickerGuard(Arc<work::Ticker>);
+
+impl Drop for TickerGuard {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
 }
 
 /// The module's state, for the netlink handlers (which carry no context).
@@ -155,9 +178,11 @@ impl State {
     }
 }
 
-/// The loaded module: the netlink family goes first on unload, then the
-/// service (exports and mappings keep the module loaded while they exist).
+/// The loaded module: the tick stops first on unload, then the netlink
+/// family goes, then the service (exports and mappings keep the module
+/// loaded while they exist).
 struct FerryBlk {
+    _ticker: TickerGuard,
     _netlink: Published<genl::Registration>,
     _state: Published<State>,
     _service: ferry_api::Registration<TargetService>,
@@ -181,9 +206,14 @@ impl kernel::Module for FerryBlk {
             }),
             GFP_KERNEL,
         )?;
+        let ticker = work::Ticker::new(tick)?;
         let state = STATE.publish(state)?;
+        // Once the state is there for the tick to find.
+        ticker.schedule(&State::get()?.notices, TICK_MS)?;
+        let ticker = TickerGuard(ticker);
         let netlink = ferry_blk_nl::register()?;
         Ok(Self {
+            _ticker: ticker,
             _netlink: netlink,
             _state: state,
             _service: service,

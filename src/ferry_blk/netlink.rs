@@ -19,8 +19,9 @@ use crate::{
     State,
 };
 
-/// Room for a mapping's attributes in a reply.
-const ENTRY_SIZE: usize = 512;
+/// Room for a mapping's attributes in a reply: its address, names and
+/// numbers (about 200 bytes), its counters (19, 12 bytes each) and identity.
+const ENTRY_SIZE: usize = 640;
 
 /// Room for an export's attributes in a reply: a name and a path with their
 /// headers (36 and 260 bytes), flags, numbers and counters (at most 16 bytes
@@ -38,7 +39,31 @@ const CLIENT_SIZE: usize = 4 + 8 + 20 + 8 + 4 + 8;
 
 /// Writes counters as nest `ty`.
 fn put_stats(w: &mut Writer<'_>, ty: u32, s: &IoCounts) -> Result {
-    w.nest(ty, |w| {
+    w.nest(ty, |w| put_io_counts(w, s))
+}
+
+/// Writes a mapping's counters: its requests' and its connection's.
+fn put_map_stats(w: &mut Writer<'_>, s: &IoCounts, c: &[u64; 6]) -> Result {
+    w.nest(ma::STATS, |w| {
+        put_io_counts(w, s)?;
+        let attrs = [
+            sa::RECONNECTS,
+            sa::REQUEUES,
+            sa::FAST_FAILED,
+            sa::TIMEOUTS,
+            sa::FENCED,
+            sa::DISCONNECTED_S,
+        ];
+        for (attr, v) in attrs.into_iter().zip(c) {
+            w.put_u64(attr, *v, sa::PAD)?;
+        }
+        Ok(())
+    })
+}
+
+/// Writes the counters of requests or operations.
+fn put_io_counts(w: &mut Writer<'_>, s: &IoCounts) -> Result {
+    {
         for (attr, v) in [
             (sa::READS, s.ops(Op::Read)),
             (sa::WRITES, s.ops(Op::Write)),
@@ -57,7 +82,7 @@ fn put_stats(w: &mut Writer<'_>, ty: u32, s: &IoCounts) -> Result {
             w.put_u64(attr, v, sa::PAD)?;
         }
         Ok(())
-    })
+    }
 }
 
 /// Writes what identifies an export and its capacity (an event's
@@ -243,9 +268,12 @@ pub(crate) fn export_get_dumpit(dump: &mut Dump<'_>) -> Result {
 /// Writes a mapping's attributes.
 fn fill_map(w: &mut Writer<'_>, m: &Mapping) -> Result {
     fill_map_id(w, m, m.sectors())?;
-    put_stats(w, ma::STATS, &m.stats())?;
+    put_map_stats(w, &m.stats(), &m.counters())?;
     w.put_u32(ma::INFLIGHT, m.inflight())?;
-    w.put_bytes(ma::UUID, m.id())
+    w.put_bytes(ma::UUID, m.id())?;
+    let (fast_fail, give_up) = m.timers();
+    w.put_u32(ma::FAST_FAIL, fast_fail)?;
+    w.put_u32(ma::GIVE_UP, give_up)
 }
 
 /// Writes what identifies a mapping, its capacity (`sectors`) and state
@@ -261,7 +289,7 @@ fn fill_map_id(w: &mut Writer<'_>, m: &Mapping, sectors: u64) -> Result {
     }
     w.put_str(ma::DISK, m.disk_name())?;
     w.put_u32(ma::SESSION, m.session_id())?;
-    put_change(w, sectors, m.is_dead())
+    put_change(w, sectors, m.state())
 }
 
 /// Multicasts event `cmd` (`ferry_blk_nl::cmd::EXPORT_*`) of export `e`.
@@ -321,6 +349,7 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
         Some(k) => Some(CString::try_from(k)?),
         None => None,
     };
+    // (The policy checks their range.)
     let p = MapParams {
         net: NetNs::of(&*req),
         peer,
@@ -329,6 +358,8 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
         channels,
         depth,
         key,
+        fast_fail_s: req.u32(ma::FAST_FAIL).unwrap_or(0),
+        give_up_s: req.u32(ma::GIVE_UP).unwrap_or(crate::client::GIVE_UP_S),
     };
     let mapping = match state.map(&p) {
         Ok(m) => m,
@@ -362,6 +393,30 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
         m.announced();
         fill_map(&mut reply.writer(), m)
     })?;
+    reply.send()
+}
+
+/// `map-set`: change a mapping's fast-fail and give-up times.
+pub(crate) fn map_set_doit(req: &mut Request<'_>) -> Result {
+    let state = State::get()?;
+    if !crate::capable_sys_admin() {
+        req.error(c"changing a mapping needs CAP_SYS_ADMIN");
+        return Err(EPERM);
+    }
+    req.require(ma::INDEX)?;
+    let index = req.u32(ma::INDEX).unwrap_or(u32::MAX);
+    let (fast_fail, give_up) = (req.u32(ma::FAST_FAIL), req.u32(ma::GIVE_UP));
+    let mut reply = req.reply_sized(ENTRY_SIZE)?;
+    let res = state.with_map(index, |m| {
+        m.set_timers(fast_fail, give_up);
+        fill_map(&mut reply.writer(), m)
+    });
+    if let Err(e) = res {
+        if e == ENOENT {
+            req.bad_attr(ma::INDEX, c"no mapping of this index");
+        }
+        return Err(e);
+    }
     reply.send()
 }
 

@@ -11,6 +11,16 @@
 
 #include <uapi/linux/ferry_blk.h>
 
+/* Integer value ranges */
+static const struct netlink_range_validation ferry_blk_a_map_fast_fail_range = {
+	.max	= FERRY_BLK_MAX_TIMEOUT,
+};
+
+static const struct netlink_range_validation ferry_blk_a_map_give_up_range = {
+	.min	= 1ULL,
+	.max	= FERRY_BLK_MAX_TIMEOUT,
+};
+
 /* FERRY_BLK_CMD_EXPORT_ADD - do */
 static const struct nla_policy ferry_blk_export_add_nl_policy[FERRY_BLK_A_EXPORT_UUID + 1] = {
 	[FERRY_BLK_A_EXPORT_NAME] = { .type = NLA_NUL_STRING, .len = FERRY_BLK_EXPORT_NAME_LEN, },
@@ -32,7 +42,7 @@ static const struct nla_policy ferry_blk_export_resize_nl_policy[FERRY_BLK_A_EXP
 };
 
 /* FERRY_BLK_CMD_MAP_ADD - do */
-static const struct nla_policy ferry_blk_map_add_nl_policy[FERRY_BLK_A_MAP_KEY + 1] = {
+static const struct nla_policy ferry_blk_map_add_nl_policy[FERRY_BLK_A_MAP_GIVE_UP + 1] = {
 	[FERRY_BLK_A_MAP_ADDR] = NLA_POLICY_MAX_LEN(16),
 	[FERRY_BLK_A_MAP_PORT] = { .type = NLA_U16, },
 	[FERRY_BLK_A_MAP_EXPORT] = { .type = NLA_NUL_STRING, .len = FERRY_BLK_EXPORT_NAME_LEN, },
@@ -40,12 +50,21 @@ static const struct nla_policy ferry_blk_map_add_nl_policy[FERRY_BLK_A_MAP_KEY +
 	[FERRY_BLK_A_MAP_CHANNELS] = { .type = NLA_U32, },
 	[FERRY_BLK_A_MAP_DEPTH] = { .type = NLA_U32, },
 	[FERRY_BLK_A_MAP_KEY] = { .type = NLA_NUL_STRING, .len = FERRY_BLK_KEY_NAME_LEN, },
+	[FERRY_BLK_A_MAP_FAST_FAIL] = NLA_POLICY_FULL_RANGE(NLA_U32, &ferry_blk_a_map_fast_fail_range),
+	[FERRY_BLK_A_MAP_GIVE_UP] = NLA_POLICY_FULL_RANGE(NLA_U32, &ferry_blk_a_map_give_up_range),
 };
 
 /* FERRY_BLK_CMD_MAP_DEL - do */
 static const struct nla_policy ferry_blk_map_del_nl_policy[FERRY_BLK_A_MAP_FORCE + 1] = {
 	[FERRY_BLK_A_MAP_INDEX] = { .type = NLA_U32, },
 	[FERRY_BLK_A_MAP_FORCE] = { .type = NLA_FLAG, },
+};
+
+/* FERRY_BLK_CMD_MAP_SET - do */
+static const struct nla_policy ferry_blk_map_set_nl_policy[FERRY_BLK_A_MAP_GIVE_UP + 1] = {
+	[FERRY_BLK_A_MAP_INDEX] = { .type = NLA_U32, },
+	[FERRY_BLK_A_MAP_FAST_FAIL] = NLA_POLICY_FULL_RANGE(NLA_U32, &ferry_blk_a_map_fast_fail_range),
+	[FERRY_BLK_A_MAP_GIVE_UP] = NLA_POLICY_FULL_RANGE(NLA_U32, &ferry_blk_a_map_give_up_range),
 };
 
 /* Ops table for ferry_blk */
@@ -80,7 +99,7 @@ static const struct genl_split_ops ferry_blk_nl_ops[] = {
 		.cmd		= FERRY_BLK_CMD_MAP_ADD,
 		.doit		= ferry_blk_nl_map_add_doit,
 		.policy		= ferry_blk_map_add_nl_policy,
-		.maxattr	= FERRY_BLK_A_MAP_KEY,
+		.maxattr	= FERRY_BLK_A_MAP_GIVE_UP,
 		.flags		= GENL_ADMIN_PERM | GENL_CMD_CAP_DO,
 	},
 	{
@@ -94,6 +113,13 @@ static const struct genl_split_ops ferry_blk_nl_ops[] = {
 		.cmd	= FERRY_BLK_CMD_MAP_GET,
 		.dumpit	= ferry_blk_nl_map_get_dumpit,
 		.flags	= GENL_CMD_CAP_DUMP,
+	},
+	{
+		.cmd		= FERRY_BLK_CMD_MAP_SET,
+		.doit		= ferry_blk_nl_map_set_doit,
+		.policy		= ferry_blk_map_set_nl_policy,
+		.maxattr	= FERRY_BLK_A_MAP_GIVE_UP,
+		.flags		= GENL_ADMIN_PERM | GENL_CMD_CAP_DO,
 	},
 };
 

@@ -22,6 +22,7 @@ int ferry_blk_nl_map_add_doit(struct sk_buff *skb, struct genl_info *info);
 int ferry_blk_nl_map_del_doit(struct sk_buff *skb, struct genl_info *info);
 int ferry_blk_nl_map_get_dumpit(struct sk_buff *skb,
 				struct netlink_callback *cb);
+int ferry_blk_nl_map_set_doit(struct sk_buff *skb, struct genl_info *info);
 
 enum {
 	FERRY_BLK_NLGRP_EVENTS,

@@ -99,6 +99,46 @@ impl IoStats {
     }
 }
 
+/// What a mapping counts of its connection: each on the failure path only,
+/// never per request that goes well.
+#[derive(Default)]
+pub(crate) struct MapCounters {
+    /// Times the connection was lost (and then reconnected, or not).
+    pub(crate) reconnects: AtomicU64,
+    /// Requests requeued because their connection failed under them.
+    pub(crate) requeues: AtomicU64,
+    /// Requests failed at once while failing fast.
+    pub(crate) fast_failed: AtomicU64,
+    /// Requests that timed out (and reset their channel).
+    pub(crate) timeouts: AtomicU64,
+    /// Reopens the target refused for now: the earlier connection's
+    /// operations were still at work.
+    pub(crate) fenced: AtomicU64,
+    /// Seconds spent disconnected, in all.
+    pub(crate) disconnected_s: AtomicU64,
+}
+
+impl MapCounters {
+    /// Counts one more of `c`.
+    pub(crate) fn count(c: &AtomicU64) {
+        c.fetch_add(1, Relaxed);
+    }
+
+    /// What it counted so far: reconnects, requeues, fast-failed,
+    /// timeouts, fenced reopens, seconds disconnected.
+    pub(crate) fn counts(&self) -> [u64; 6] {
+        [
+            &self.reconnects,
+            &self.requeues,
+            &self.fast_failed,
+            &self.timeouts,
+            &self.fenced,
+            &self.disconnected_s,
+        ]
+        .map(|c| c.load(Relaxed))
+    }
+}
+
 /// Counters as read at one time, or summed over a disk's queues.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct IoCounts {

@@ -15,12 +15,19 @@
 #define FERRY_BLK_KEY_NAME_LEN		31
 
 /*
- * State of a mapping.
+ * State of a mapping: live (its export open on a connection), dead (its I/O
+ * fails: unmapped, deleted, another disk, or given up), connecting (its
+ * connection lost: I/O waits), failing-fast (lost for longer than its
+ * fast-fail time: I/O fails at once while it reconnects).
  */
 enum ferry_blk_map_state {
-	FERRY_BLK_MAP_STATE_UP,
+	FERRY_BLK_MAP_STATE_LIVE,
 	FERRY_BLK_MAP_STATE_DEAD,
+	FERRY_BLK_MAP_STATE_CONNECTING,
+	FERRY_BLK_MAP_STATE_FAILING_FAST,
 };
+
+#define FERRY_BLK_MAX_TIMEOUT	604800
 
 enum {
 	FERRY_BLK_A_STATS_PAD = 1,
@@ -37,6 +44,12 @@ enum {
 	FERRY_BLK_A_STATS_FAILED,
 	FERRY_BLK_A_STATS_BYTES_DISCARDED,
 	FERRY_BLK_A_STATS_BYTES_ZEROED,
+	FERRY_BLK_A_STATS_RECONNECTS,
+	FERRY_BLK_A_STATS_REQUEUES,
+	FERRY_BLK_A_STATS_FAST_FAILED,
+	FERRY_BLK_A_STATS_TIMEOUTS,
+	FERRY_BLK_A_STATS_FENCED,
+	FERRY_BLK_A_STATS_DISCONNECTED_S,
 
 	__FERRY_BLK_A_STATS_MAX,
 	FERRY_BLK_A_STATS_MAX = (__FERRY_BLK_A_STATS_MAX - 1)
@@ -93,6 +106,8 @@ enum {
 	FERRY_BLK_A_MAP_STATS,
 	FERRY_BLK_A_MAP_INFLIGHT,
 	FERRY_BLK_A_MAP_UUID,
+	FERRY_BLK_A_MAP_FAST_FAIL,
+	FERRY_BLK_A_MAP_GIVE_UP,
 
 	__FERRY_BLK_A_MAP_MAX,
 	FERRY_BLK_A_MAP_MAX = (__FERRY_BLK_A_MAP_MAX - 1)
@@ -112,6 +127,7 @@ enum {
 	FERRY_BLK_CMD_MAP_ADD_NTF,
 	FERRY_BLK_CMD_MAP_DEL_NTF,
 	FERRY_BLK_CMD_MAP_CHANGE_NTF,
+	FERRY_BLK_CMD_MAP_SET,
 
 	__FERRY_BLK_CMD_MAX,
 	FERRY_BLK_CMD_MAX = (__FERRY_BLK_CMD_MAX - 1)

@@ -14,11 +14,10 @@ use core::sync::atomic::{
     Ordering::{Acquire, Relaxed, Release},
 };
 use kernel::{
-    impl_has_delayed_work, new_condvar, new_delayed_work, new_mutex,
+    new_mutex,
     prelude::*,
-    sync::{Arc, CondVar, Mutex},
-    time::msecs_to_jiffies,
-    workqueue::{DelayedWork, HasWork, WorkItem},
+    sync::{Arc, Mutex},
+    workqueue::{HasWork, WorkItem},
 };
 
 use super::{device::Ferry, secrets::Secrets};
@@ -32,69 +31,11 @@ use crate::{
     service::{Service, ServiceOps, Services},
     session::{self, Channel, Session},
     wire::{Reason, Secret, ServiceName},
-    work::OwnedQueue,
+    work::{OwnedQueue, Ticker},
 };
 
 /// Period of the transport's tick, in milliseconds.
 pub(crate) const TICK_MS: u32 = 100;
-
-/// The periodic work item.
-#[pin_data]
-pub(crate) struct Ticker {
-    #[pin]
-    work: DelayedWork<Ticker>,
-    running: AtomicBool,
-    #[pin]
-    stopped: Mutex<bool>,
-    #[pin]
-    stopped_cv: CondVar,
-}
-
-impl_has_delayed_work! {
-    impl HasDelayedWork<Self> for Ticker { self.work }
-}
-
-impl WorkItem for Ticker {
-    type Pointer = Arc<Ticker>;
-
-    fn run(this: Arc<Ticker>) {
-        let ferry = Ferry::get();
-        if this.running.load(Acquire) {
-            if let Some(ferry) = ferry.as_ref() {
-                ferry.tick();
-                if ferry.schedule_tick(this.clone()).is_ok() {
-                    return;
-                }
-            }
-        }
-        *this.stopped.lock() = true;
-        this.stopped_cv.notify_all();
-    }
-}
-
-impl Ticker {
-    /// A ticker that is not running yet.
-    pub(crate) fn new() -> Result<Arc<Self>> {
-        Arc::pin_init(
-            pin_init!(Self {
-                work <- new_delayed_work!("ferry::tick"),
-                running: AtomicBool::new(true),
-                stopped <- new_mutex!(false),
-                stopped_cv <- new_condvar!(),
-            }),
-            GFP_KERNEL,
-        )
-    }
-
-    /// Stops the tick and waits until it no longer runs or is queued.
-    fn stop(&self) {
-        self.running.store(false, Release);
-        let mut stopped = self.stopped.lock();
-        while !*stopped {
-            self.stopped_cv.wait(&mut stopped);
-        }
-    }
-}
 
 /// The transport's part of the module state (a field of [`Ferry`]).
 #[pin_data]
@@ -125,7 +66,11 @@ impl Transport {
     /// The transport of a module being loaded; [`Ferry::start`] starts it.
     pub(crate) fn new() -> Result<impl PinInit<Self, Error>> {
         let queue = OwnedQueue::new(c"ferry")?;
-        let ticker = Ticker::new()?;
+        let ticker = Ticker::new(|t| {
+            let ferry = Ferry::get().ok_or(ENODEV)?;
+            ferry.tick();
+            ferry.schedule_tick(t)
+        })?;
         Ok(try_pin_init!(Self {
             sessions <- new_mutex!(KVec::new()),
             listeners <- new_mutex!(KVec::new()),
@@ -148,15 +93,12 @@ impl Transport {
 impl Ferry {
     /// Starts the tick; called once the module state is published.
     pub(crate) fn start(&self) -> Result {
-        self.schedule_tick(self.transport.ticker.clone())
+        self.schedule_tick(&self.transport.ticker)
     }
 
-    fn schedule_tick(&self, ticker: Arc<Ticker>) -> Result {
+    fn schedule_tick(&self, ticker: &Arc<Ticker>) -> Result {
         let q = self.transport.queue.lock();
-        let q = q.as_ref().ok_or(ESHUTDOWN)?;
-        q.queue()
-            .enqueue_delayed(ticker, msecs_to_jiffies(TICK_MS))
-            .map_err(|_| EBUSY)
+        ticker.schedule(q.as_ref().ok_or(ESHUTDOWN)?, TICK_MS)
     }
 
     fn tick(&self) {

@@ -44,6 +44,8 @@ fn map_attr_name(ty: u16) -> Option<&'static str> {
         FERRY_BLK_A_MAP_DEPTH => Some("depth"),
         FERRY_BLK_A_MAP_KEY => Some("key"),
         FERRY_BLK_A_MAP_FORCE => Some("force"),
+        FERRY_BLK_A_MAP_FAST_FAIL => Some("fast-fail"),
+        FERRY_BLK_A_MAP_GIVE_UP => Some("give-up"),
         _ => None,
     }
 }
@@ -63,7 +65,8 @@ pub enum Cmd {
     ExportDel { name: String, force: bool },
     /// `blk export resize NAME`
     ExportResize { name: String },
-    /// `blk map ADDR [port P] export NAME [ro] [channels N] [depth N] [key K]`
+    /// `blk map ADDR [port P] export NAME [ro] [channels N] [depth N] [key K]
+    /// [fast-fail S] [give-up S]`
     Map {
         addr: IpAddr,
         port: u16,
@@ -72,6 +75,14 @@ pub enum Cmd {
         channels: Option<u32>,
         depth: Option<u32>,
         key: Option<String>,
+        fast_fail: Option<u32>,
+        give_up: Option<u32>,
+    },
+    /// `blk set DEV [fast-fail S] [give-up S]`
+    Set {
+        index: u32,
+        fast_fail: Option<u32>,
+        give_up: Option<u32>,
     },
     /// `blk unmap DEV [force]`
     Unmap { index: u32, force: bool },
@@ -189,7 +200,16 @@ impl Cmd {
             let (rest, set) = flags(args, &["ro", "read-only"]);
             let kw = KwArgs::parse(
                 &rest,
-                &["addr", "port", "export", "channels", "depth", "key"],
+                &[
+                    "addr",
+                    "port",
+                    "export",
+                    "channels",
+                    "depth",
+                    "key",
+                    "fast-fail",
+                    "give-up",
+                ],
                 Some("addr"),
             )?;
             Ok(Some(Cmd::Map {
@@ -200,6 +220,19 @@ impl Cmd {
                 channels: kw.num("channels")?,
                 depth: kw.num("depth")?,
                 key: kw.get("key").map(crate::key::name).transpose()?,
+                fast_fail: kw.num("fast-fail")?,
+                give_up: kw.num("give-up")?,
+            }))
+        } else if matches(command, "set") {
+            let kw = KwArgs::parse(args, &["dev", "fast-fail", "give-up"], Some("dev"))?;
+            let (fast_fail, give_up) = (kw.num("fast-fail")?, kw.num("give-up")?);
+            if fast_fail.is_none() && give_up.is_none() {
+                return Err(usage("nothing to set (fast-fail, give-up)".into()));
+            }
+            Ok(Some(Cmd::Set {
+                index: disk_index(kw.required("dev")?)?,
+                fast_fail,
+                give_up,
             }))
         } else if matches(command, "unmap") {
             let (rest, set) = flags(args, &["force"]);
@@ -234,6 +267,12 @@ fn stats(p: &[u8]) -> Value {
             FERRY_BLK_A_STATS_REFUSED => "refused",
             FERRY_BLK_A_STATS_BACKING_ERRORS => "backing_errors",
             FERRY_BLK_A_STATS_FAILED => "failed",
+            FERRY_BLK_A_STATS_RECONNECTS => "reconnects",
+            FERRY_BLK_A_STATS_REQUEUES => "requeues",
+            FERRY_BLK_A_STATS_FAST_FAILED => "fast_failed",
+            FERRY_BLK_A_STATS_TIMEOUTS => "timeouts",
+            FERRY_BLK_A_STATS_FENCED => "fenced",
+            FERRY_BLK_A_STATS_DISCONNECTED_S => "disconnected_s",
             _ => continue,
         };
         if let Some(v) = attr::u64(v) {
@@ -329,7 +368,9 @@ fn decode_export(p: &[u8]) -> Result<Value, Error> {
 }
 
 /// A mapping as JSON: `index`, `addr`, `port`, `export`, `read_only`,
-/// `disk`, `session`, `sectors`, `state`, `stats`, `inflight`, `uuid`.
+/// `disk`, `session`, `sectors`, `state` (`live`, `connecting`,
+/// `failing-fast`, `dead`), `stats`, `inflight`, `uuid`, `fast_fail`,
+/// `give_up`.
 fn decode_map(p: &[u8]) -> Result<Value, Error> {
     let mut o = Map::new();
     o.insert("kind".into(), json!("map"));
@@ -370,6 +411,14 @@ fn decode_map(p: &[u8]) -> Result<Value, Error> {
                 json!(attr::u32(v).ok_or_else(|| bad("inflight"))?),
             ),
             FERRY_BLK_A_MAP_UUID if v.len() == 16 => ("uuid", json!(uuid_text(v))),
+            FERRY_BLK_A_MAP_FAST_FAIL => (
+                "fast_fail",
+                json!(attr::u32(v).ok_or_else(|| bad("fast-fail"))?),
+            ),
+            FERRY_BLK_A_MAP_GIVE_UP => (
+                "give_up",
+                json!(attr::u32(v).ok_or_else(|| bad("give-up"))?),
+            ),
             _ => continue,
         };
         o.insert(k.into(), val);
@@ -455,7 +504,8 @@ fn to_text(v: &Value, with_stats: bool) -> String {
         s
     } else {
         format!(
-            "{} addr {} port {} export {} uuid {} sectors {} state {} session {} inflight {}",
+            "{} addr {} port {} export {} uuid {} sectors {} state {} session {} inflight {} \
+             fast-fail {} give-up {}",
             get("disk").unwrap_or_default(),
             get("addr").unwrap_or_default(),
             get("port").unwrap_or_default(),
@@ -464,7 +514,9 @@ fn to_text(v: &Value, with_stats: bool) -> String {
             get("sectors").unwrap_or_default(),
             get("state").unwrap_or_default(),
             get("session").unwrap_or_default(),
-            get("inflight").unwrap_or_default()
+            get("inflight").unwrap_or_default(),
+            get("fast_fail").unwrap_or_default(),
+            get("give_up").unwrap_or_default()
         )
     };
     if v["read_only"] == true {
@@ -502,8 +554,19 @@ fn to_text(v: &Value, with_stats: bool) -> String {
     s
 }
 
-/// Runs a parsed command: `show`, `export add`, `export resize` and `map`
-/// print what they show or made; the rest nothing.
+/// Adds the fast-fail and give-up times given to a map or set request.
+fn timers(mut b: nl::Builder, fast_fail: Option<u32>, give_up: Option<u32>) -> nl::Builder {
+    if let Some(f) = fast_fail {
+        b = b.u32(FERRY_BLK_A_MAP_FAST_FAIL, f);
+    }
+    if let Some(g) = give_up {
+        b = b.u32(FERRY_BLK_A_MAP_GIVE_UP, g);
+    }
+    b
+}
+
+/// Runs a parsed command: `show`, `export add`, `export resize`, `map` and
+/// `set` print what they show or made; the rest nothing.
 pub fn exec(ctx: &mut Ctx, cmd: &Cmd) -> Result<Option<Output>, CliError> {
     let b = nl::Builder::new();
     let mut values = Vec::new();
@@ -553,6 +616,8 @@ pub fn exec(ctx: &mut Ctx, cmd: &Cmd) -> Result<Option<Output>, CliError> {
             channels,
             depth,
             key,
+            fast_fail,
+            give_up,
         } => {
             let mut b = b
                 .binary(FERRY_BLK_A_MAP_ADDR, &args::addr_bytes(addr))
@@ -570,7 +635,18 @@ pub fn exec(ctx: &mut Ctx, cmd: &Cmd) -> Result<Option<Output>, CliError> {
             if let Some(k) = key {
                 b = b.str(FERRY_BLK_A_MAP_KEY, k);
             }
+            let b = timers(b, *fast_fail, *give_up);
             for r in ctx.request_blk(FERRY_BLK_CMD_MAP_ADD, 0, &b, map_attr_name)? {
+                values.push(decode_map(&r).map_err(|e| CliError::Kernel(e, map_attr_name))?);
+            }
+        }
+        Cmd::Set {
+            index,
+            fast_fail,
+            give_up,
+        } => {
+            let b = timers(b.u32(FERRY_BLK_A_MAP_INDEX, *index), *fast_fail, *give_up);
+            for r in ctx.request_blk(FERRY_BLK_CMD_MAP_SET, 0, &b, map_attr_name)? {
                 values.push(decode_map(&r).map_err(|e| CliError::Kernel(e, map_attr_name))?);
             }
         }
@@ -669,6 +745,32 @@ mod tests {
                 channels: Some(2),
                 depth: Some(64),
                 key: None,
+                fast_fail: None,
+                give_up: None,
+            }
+        );
+        assert_eq!(
+            parse("map 192.0.2.1 export ram0 fast-fail 5 give-up 60")
+                .unwrap()
+                .unwrap(),
+            Cmd::Map {
+                addr: "192.0.2.1".parse().unwrap(),
+                port: DEFAULT_PORT,
+                export: "ram0".into(),
+                ro: false,
+                channels: None,
+                depth: None,
+                key: None,
+                fast_fail: Some(5),
+                give_up: Some(60),
+            }
+        );
+        assert_eq!(
+            parse("set ferryblk2 fast-fail 0").unwrap().unwrap(),
+            Cmd::Set {
+                index: 2,
+                fast_fail: Some(0),
+                give_up: None,
             }
         );
         assert_eq!(
@@ -700,6 +802,10 @@ mod tests {
             "invalid port \"x\""
         );
         assert_eq!(usage_msg("frob"), "unknown blk command \"frob\"");
+        assert_eq!(
+            usage_msg("set ferryblk0"),
+            "nothing to set (fast-fail, give-up)"
+        );
         for bad in [
             "0123",
             "00000000-0000-0000-0000-000000000000",

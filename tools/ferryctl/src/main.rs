@@ -62,19 +62,23 @@ ferryctl session disconnect id ID
 ferryctl session show [id ID]
     Sessions to and from peers; -d adds their channels, -s their counters.
 
-ferryctl blk export add NAME path DEV [ro] [shared]
+ferryctl blk export add NAME path DEV [uuid UUID] [ro] [shared]
 ferryctl blk export del NAME [force]
 ferryctl blk export resize NAME
     Block devices this host exports to ferry_blk clients (needs the
-    ferry_blk module): opened exclusively; ro: clients may only read;
-    shared: several clients may write; force: delete while mapped.
+    ferry_blk module): opened exclusively; uuid: its identity (else the
+    device's own ID, else random); ro: clients may only read; shared:
+    several clients may write; force: delete while mapped.
 
 ferryctl blk map ADDR [port PORT] export NAME [ro] [channels N] [depth N]
-        [key NAME]
+        [key NAME] [fast-fail S] [give-up S]
+ferryctl blk set DEV [fast-fail S] [give-up S]
 ferryctl blk unmap DEV [force]
 ferryctl blk show
     Other hosts' exports mapped as local disks (/dev/ferryblkN; PORT
-    defaults to 4791); force: unmap while the disk is open, failing its
+    defaults to 4791); fast-fail: seconds disconnected before I/O fails at
+    once (0, the default: never); give-up: before the disk is dead (600);
+    set changes them live. force: unmap while the disk is open, failing its
     I/O. show lists exports and mappings; -s adds their counters.
 
 ferryctl monitor

@@ -578,7 +578,7 @@ def blk_hostile_target(t):
     vm.run(f'dd if=/dev/shm/pattern of={disk} bs=1M oflag=direct status=none')
     t.eq(vm.run(f'dd if={disk} bs=1M count=4 iflag=direct status=none | sha256sum').out,
          vm.run('sha256sum < /dev/shm/pattern').out, 'data on the disk after the notices')
-    t.eq([x['state'] for x in show(t, vm) if x['kind'] == 'map'], ['up'], 'the mapping')
+    t.eq([x['state'] for x in show(t, vm) if x['kind'] == 'map'], ['live'], 'the mapping')
     vm.run(f'{t.ferryctl} blk unmap {disk}')
     for name in devs:
         vm.run(f'{t.ferryctl} blk export del {name}')
@@ -594,7 +594,7 @@ def failed_alone(t, vm, disk, export, dev):
     and none done, and reads work once the session is back. Then the
     mapping, the export and the modules go."""
     m = [x for x in show(t, vm) if x['kind'] == 'map'][0]
-    t.eq((m['state'], m['stats']['failed'], m['stats']['writes']), ('up', 1, 0),
+    t.eq((m['state'], m['stats']['failed'], m['stats']['writes']), ('live', 1, 0),
          'the mapping up, one failed write, none done')
     t.until(lambda: vm.run(f'dd if={disk} of=/dev/null bs=4k count=1 iflag=direct status=none',
                            check=False).rc == 0, 60 * t.slow, 'a read once the session is back')
@@ -766,7 +766,7 @@ def blk_device_readd(t):
     back = time.monotonic()
     t.until(lambda: t.ferryctl_json(vm, 'listener show')[0].get('state') == 'listening',
             10 * t.slow, 'the listener listening again')
-    t.until(lambda: [x for x in show(t, vm) if x['kind'] == 'map'][0]['state'] == 'up'
+    t.until(lambda: [x for x in show(t, vm) if x['kind'] == 'map'][0]['state'] == 'live'
             and any(s['role'] == 'client' and s['state'] == 'connected'
                     for s in t.ferryctl_json(vm, 'session show')),
             60 * t.slow, 'the disk back')
@@ -780,6 +780,84 @@ def blk_device_readd(t):
     vm.run(f'{t.ferryctl} blk unmap {disk}')
     vm.run(f'{t.ferryctl} blk export del dr0')
     vm.run('rm -f /tmp/fio.json /tmp/fio.json.rc')
+    blk_teardown(t, vm, loop)
+
+
+def cut_off(t, vm):
+    """The target unreachable for its clients (one VM: the listener removed
+    and the server session closed, so every reconnect is refused)."""
+    lst = t.ferryctl_json(vm, 'listener show')[0]
+    vm.run(f'{t.ferryctl} listener del id {lst["id"]}')
+    for s in t.ferryctl_json(vm, 'session show'):
+        if s['role'] == 'server':
+            vm.run(f'{t.ferryctl} session disconnect id {s["id"]}')
+
+
+def map_of(t, vm):
+    return [x for x in show(t, vm) if x['kind'] == 'map'][0]
+
+
+def timed_write(t, vm, disk, seek):
+    """A 4 KiB direct write at 4 KiB block `seek`: (exit code, seconds)."""
+    r = vm.run(f'start=$(date +%s%N); dd if=/dev/urandom of={disk} bs=4k count=1 seek={seek} '
+               f'oflag=direct status=none; rc=$?; echo $rc $(( ($(date +%s%N) - start) / 1000000 ))',
+               check=False, timeout=120 * t.slow)
+    rc, ms = r.out.split()[-2:]
+    return int(rc), int(ms) / 1000
+
+
+@case(timeout=400)
+def blk_fast_fail(t):
+    """Fail fast, or not at all, with nvme-cli's meanings. A disk mapped
+    with `fast-fail 2 give-up 20` whose target becomes unreachable is
+    connecting (I/O waits), then failing-fast: a write waiting since the cut
+    fails within fast-fail + 5 s, a new one at once, and no task hangs;
+    the target back, the disk is live again and takes writes. `blk set`
+    changes the times live: with `give-up 3` and no fast-fail, a cut-off
+    disk is dead after 3 s, its I/O fails, and it unmaps without force.
+    Each state is an event, and `blk show -s` counts reconnects, requeues,
+    fast-failed requests and the seconds disconnected."""
+    vm = t.vm
+    loop = blk_setup(t, vm)
+    disk = export_and_map(t, vm, 'ff0', loop, 'channels 2 fast-fail 2 give-up 20')
+    m = map_of(t, vm)
+    t.eq((m['state'], m['fast_fail'], m['give_up']), ('live', 2, 20), 'mapped')
+    monitor_start(t, vm)
+    cut_off(t, vm)
+    t.until(lambda: map_of(t, vm)['state'] in ('connecting', 'failing-fast'), 10 * t.slow,
+            'the disk connecting')
+    rc, secs = timed_write(t, vm, disk, 0)
+    t.log(f'a write from the cut on: rc {rc} after {secs:.1f} s (fast-fail 2 s)')
+    t.check(rc != 0 and secs < 2 + 5, f'the write failed within fast-fail + 5 s: {rc} {secs}')
+    t.eq(map_of(t, vm)['state'], 'failing-fast', 'the state')
+    rc, secs = timed_write(t, vm, disk, 1)
+    t.log(f'a write while failing fast: rc {rc} after {secs:.2f} s')
+    t.check(rc != 0 and secs < 2 * t.slow, f'failed at once: {rc} {secs}')
+    vm.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+    t.until(lambda: map_of(t, vm)['state'] == 'live', 60 * t.slow, 'live again')
+    rc, secs = timed_write(t, vm, disk, 2)
+    t.eq(rc, 0, 'a write once the target is back')
+    # Live changes: no fast-fail, give up after 3 s.
+    m = t.ferryctl_json(vm, f'blk set {disk} fast-fail 0 give-up 3')[0]
+    t.eq((m['fast_fail'], m['give_up']), (0, 3), 'changed live')
+    cut_off(t, vm)
+    start = time.monotonic()
+    t.until(lambda: map_of(t, vm)['state'] == 'dead', 20 * t.slow, 'the disk dead')
+    t.log(f'dead {time.monotonic() - start:.1f} s after the cut (give-up 3 s)')
+    rc, secs = timed_write(t, vm, disk, 3)
+    t.check(rc != 0 and secs < 2 * t.slow, f'a write to the dead disk fails at once: {rc} {secs}')
+    st = map_of(t, vm)['stats']
+    t.log(f'counted: {st}')
+    t.check(st['reconnects'] >= 2 and st['fast_failed'] >= 1 and st['disconnected_s'] >= 4,
+            f'reconnects, fast-failed requests, seconds disconnected counted: {st}')
+    events = [e.get('state') for e in monitor_stop(vm) if e['event'] == 'blk-map-change']
+    t.log(f'states told: {events}')
+    want = ['connecting', 'failing-fast', 'live', 'connecting', 'dead']
+    t.eq([x for i, x in enumerate(events) if i == 0 or events[i - 1] != x], want, 'the states told')
+    t.eq(vm.run('dmesg | grep -c "blocked for more than"', check=False).out.strip(), '0',
+         'hung tasks')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    vm.run(f'{t.ferryctl} blk export del ff0')
     blk_teardown(t, vm, loop)
 
 
@@ -852,7 +930,7 @@ def blk_identity(t):
     t.eq(sha(vm, disk, 4 * MIB), want, 'the data before, read back')
     t.eq(vm.run(f'dd if={disk} bs=1M skip=4 count=4 status=none | sha256sum').out.split()[0],
          want, 'the data after, read back')
-    t.eq([x for x in show(t, vm) if x['kind'] == 'map'][0]['state'], 'up', 'the disk is up')
+    t.eq([x for x in show(t, vm) if x['kind'] == 'map'][0]['state'], 'live', 'the disk is live')
     # Another device under the same name: refused.
     before = sha(vm, other, 64 * MIB)
     reexport(t, vm, 'id0', other, '', 'is another disk now')
@@ -905,7 +983,7 @@ def blk_reconnect(t):
     st = show(t, vm)
     m = [x for x in st if x['kind'] == 'map'][0]
     e = [x for x in st if x['kind'] == 'export'][0]
-    t.eq(m['state'], 'up', 'mapping state')
+    t.eq(m['state'], 'live', 'mapping state')
     t.eq(e['users'], 1, 'sessions using the export (the new one took the old one\'s place)')
     vm.run(f'{t.ferryctl} blk unmap {disk}')
     vm.run(f'{t.ferryctl} blk export del rc0')
@@ -975,16 +1053,16 @@ def blk_access_resize(t):
     events[8:10] = sorted(events[8:10])
     t.eq(events, [
         ('blk-export-add', 'ro0', small, None),
-        ('blk-map-add', ro_disk, small, 'up'),
-        ('blk-map-del', ro_disk, small, 'up'),
+        ('blk-map-add', ro_disk, small, 'live'),
+        ('blk-map-del', ro_disk, small, 'live'),
         ('blk-export-del', 'ro0', small, None),
         ('blk-export-add', 'rw0', small, None),
-        ('blk-map-add', first, small, 'up'),
-        ('blk-map-add', second, small, 'up'),
-        ('blk-map-del', second, small, 'up'),
+        ('blk-map-add', first, small, 'live'),
+        ('blk-map-add', second, small, 'live'),
+        ('blk-map-del', second, small, 'live'),
         ('blk-export-resize', 'rw0', big, None),
-        ('blk-map-change', first, big, 'up'),
-        ('blk-map-del', first, big, 'up'),
+        ('blk-map-change', first, big, 'live'),
+        ('blk-map-del', first, big, 'live'),
         ('blk-export-del', 'rw0', big, None),
     ], 'ferryctl monitor\'s events')
     blk_teardown(t, vm, loop)
@@ -1102,7 +1180,7 @@ def blk_two_hosts(t):
     m = [x for x in show(t, b) if x['kind'] == 'map'][0]
     e = [x for x in show(t, a) if x['kind'] == 'export'][0]
     t.log(f'mapping: {m}; export: {e}')
-    t.eq((m['state'], m['stats']['failed'], e['stats']['failed']), ('up', 0, 0),
+    t.eq((m['state'], m['stats']['failed'], e['stats']['failed']), ('live', 0, 0),
          'the mapping up, no failed operation on either side')
     t.check('timed out on queue' not in b.run('dmesg', check=False).out,
             'no request of the mapping timed out')
