@@ -415,7 +415,7 @@ op_dumpit!(
 );
 op_doit!(
     /// `FERRY_CMD_LISTENER_ADD`, do.
-    ferry_nl_listener_add_doit => crate::netlink::listener_add_doit, maxattr FERRY_A_LISTENER_STATE
+    ferry_nl_listener_add_doit => crate::netlink::listener_add_doit, maxattr FERRY_A_LISTENER_MAX_CHANNELS
 );
 op_doit!(
     /// `FERRY_CMD_LISTENER_DEL`, do.

@@ -225,8 +225,9 @@ impl Bdev {
 
     /// The device's own unique ID (`->get_unique_id()`: NAA, else EUI-64,
     /// else T10), zero-padded to 16 bytes; `None` where it has none (most
-    /// virtual devices, and partitions). May sleep (a SCSI disk reads its
-    /// VPD page).
+    /// virtual devices, partitions, and device-mapper devices, whose ID
+    /// would be the one device under them). May sleep (a SCSI disk reads
+    /// its VPD page).
     pub fn unique_id(&self) -> Option<[u8; 16]> {
         let mut id = [0u8; 16];
         // SAFETY: The device is open (type invariant); `id` has the 16 bytes

@@ -256,8 +256,14 @@ int ferry_blk_bdev_unique_id(struct block_device *bdev, u8 id[16])
 	struct gendisk *disk = bdev->bd_disk;
 	int i, len;
 
-	/* A partition is not its disk: it has no ID of its own. */
-	if (bdev_is_partition(bdev) || !disk->fops->get_unique_id)
+	/*
+	 * A partition is not its disk: it has no ID of its own. Nor has a
+	 * device-mapper device (always "dm-N"): dm passes the ID of the one
+	 * device under a single-target table on, which every linear volume
+	 * of that device would share.
+	 */
+	if (bdev_is_partition(bdev) || !disk->fops->get_unique_id ||
+	    !strncmp(disk->disk_name, "dm-", 3))
 		return -EOPNOTSUPP;
 	for (i = 0; i < ARRAY_SIZE(types); i++) {
 		memset(id, 0, 16);

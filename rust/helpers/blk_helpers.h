@@ -60,7 +60,8 @@ bool ferry_blk_bdev_read_only(struct block_device *bdev);
 /*
  * The device's own unique ID (NAA, else EUI-64, else T10, as
  * ->get_unique_id() gives it) in @id, zero-padded: its length, or
- * -EOPNOTSUPP when it has none (a partition has none of its own).
+ * -EOPNOTSUPP when it has none (a partition, or a device-mapper device,
+ * has none of its own).
  */
 int ferry_blk_bdev_unique_id(struct block_device *bdev, u8 id[16]);
 

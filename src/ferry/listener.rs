@@ -353,6 +353,10 @@ impl Listener {
     }
 
     fn accept_request(&self, req: ConnectRequest<'_>, ev: &Event<'_>) {
+        // Deleted meanwhile (its id goes once this handler returns).
+        if self.closed.load(Acquire) {
+            return Self::refuse(req, Reason::NoListener);
+        }
         let data = match ConnectData::decode(ev.private_data()) {
             Ok(d) => d,
             Err(r) => {

@@ -18,7 +18,7 @@ static const struct nla_policy ferry_device_get_nl_policy[FERRY_A_DEVICE_NAME + 
 };
 
 /* FERRY_CMD_LISTENER_ADD - do */
-static const struct nla_policy ferry_listener_add_nl_policy[FERRY_A_LISTENER_STATE + 1] = {
+static const struct nla_policy ferry_listener_add_nl_policy[FERRY_A_LISTENER_MAX_CHANNELS + 1] = {
 	[FERRY_A_LISTENER_ADDR] = NLA_POLICY_MAX_LEN(16),
 	[FERRY_A_LISTENER_PORT] = { .type = NLA_U16, },
 	[FERRY_A_LISTENER_KEY] = { .type = NLA_NUL_STRING, .len = FERRY_SERVICE_NAME_LEN, },
@@ -27,7 +27,6 @@ static const struct nla_policy ferry_listener_add_nl_policy[FERRY_A_LISTENER_STA
 	[FERRY_A_LISTENER_MAX_PENDING] = NLA_POLICY_MIN(NLA_U32, 1),
 	[FERRY_A_LISTENER_MAX_PENDING_PER_PEER] = NLA_POLICY_MIN(NLA_U32, 1),
 	[FERRY_A_LISTENER_MAX_CHANNELS] = NLA_POLICY_RANGE(NLA_U32, 1, 64),
-	[FERRY_A_LISTENER_STATE] = NLA_POLICY_MAX(NLA_U32, 1),
 };
 
 /* FERRY_CMD_LISTENER_DEL - do */
@@ -93,7 +92,7 @@ static const struct genl_split_ops ferry_nl_ops[] = {
 		.cmd		= FERRY_CMD_LISTENER_ADD,
 		.doit		= ferry_nl_listener_add_doit,
 		.policy		= ferry_listener_add_nl_policy,
-		.maxattr	= FERRY_A_LISTENER_STATE,
+		.maxattr	= FERRY_A_LISTENER_MAX_CHANNELS,
 		.flags		= GENL_ADMIN_PERM | GENL_CMD_CAP_DO,
 	},
 	{

@@ -23,7 +23,7 @@ use kernel::{
     prelude::*,
     str::CString,
     sync::{Arc, ArcBorrow, CondVar, CondVarTimeoutResult, Mutex, SetOnce},
-    time::msecs_to_jiffies,
+    time::{msecs_to_jiffies, Instant, Monotonic},
     workqueue::{impl_has_work, Work, WorkItem},
 };
 
@@ -111,9 +111,12 @@ pub(crate) struct Shared {
     handle: AtomicU32,
     logical_block_size: AtomicU32,
     /// Requests may go: the export is open on the current connection.
+    /// (`ready`, `failing_fast` and `dead` are read without a lock, and
+    /// written under `conn`'s.)
     ready: AtomicBool,
-    /// The queues are quiesced (from `down` to the open's answer).
-    quiesced: AtomicBool,
+    /// Where the connection stands (see [`Conn`]).
+    #[pin]
+    conn: Mutex<Conn>,
     /// An open waits for room on the session (`writable` sends it).
     reopen_pending: AtomicBool,
     /// No more I/O: unmapped, or the export or the session is gone.
@@ -142,16 +145,32 @@ pub(crate) struct Shared {
     fast_fail_s: AtomicU32,
     /// Seconds disconnected before the disk is dead, as `ctrl_loss_tmo`.
     give_up_s: AtomicU32,
-    /// Seconds (ticks) since its connection was lost, while it is not live.
-    down_s: AtomicU32,
     /// Disconnected beyond `fast_fail_s`: requests fail at once (with
     /// `ENOLINK`, a transport error) until it is live again.
     failing_fast: AtomicBool,
-    /// A reopen awaits its answer; for `reopen_s` seconds so far.
-    reopening: AtomicBool,
-    reopen_s: AtomicU32,
+    /// The number of the last open sent (the map's own is 0): the target
+    /// lets no older open take a newer one's place, and the client takes
+    /// only the answer to the last one it sent.
+    attempt: AtomicU32,
     /// What it counts of its connection.
     counters: MapCounters,
+}
+
+/// Where a mapping's connection stands. Changed only under
+/// [`Shared::conn`]'s lock, by `down`, the tick, an open's answer and a
+/// kill, so the queues' quiesce and the state move together.
+#[derive(Default)]
+struct Conn {
+    /// When the connection was lost (while it is not live).
+    down_since: Option<Instant<Monotonic>>,
+    /// The queues are quiesced (from `down` to the open's answer, or to
+    /// failing fast).
+    quiesced: bool,
+    /// The reopen awaited on the current connection: its number, and when
+    /// it was sent (its deadline: [`REOPEN_TIMEOUT_S`]).
+    reopen: Option<(u32, Instant<Monotonic>)>,
+    /// The target refused the last reopen for now: the tick sends it again.
+    reopen_again: bool,
 }
 
 /// [`Shared::resize`] when no resize waits (no capacity the target may
@@ -216,8 +235,10 @@ impl Done<RqData<Blk>> for Sent {
             // The connection failed before the answer: once the session is
             // back, the request goes again (the target may have done it:
             // block operations may be repeated), a few times.
+            // (A request the target refused as one of a replaced session
+            // was sent on a connection that is going: the same.)
             Err(e)
-                if e == ECONNABORTED
+                if (e == ECONNABORTED || e == ESTALE)
                     && !dead
                     && rq.pdu().retries < MAX_RETRIES
                     && !rq.queue_data().failing_fast.load(Acquire) =>
@@ -233,7 +254,7 @@ impl Done<RqData<Blk>> for Sent {
                 // Out of retries: a transport error (BLK_STS_TRANSPORT),
                 // which multipath may fail over.
                 let res = match res {
-                    Err(e) if e == ECONNABORTED && !dead => Err(ENOLINK),
+                    Err(e) if (e == ECONNABORTED || e == ESTALE) && !dead => Err(ENOLINK),
                     res => res,
                 };
                 rq.end(res);
@@ -431,9 +452,9 @@ impl Shared {
         }
     }
 
-    /// Lets the queues go again if `down` quiesced them.
-    fn resume(&self) {
-        if self.quiesced.swap(false, Relaxed) {
+    /// Lets the queues go again if `down` quiesced them (under `conn`).
+    fn resume(&self, conn: &mut Conn) {
+        if core::mem::take(&mut conn.quiesced) {
             if let Some(d) = self.disk() {
                 d.unquiesce();
             }
@@ -482,39 +503,53 @@ impl Shared {
 
     /// Once a second (the module's tick), while it is disconnected: fails
     /// requests fast past its fast-fail time, gives up (the disk dead) past
-    /// its give-up time, and resets the connection of a reopen the target
-    /// has not answered for [`REOPEN_TIMEOUT_S`]. `s`: its session.
-    fn tick(&self, s: &SessionRef) {
+    /// its give-up time, sends again a reopen the target refused for now,
+    /// and resets the connection of a reopen the target has not answered
+    /// for [`REOPEN_TIMEOUT_S`]. `s`: its session.
+    fn tick(self: &Arc<Self>, s: &SessionRef) {
+        let mut conn = self.conn.lock();
         // (Not opened yet: the map's own open waits with its deadline.)
         if self.dead.load(Acquire) || self.ready.load(Acquire) || self.handle.load(Relaxed) == 0 {
             return;
         }
-        let down = self.down_s.fetch_add(1, Relaxed) + 1;
+        let Some(since) = conn.down_since else {
+            return;
+        };
         MapCounters::count(&self.counters.disconnected_s);
-        let fast_fail = self.fast_fail_s.load(Relaxed);
-        if fast_fail != 0 && down >= fast_fail && !self.failing_fast.swap(true, AcqRel) {
+        let down_ms = since.elapsed().as_millis();
+        let fast_fail = i64::from(self.fast_fail_s.load(Relaxed)) * 1000;
+        if fast_fail != 0 && down_ms >= fast_fail && !self.failing_fast.load(Acquire) {
+            self.failing_fast.store(true, Release);
             pr_warn!(
-                "ferryblk{}: disconnected for {} s: failing its I/O at once until it is back\n",
+                "ferryblk{}: disconnected for {} ms: failing its I/O at once until it is back\n",
                 self.index,
-                down
+                down_ms
             );
             self.changed();
             // The requests waiting on the quiesced queues go, and fail.
-            self.resume();
+            self.resume(&mut conn);
             self.run_queues();
         }
-        if down >= self.give_up_s.load(Relaxed) {
+        if down_ms >= i64::from(self.give_up_s.load(Relaxed)) * 1000 {
             pr_err!(
-                "ferryblk{}: disconnected for {} s, its give-up time: the disk is dead\n",
+                "ferryblk{}: disconnected for {} ms, past its give-up time: the disk is dead\n",
                 self.index,
-                down
+                down_ms
             );
-            return self.kill("gave up reconnecting");
+            return self.kill_locked(&mut conn, "gave up reconnecting");
         }
-        if self.reopening.load(Acquire)
-            && self.reopen_s.fetch_add(1, Relaxed) + 1 >= REOPEN_TIMEOUT_S
-        {
-            self.reopen_s.store(0, Relaxed);
+        let again = core::mem::take(&mut conn.reopen_again);
+        let late = conn.reopen.is_some_and(|(_, sent)| {
+            sent.elapsed().as_millis() >= i64::from(REOPEN_TIMEOUT_S) * 1000
+        });
+        if late {
+            conn.reopen = None;
+        }
+        drop(conn);
+        if again {
+            self.reopen(s);
+        }
+        if late {
             pr_warn!(
                 "ferryblk{}: the target did not answer the reopen in {} s: reconnecting\n",
                 self.index,
@@ -530,30 +565,70 @@ impl Shared {
 
     /// Fails the mapping: every request from now on, and those waiting.
     fn kill(&self, why: &str) {
+        let mut conn = self.conn.lock();
+        self.kill_locked(&mut conn, why);
+    }
+
+    /// [`Self::kill`], under `conn`'s lock.
+    fn kill_locked(&self, conn: &mut Conn, why: &str) {
         if !self.dead.swap(true, Release) {
             if let Some(d) = self.disk() {
                 pr_warn!("{}: {}: failing its I/O\n", d.name(), why);
             }
             self.changed();
         }
-        self.resume();
+        self.resume(conn);
         self.run_queues();
+    }
+
+    /// The connection was lost (`down`): requests wait (the queues are
+    /// quiesced) until the export is open on a new one.
+    fn lost(&self) {
+        let mut conn = self.conn.lock();
+        // Any reopen of the lost connection is stale now.
+        conn.reopen = None;
+        conn.reopen_again = false;
+        if !self.ready.load(Acquire) {
+            return;
+        }
+        conn.down_since = Some(Instant::now());
+        self.ready.store(false, Release);
+        MapCounters::count(&self.counters.reconnects);
+        if !core::mem::replace(&mut conn.quiesced, true) {
+            if let Some(d) = self.disk() {
+                d.quiesce();
+            }
+        }
+        self.changed();
     }
 
     /// Sends the open again on the new connection of session `s`.
     fn reopen(self: &Arc<Self>, s: &SessionRef) {
         self.reopen_pending.store(false, Relaxed);
-        self.reopen_s.store(0, Relaxed);
-        self.reopening.store(true, Release);
+        let attempt = {
+            let mut conn = self.conn.lock();
+            if self.ready.load(Acquire) || self.dead.load(Acquire) {
+                return;
+            }
+            let attempt = self.attempt.fetch_add(1, Relaxed).wrapping_add(1);
+            conn.reopen = Some((attempt, Instant::now()));
+            conn.reopen_again = false;
+            attempt
+        };
+        let open = Open {
+            attempt,
+            ..self.open
+        };
         let req = match Request::new(
-            &self.open.encode(),
+            &open.encode(),
             wire::OPENED_LEN,
-            OpenCtx::Reopen(self.clone()),
+            OpenCtx::Reopen(self.clone(), attempt),
             GFP_KERNEL,
         ) {
             Ok(r) => r,
             Err(_) => return self.kill("no memory to open the export again"),
         };
+        // (Out of `conn`'s lock: a request may end before `submit` returns.)
         match s.submit(req, Wait::No) {
             Ok(()) => {}
             // `writable` tries again.
@@ -562,9 +637,15 @@ impl Shared {
         }
     }
 
-    /// The target answered the open sent again after a reconnect.
-    fn reopened(self: &Arc<Self>, res: Result<Opened>) {
-        self.reopening.store(false, Release);
+    /// The target answered reopen number `attempt` with `res`.
+    fn reopened(self: &Arc<Self>, attempt: u32, res: Result<Opened>) {
+        let mut conn = self.conn.lock();
+        // An answer on a connection lost since, or to an open sent again
+        // since: the last one's answer decides.
+        if conn.reopen.map(|(a, _)| a) != Some(attempt) {
+            return;
+        }
+        conn.reopen = None;
         match res {
             // Another disk under the export's name (the target exported
             // another device, or another target took the address): not one
@@ -577,7 +658,7 @@ impl Shared {
                     Uuid(&o.id),
                     Uuid(self.id.as_ref().unwrap_or(&[0; 16]))
                 );
-                self.kill("the target's export has another identity");
+                self.kill_locked(&mut conn, "the target's export has another identity");
             }
             // The same disk: its handle may be another (the target's module
             // was loaded again, and numbers its exports anew), which the
@@ -590,34 +671,35 @@ impl Shared {
                     self.resize.store(o.sectors, Release);
                     self.notice();
                 }
-                self.down_s.store(0, Relaxed);
+                conn.down_since = None;
                 let was_failing = self.failing_fast.swap(false, AcqRel);
                 self.ready.store(true, Release);
                 if was_failing {
                     pr_info!("ferryblk{}: live again\n", self.index);
                 }
                 self.changed();
-                self.resume();
+                self.resume(&mut conn);
                 self.run_queues();
             }
-            Ok(_) => self.kill("the export's block size changed while the session was down"),
+            Ok(_) => self.kill_locked(
+                &mut conn,
+                "the export's block size changed while the session was down",
+            ),
             // The target still has operations of the mapping's earlier
             // connection at work (a write there must land before any newer
-            // one goes): it waited a while, and the open goes again.
+            // one goes): it waited a while; the tick sends the open again.
             Err(e) if e == EAGAIN => {
                 MapCounters::count(&self.counters.fenced);
+                conn.reopen_again = true;
                 crate::ratelimit::pr_info_limited!(
                     "ferryblk{}: the target still has operations of the earlier connection at work: opening again\n",
                     self.index
                 );
-                if let Some(s) = self.session.as_ref() {
-                    self.reopen(s);
-                }
             }
             // The connection failed under the open: the next `up` sends it
             // again.
             Err(e) if e == ECONNABORTED => {}
-            Err(_) => self.kill("the target refused to open the export again"),
+            Err(_) => self.kill_locked(&mut conn, "the target refused to open the export again"),
         }
     }
 }
@@ -631,16 +713,7 @@ impl Handler for ClientHandler {
     fn down(&self, _s: &SessionRef, _err: Error) {
         // The requests in flight come back (and are requeued); the others
         // wait until the export is open on the new connection.
-        if self.shared.ready.swap(false, Relaxed) {
-            self.shared.down_s.store(0, Relaxed);
-            MapCounters::count(&self.shared.counters.reconnects);
-            if !self.shared.quiesced.swap(true, Relaxed) {
-                if let Some(d) = self.shared.disk() {
-                    d.quiesce();
-                }
-            }
-            self.shared.changed();
-        }
+        self.shared.lost();
     }
 
     fn up(&self, s: &SessionRef) {
@@ -725,10 +798,10 @@ struct OpenWait {
 }
 
 /// The context of an [`Open`] request: a map's first, awaited, or one sent
-/// again after a reconnect.
+/// again after a reconnect (with its number).
 enum OpenCtx {
     Wait(Arc<OpenWait>),
-    Reopen(Arc<Shared>),
+    Reopen(Arc<Shared>, u32),
 }
 
 impl Done for OpenCtx {
@@ -747,7 +820,7 @@ impl Done for OpenCtx {
                 *w.answer.lock() = Some(answer);
                 w.done.notify_all();
             }
-            OpenCtx::Reopen(shared) => shared.reopened(answer),
+            OpenCtx::Reopen(shared, attempt) => shared.reopened(*attempt, answer),
         }
     }
 }
@@ -794,6 +867,7 @@ impl Mapping {
             read_only: p.read_only,
             mapping: u64::from(crate::work::random_u32()) << 32
                 | u64::from(crate::work::random_u32()),
+            attempt: 0,
         };
         let shared = Arc::pin_init(
             pin_init!(Shared {
@@ -804,7 +878,7 @@ impl Mapping {
                 handle: AtomicU32::new(0),
                 logical_block_size: AtomicU32::new(0),
                 ready: AtomicBool::new(false),
-                quiesced: AtomicBool::new(false),
+                conn <- new_mutex!(Conn::default()),
                 reopen_pending: AtomicBool::new(false),
                 dead: AtomicBool::new(false),
                 announced: AtomicBool::new(false),
@@ -816,10 +890,8 @@ impl Mapping {
                 removing: AtomicBool::new(false),
                 fast_fail_s: AtomicU32::new(p.fast_fail_s),
                 give_up_s: AtomicU32::new(p.give_up_s.max(1)),
-                down_s: AtomicU32::new(0),
                 failing_fast: AtomicBool::new(false),
-                reopening: AtomicBool::new(false),
-                reopen_s: AtomicU32::new(0),
+                attempt: AtomicU32::new(0),
                 counters: MapCounters::default(),
             }),
             GFP_KERNEL,
@@ -1004,7 +1076,7 @@ impl Mapping {
 
     /// Once a second: see [`Shared::tick`].
     pub(crate) fn tick(&self) {
-        self.shared.tick(&self.session);
+        Shared::tick(&self.shared, &self.session);
     }
 
     /// Whether the target can be reached: requests would go (a mapping whose

@@ -182,6 +182,10 @@ pub(crate) fn export_add_doit(req: &mut Request<'_>) -> Result {
             crate::module_put();
             match e {
                 EEXIST => req.bad_attr(ea::NAME, c"an export of this name exists"),
+                EADDRINUSE => req.bad_attr(
+                    ea::UUID,
+                    c"another export has this identity (the uuid given, or the device's own ID)",
+                ),
                 EBUSY => req.bad_attr(
                     ea::PATH,
                     c"the device is in use: mounted, exported or held by another holder",
@@ -406,6 +410,10 @@ pub(crate) fn map_set_doit(req: &mut Request<'_>) -> Result {
     req.require(ma::INDEX)?;
     let index = req.u32(ma::INDEX).unwrap_or(u32::MAX);
     let (fast_fail, give_up) = (req.u32(ma::FAST_FAIL), req.u32(ma::GIVE_UP));
+    if fast_fail.is_none() && give_up.is_none() {
+        req.error(c"nothing to set: fast-fail, give-up");
+        return Err(EINVAL);
+    }
     let mut reply = req.reply_sized(ENTRY_SIZE)?;
     let res = state.with_map(index, |m| {
         m.set_timers(fast_fail, give_up);

@@ -69,6 +69,9 @@ struct User {
     /// The client's id of its mapping: its next session after a reconnect
     /// takes this one's place, once this one's operations are over.
     mapping: u64,
+    /// The number of its open within the mapping: an older open never
+    /// takes the place of a newer one.
+    attempt: u32,
     /// That session's operations, and whether they may start.
     ops: Arc<SessionOps>,
 }
@@ -288,8 +291,9 @@ impl Target {
 
     /// Exports the block device at `path` as `name`, with identity `id`
     /// (else the device's own unique ID, else a random UUID): `EEXIST` if
-    /// the name is taken, `EBUSY` if the device is in use (mounted,
-    /// exported, held), the device's error if it cannot be opened. Sleeps.
+    /// the name is taken, `EADDRINUSE` if another export has the identity,
+    /// `EBUSY` if the device is in use (mounted, exported, held), the
+    /// device's error if it cannot be opened. Sleeps.
     pub(crate) fn add(
         &self,
         name: ExportName,
@@ -331,6 +335,10 @@ impl Target {
         // Checked again: two adds of one name may race.
         if list.iter().any(|e| e.name == name) {
             return Err(EEXIST);
+        }
+        // Two exports of one identity would be one disk to their clients.
+        if list.iter().any(|e| e.id == id) {
+            return Err(EADDRINUSE);
         }
         list.push(export.clone(), GFP_KERNEL)?;
         Ok(export)
@@ -505,7 +513,7 @@ impl SessionState {
                 // CAST: a second of jiffies fits any width.
                 let limit = kernel::time::msecs_to_jiffies(FENCE_WAIT_MS) as u64;
                 while e.fenced(o.mapping) && crate::work::jiffies_64() - waited < limit {
-                    kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+                    kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
                 }
                 self.try_open(&e, s, &o, read_only)
             }
@@ -539,6 +547,14 @@ impl SessionState {
         if !read_only && !e.access.shared && others_rw {
             return Err(Refusal::Busy);
         }
+        // A late open of the mapping (its session was replaced meanwhile):
+        // the newer one stays.
+        if users
+            .iter()
+            .any(|u| u.mapping == o.mapping && u.attempt > o.attempt)
+        {
+            return Err(Refusal::Replaced);
+        }
         for u in users.iter().filter(|u| u.mapping == o.mapping) {
             // `SeqCst`, then the count: see `SessionOps`.
             u.ops.closed.store(true, SeqCst);
@@ -551,6 +567,7 @@ impl SessionState {
             session: s.to_owned(),
             read_only,
             mapping: o.mapping,
+            attempt: o.attempt,
             ops: self.ops.clone(),
         };
         users.push(user, GFP_KERNEL).map_err(|_| Refusal::Busy)?;

@@ -53,7 +53,8 @@ pub(crate) enum Refusal {
     /// connection must land before any newer one can be sent).
     Fenced,
     /// A request of a session whose mapping a newer session has opened
-    /// again, or that ended: it must not reach the disk any more.
+    /// again, or that ended: it must not reach the disk any more; or an
+    /// open older than the one its mapping's newer session made.
     Replaced,
 }
 
@@ -139,11 +140,15 @@ pub(crate) struct Open {
     /// The mapping's own random id: a reconnected mapping's new session
     /// takes the place of its old one (never another client's).
     pub(crate) mapping: u64,
+    /// The open's number within its mapping (the map's own is 0, each
+    /// reopen after a reconnect the next): an older open never takes the
+    /// place of a newer one.
+    pub(crate) attempt: u32,
 }
 
 /// [`Open`]'s encoded size: magic, version, flags, 2 reserved, the
-/// mapping's id, the name padded with zeroes.
-pub(crate) const OPEN_LEN: usize = 16 + NAME_MAX + 1;
+/// mapping's id, the name padded with zeroes, the attempt.
+pub(crate) const OPEN_LEN: usize = 16 + NAME_MAX + 1 + 4;
 
 impl Open {
     /// The header.
@@ -154,6 +159,7 @@ impl Open {
         b[5] = u8::from(self.read_only);
         b[8..16].copy_from_slice(&self.mapping.to_le_bytes());
         b[16..16 + self.name.as_bytes().len()].copy_from_slice(self.name.as_bytes());
+        b[48..52].copy_from_slice(&self.attempt.to_le_bytes());
         b
     }
 
@@ -165,7 +171,7 @@ impl Open {
         if b[4] != VERSION || b[5] > 1 || b[6] != 0 || b[7] != 0 {
             return Err(Refusal::Malformed);
         }
-        let name = &b[16..];
+        let name = &b[16..48];
         let len = name.iter().position(|&c| c == 0).unwrap_or(name.len());
         // The padding is zeroes, all of it.
         if name[len..].iter().any(|&c| c != 0) {
@@ -177,6 +183,7 @@ impl Open {
             name: ExportName::new(&name[..len]).ok_or(Refusal::UnknownExport)?,
             read_only: b[5] == 1,
             mapping: u64::from_le_bytes(mapping),
+            attempt: u32::from_le_bytes([b[48], b[49], b[50], b[51]]),
         })
     }
 }
@@ -534,9 +541,11 @@ mod tests {
             name: name(b"ram0"),
             read_only: true,
             mapping: 0x0123_4567_89ab_cdef,
+            attempt: 0x8000_0001,
         };
         let b = o.encode();
         assert!(Open::decode(&b) == Ok(o));
+        assert_eq!(b[48..52], [1, 0, 0, 0x80]);
         assert!(Open::decode(&b[..OPEN_LEN - 1]) == Err(Refusal::Malformed));
         let mut bad = b;
         bad[4] = VERSION + 1;
@@ -546,7 +555,7 @@ mod tests {
         assert!(Open::decode(&bad) == Err(Refusal::Malformed));
         // Bytes after the name's end: not padding.
         let mut bad = b;
-        bad[OPEN_LEN - 1] = b'x';
+        bad[47] = b'x';
         assert!(Open::decode(&bad) == Err(Refusal::Malformed));
         let mut bad = b;
         bad[16] = b'/';

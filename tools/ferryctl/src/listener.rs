@@ -10,6 +10,7 @@ use crate::{
     attr::{self, Attrs},
     matches,
     nl::{self, Error},
+    session::enum_name,
     uapi::{enum_names, *},
     usage, CliError, Ctx, Output,
 };
@@ -123,11 +124,7 @@ impl Listener {
                 }
                 FERRY_A_LISTENER_STATE => {
                     let v = attr::u32(p).ok_or_else(|| bad("state"))?;
-                    let name = enum_names::FERRY_LISTENER_STATE
-                        .iter()
-                        .find(|(n, _)| *n == v)
-                        .map_or("unknown", |(_, name)| name);
-                    l.state = Some(name.to_string());
+                    l.state = Some(enum_name(enum_names::FERRY_LISTENER_STATE, v));
                 }
                 t => {
                     for (ty, name, field) in limit_fields(&mut l.limits) {

@@ -706,15 +706,15 @@ def blk_fence(t):
     written, verified = fio_verified(t, vm, '/tmp/fio.json', 300 * t.slow)
     t.log(f'fio: {written} bytes written, {verified} verified')
     t.check(verified >= mib * MIB, f'fio verified {mib} MiB')
-    log = vm.run('dmesg').out
-    fenced = log.count('still has operations at work')
-    t.log(f'opens refused as fenced on the target: {fenced}; '
-          f'the client opened again {log.count("opening again")} times')
+    fenced = map_of(t, vm)['stats']['fenced']
+    t.log(f'reopens the target refused for now (fenced): {fenced}')
     vm.run('echo 3 > /proc/sys/vm/drop_caches')
     want = sha(vm, '/dev/shm/new', 4096)
     t.eq(sha(vm, loop, 4096), want, 'the newer write on the target\'s device (the stale one landed first)')
     t.eq(sha(vm, disk, 4096), want, 'the newer write read back through the disk')
     t.check(fenced >= 1, 'the target fenced the reopen at least once')
+    t.check('ended with 1 operations at work' in vm.run('dmesg').out,
+            'the target logged the fence')
     n = (1 + mib) * MIB
     t.eq(sha(vm, disk, n), sha(vm, loop, n), 'sha256 of the disk and the export')
     vm.run(f'{t.ferryctl} blk unmap {disk}')
@@ -918,6 +918,9 @@ def blk_identity(t):
     out = vm.run(f'udevadm test --action=add /sys/block/{name} 2>&1', check=False).out
     t.check(f'disk/by-id/ferryblk-uuid.{UUID}' in out,
             f'the udev rule names the disk by its identity: {out[-800:]!r}')
+    r = vm.run(f'{t.ferryctl} blk export add dup path {other} uuid {UUID}', check=False)
+    t.check(r.rc == 2 and 'another export has this identity' in r.err,
+            f'a second export of one identity refused: {r}')
     vm.run(f'head -c {4 * MIB} /dev/urandom > /dev/shm/pattern')
     vm.run(f'dd if=/dev/shm/pattern of={disk} bs=1M oflag=direct status=none')
     # The same export again (a reload of the target's module): the disk

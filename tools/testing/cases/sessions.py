@@ -506,13 +506,17 @@ def session_listener_device(t):
     ferryctl(t, vm, 'listener del id 1')
     t.rxe_add(vm)
     vm.run(f'sleep {3 * t.slow}')
-    t.eq(t.ferryctl_json(vm, 'listener show'), [], 'a deleted listener does not come back')
+    # The deleted one did not listen again: its address is free at once.
+    lst = t.ferryctl_json(vm, f'listener add 192.0.2.1 port {PORT}')
+    t.eq([(x['id'], x.get('state')) for x in t.ferryctl_json(vm, 'listener show')],
+         [(lst[0]['id'], 'listening')], 'only the new listener')
     vm.run('pkill -f "[f]erryctl -j monitor"; sleep 0.5')
     events = [json.loads(line) for line in vm.run('cat /tmp/mon.log').out.splitlines()
               if line.startswith('{')]
     states = [e.get('state') for e in events if e['event'] == 'listener']
     t.eq(states[:3], ['waiting', 'listening', 'waiting'], f'listener events: {states}')
     ferryctl(t, vm, f'session disconnect id {s["id"]}')
+    ferryctl(t, vm, f'listener del id {lst[0]["id"]}')
     vm.run(UNLOAD_ECHO)
 
 

@@ -33,7 +33,7 @@ MODULE_PARM_DESC(export, "The export to open");
 
 /* ferry_blk's protocol, version 2 (Documentation/blk.md). */
 #define BLK_VERSION	2
-#define OPEN_LEN	48
+#define OPEN_LEN	52
 #define OPENED_LEN	56
 #define IO_LEN		24
 #define NAME_LEN	32
