@@ -251,6 +251,12 @@ impl Done<RqData<Blk>> for Sent {
                 if let Some(s) = rq.queue_data().queue_stats(queue) {
                     s.done(op, fua, len, res.is_ok());
                 }
+                // The target does not know the export any more (deleted,
+                // and its notice lost): the disk is dead, as on the notice.
+                if matches!(res, Err(e) if e == ENODEV) && !dead {
+                    let shared: Arc<Shared> = rq.queue_data().into();
+                    shared.export_gone();
+                }
                 // Out of retries: a transport error (BLK_STS_TRANSPORT),
                 // which multipath may fail over.
                 let res = match res {
@@ -458,6 +464,14 @@ impl Shared {
             if let Some(d) = self.disk() {
                 d.unquiesce();
             }
+        }
+    }
+
+    /// The target deleted the export: the disk dies, off the completion
+    /// that told.
+    fn export_gone(self: &Arc<Self>) {
+        if !self.dead.load(Acquire) && !self.deleted.swap(true, AcqRel) {
+            self.notice();
         }
     }
 
@@ -751,10 +765,7 @@ impl Handler for ClientHandler {
                 self.shared.resize.store(sectors, Release);
                 self.shared.notice();
             }
-            Ok(Notice::Deleted { handle: h }) if h == handle => {
-                self.shared.deleted.store(true, Release);
-                self.shared.notice();
-            }
+            Ok(Notice::Deleted { handle: h }) if h == handle => self.shared.export_gone(),
             // Of another export (of an earlier connection): not ours.
             Ok(_) => {}
             Err(_) => {

@@ -81,15 +81,18 @@ pub(crate) struct State {
 }
 
 /// Period of the module's tick, which drives the mappings' timers
-/// (fast-fail, give-up, the reopen's deadline), in milliseconds.
+/// (fast-fail, give-up, the reopen's deadline) and sends the target's
+/// notices again, in milliseconds.
 const TICK_MS: u32 = 1000;
 
-/// One tick: each mapping's timers, then the next tick.
+/// One tick: each mapping's timers, the target's notices to send again,
+/// then the next tick.
 fn tick(t: &Arc<work::Ticker>) -> Result {
     let state = State::get()?;
     for m in state.maps.lock().iter() {
         m.tick();
     }
+    state.target.tick();
     t.schedule(&state.notices, TICK_MS)
 }
 

@@ -74,6 +74,9 @@ struct User {
     attempt: u32,
     /// That session's operations, and whether they may start.
     ops: Arc<SessionOps>,
+    /// A notice its session had no room for: the module's tick sends it
+    /// again (a later one replaces it).
+    pending: Option<Notice>,
 }
 
 impl User {
@@ -231,14 +234,46 @@ impl Export {
     /// Tells every user `n`, as far as their sessions take it.
     fn tell_users(&self, n: Notice) {
         let msg = n.encode();
-        for u in self.live_users().iter().filter(|u| !u.retired()) {
+        for u in self.live_users().iter_mut().filter(|u| !u.retired()) {
+            // Test builds: a `hostile-lossy` export's notices are lost the
+            // first time, as when a session has no room for them.
+            #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+            if self.name.as_bytes() == b"hostile-lossy" {
+                pr_info!(
+                    "export {}: hostile export: a notice to session {} lost\n",
+                    self.name,
+                    u.session.id()
+                );
+                u.pending = Some(n);
+                continue;
+            }
             if let Err(e) = u.session.send(&msg, Wait::No) {
-                pr_warn!(
-                    "export {}: could not tell session {}: {:?}\n",
+                crate::ratelimit::pr_warn_limited!(
+                    "export {}: could not tell session {} yet: {:?}\n",
                     self.name,
                     u.session.id(),
                     e
                 );
+                u.pending = Some(n);
+            }
+        }
+    }
+
+    /// Sends again the notices its users had no room for (the module's
+    /// tick).
+    fn tell_again(&self) {
+        for u in self.live_users().iter_mut().filter(|u| !u.retired()) {
+            let Some(n) = u.pending else {
+                continue;
+            };
+            if u.session.send(&n.encode(), Wait::No).is_ok() {
+                pr_info!(
+                    "export {}: told session {} again: {:?}\n",
+                    self.name,
+                    u.session.id(),
+                    n
+                );
+                u.pending = None;
             }
         }
     }
@@ -268,6 +303,17 @@ impl Target {
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// Once a second (the module's tick): the notices that found no room
+    /// go again. A deleted export's are not: its clients find it gone at
+    /// their next request (`ENODEV`).
+    pub(crate) fn tick(&self) {
+        if let Ok(exports) = self.exports() {
+            for e in exports.iter() {
+                e.tell_again();
+            }
+        }
     }
 
     /// The export called `name`.
@@ -569,6 +615,7 @@ impl SessionState {
             mapping: o.mapping,
             attempt: o.attempt,
             ops: self.ops.clone(),
+            pending: None,
         };
         users.push(user, GFP_KERNEL).map_err(|_| Refusal::Busy)?;
         let desc = e.describe(read_only);

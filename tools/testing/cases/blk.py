@@ -861,6 +861,40 @@ def blk_fast_fail(t):
     blk_teardown(t, vm, loop)
 
 
+@case(timeout=300)
+def blk_notices(t):
+    """Notices that find no room are not lost. A hostile target (test
+    builds: an export named `hostile-lossy`) loses every notice the first
+    time, as a session without room for it would: its one-second tick
+    sends it again, and the client's disk takes the new capacity. A deleted
+    export's notice is never sent again (the export is gone): the client's
+    next request, refused `ENODEV`, kills the disk at once, and every later
+    one fails at once."""
+    vm = t.vm
+    loop = blk_setup(t, vm)
+    disk = export_and_map(t, vm, 'hostile-lossy', loop, 'channels 2')
+    vm.run('truncate -s 96M /dev/shm/blk0.img')
+    vm.run(f'losetup -c {loop}')
+    vm.run(f'{t.ferryctl} blk export resize hostile-lossy')
+    start = time.monotonic()
+    t.until(lambda: map_of(t, vm)['sectors'] == 96 * MIB // 512, 10 * t.slow,
+            'the new capacity on the client')
+    t.log(f'the resize reached the client {time.monotonic() - start:.1f} s after it was lost')
+    log = vm.run('dmesg').out
+    t.check('a notice to session' in log and 'told session' in log and 'Resized' in log,
+            'the lost notice was sent again')
+    vm.run(f'dd if=/dev/urandom of={disk} bs=1M count=1 seek=90 oflag=direct status=none')
+    vm.run(f'{t.ferryctl} blk export del hostile-lossy force')
+    rc, secs = timed_write(t, vm, disk, 0)
+    t.log(f'a write after the deletion: rc {rc} after {secs:.2f} s')
+    t.check(rc != 0, 'the write failed')
+    t.until(lambda: map_of(t, vm)['state'] == 'dead', 10 * t.slow, 'the disk dead')
+    rc, secs = timed_write(t, vm, disk, 1)
+    t.check(rc != 0 and secs < 2 * t.slow, f'the next write fails at once: {rc} {secs}')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    blk_teardown(t, vm, loop)
+
+
 UUID = '0123abcd-4567-489a-8bcd-ef0123456789'
 RULES = 'tools/udev/60-ferry-blk.rules'
 
