@@ -214,8 +214,11 @@ pub(crate) fn export_del_doit(req: &mut Request<'_>) -> Result {
     let name = export_name(req, ea::NAME)?;
     let export = state.target.find(&name);
     match state.target.delete(&name, req.has(ea::FORCE)) {
-        Ok(()) => {
-            crate::module_put();
+        Ok(closed) => {
+            // (Not closed yet: its reaper gives the reference back.)
+            if closed {
+                crate::module_put();
+            }
             pr_info!("export {}: deleted\n", name);
             if let Some(e) = export {
                 export_event(nl::cmd::EXPORT_DEL_NTF, &e);

@@ -409,8 +409,13 @@ impl Target {
 
     /// Deletes export `name`: `EBUSY` while clients have it open, unless
     /// `force`, which tells them it is gone and fails their I/O from now
-    /// on. Returns once no operation of it is at work. Sleeps.
-    pub(crate) fn delete(&self, name: &ExportName, force: bool) -> Result {
+    /// on. Waits at most [`DELETE_WAIT_MS`] for its operations at work
+    /// (a hung backing disk holds them): `Ok(true)` once none is left and
+    /// the device is closed; `Ok(false)` if some are still at work, and a
+    /// work item of the target's closes the device once the last has
+    /// ended, then gives the module reference of the export back (the
+    /// caller must not: the module stays while bios of it may end). Sleeps.
+    pub(crate) fn delete(&self, name: &ExportName, force: bool) -> Result<bool> {
         let e = {
             let mut list = self.exports.lock();
             let i = list.iter().position(|e| e.name == *name).ok_or(ENOENT)?;
@@ -427,12 +432,92 @@ impl Target {
         e.tell_users(Notice::Deleted { handle: e.handle });
         // Operations counted before the flag end; those counted after it
         // see it and end at once.
+        let waited = crate::work::jiffies_64();
+        // CAST: seconds of jiffies fit any width.
+        let limit = kernel::time::msecs_to_jiffies(DELETE_WAIT_MS) as u64;
         while e.inflight.load(SeqCst) != 0 {
+            if crate::work::jiffies_64() - waited >= limit {
+                pr_warn!(
+                    "export {}: deleted with {} operations still at work in the backing disk: its device is closed once they end\n",
+                    e.name,
+                    e.inflight.load(SeqCst)
+                );
+                self.queue_reaper(e);
+                return Ok(false);
+            }
             kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
         }
         // The device is free again now, whoever still holds the export.
         e.bdev.revoke();
-        Ok(())
+        Ok(true)
+    }
+}
+
+/// How long deleting an export waits for its operations at work before it
+/// returns and leaves the rest to a work item ([`Reaper`]).
+const DELETE_WAIT_MS: u32 = 3000;
+
+/// A deleted export whose operations were still at work when its deletion
+/// returned: closes its device once the last has ended, then gives the
+/// export's module reference back. On the target's open queue (it sleeps,
+/// and the queue's destruction at unload waits for it, after its last
+/// act).
+#[pin_data]
+struct Reaper {
+    #[pin]
+    work: Work<Reaper>,
+    export: Arc<Export>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Reaper { self.work }
+}
+
+impl WorkItem for Reaper {
+    type Pointer = Pin<KBox<Reaper>>;
+
+    fn run(this: Pin<KBox<Reaper>>) {
+        let e = &this.export;
+        while e.inflight.load(SeqCst) != 0 {
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(100));
+        }
+        e.bdev.revoke();
+        pr_info!(
+            "export {}: its last operation ended: its device is closed\n",
+            e.name
+        );
+        drop(this);
+        // Last: the module may go from here on, and the queue's
+        // destruction waits for this work item to return.
+        crate::module_put();
+    }
+}
+
+impl Target {
+    /// Leaves deleted export `e` to a [`Reaper`]. Without memory for it,
+    /// waits here instead (as the deletion did before it had a bound).
+    fn queue_reaper(&self, e: Arc<Export>) {
+        let export = e.clone();
+        let r = KBox::pin_init(
+            pin_init!(Reaper {
+                work <- new_work!("ferry_blk::Reaper::work"),
+                export,
+            }),
+            GFP_KERNEL,
+        );
+        match r {
+            Ok(r) => {
+                // A new box is never queued already: it always goes.
+                let _ = self.opens.queue().enqueue(r);
+            }
+            Err(_) => {
+                while e.inflight.load(SeqCst) != 0 {
+                    kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+                }
+                e.bdev.revoke();
+                crate::module_put();
+            }
+        }
     }
 }
 

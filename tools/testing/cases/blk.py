@@ -895,6 +895,43 @@ def blk_notices(t):
     blk_teardown(t, vm, loop)
 
 
+@case(timeout=300)
+def blk_delete_hung(t):
+    """A forced `export del` is bounded even with the backing disk hung: a
+    write of the export is held "in the backing disk" (`hostile-stall`)
+    when the export is deleted by force; the command returns within its
+    3 s bound plus a margin, and the client's disk is dead. The device
+    stays held by the export until that write has ended (a forced unmap
+    ends the client's session, and the write lands 8 s later): then it is
+    closed, can be exported again, and ferry_blk unloads."""
+    vm = t.vm
+    loop = blk_setup(t, vm)
+    disk = export_and_map(t, vm, 'hostile-stall', loop)
+    vm.run(f'(dd if=/dev/urandom of={disk} bs=4k count=1 oflag=direct status=none; '
+           f'echo $? > /tmp/dd.rc) >/dev/null 2>&1 &')
+    t.until(lambda: 'holding a write' in vm.run('dmesg').out, 30 * t.slow,
+            'the target holding the write')
+    start = time.monotonic()
+    vm.run(f'{t.ferryctl} blk export del hostile-stall force', timeout=60 * t.slow)
+    took = time.monotonic() - start
+    t.log(f'the forced delete returned after {took:.1f} s with the write held')
+    t.check(took < 3 + 3 * t.slow, f'within its bound: {took:.1f} s')
+    t.check('deleted with 1 operations still at work' in vm.run('dmesg').out, 'logged')
+    t.until(lambda: map_of(t, vm)['state'] == 'dead', 10 * t.slow, 'the client\'s disk dead')
+    r = vm.run(f'{t.ferryctl} blk export add again path {loop}', check=False)
+    t.check(r.rc == 2 and 'in use' in r.err, f'the device still held by the write: {r}')
+    vm.run(f'{t.ferryctl} blk unmap {disk} force', timeout=60 * t.slow)
+    t.until(lambda: vm.run('test -s /tmp/dd.rc', check=False).rc == 0, 30 * t.slow,
+            'the held write failed on the client')
+    t.check(vm.run('cat /tmp/dd.rc').out.strip() != '0', 'the write failed on the client')
+    t.until(lambda: 'its last operation ended' in vm.run('dmesg').out, 60 * t.slow,
+            'the held write landed and the device closed')
+    vm.run(f'{t.ferryctl} blk export add again path {loop}')
+    vm.run(f'{t.ferryctl} blk export del again')
+    vm.run('rm -f /tmp/dd.rc')
+    blk_teardown(t, vm, loop)
+
+
 UUID = '0123abcd-4567-489a-8bcd-ef0123456789'
 RULES = 'tools/udev/60-ferry-blk.rules'
 
