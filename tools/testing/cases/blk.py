@@ -932,6 +932,35 @@ def blk_delete_hung(t):
     blk_teardown(t, vm, loop)
 
 
+@case(timeout=300)
+def blk_unmap_unreachable(t):
+    """A forced unmap is bounded with the target unreachable: a disk (no
+    fast-fail, give-up 600 s) whose target cannot be reached has a write
+    waiting; `blk unmap` without force is refused, with force it returns
+    within a few seconds and the waiting write fails."""
+    vm = t.vm
+    loop = blk_setup(t, vm)
+    disk = export_and_map(t, vm, 'um0', loop)
+    cut_off(t, vm)
+    t.until(lambda: map_of(t, vm)['state'] == 'connecting', 10 * t.slow, 'the disk connecting')
+    vm.run(f'(dd if=/dev/urandom of={disk} bs=4k count=1 oflag=direct status=none; '
+           f'echo $? > /tmp/dd.rc) >/dev/null 2>&1 &')
+    vm.run('sleep 1')
+    r = vm.run(f'{t.ferryctl} blk unmap {disk}', check=False)
+    t.check(r.rc == 2 and 'unreachable' in r.err, f'refused without force: {r}')
+    start = time.monotonic()
+    vm.run(f'{t.ferryctl} blk unmap {disk} force', timeout=60 * t.slow)
+    took = time.monotonic() - start
+    t.log(f'the forced unmap took {took:.1f} s with the target unreachable')
+    t.check(took < 5 * t.slow, f'within a few seconds: {took:.1f} s')
+    t.until(lambda: vm.run('test -s /tmp/dd.rc', check=False).rc == 0, 10 * t.slow,
+            'the waiting write ended')
+    t.check(vm.run('cat /tmp/dd.rc').out.strip() != '0', 'the waiting write failed')
+    vm.run(f'{t.ferryctl} blk export del um0')
+    vm.run('rm -f /tmp/dd.rc')
+    blk_teardown(t, vm, loop)
+
+
 UUID = '0123abcd-4567-489a-8bcd-ef0123456789'
 RULES = 'tools/udev/60-ferry-blk.rules'
 
