@@ -24,7 +24,7 @@ ferry_kvars = $(if $(KDIR),bash $(ROOT)/tools/build/kdir.sh $(KDIR),\
 	. $(SETUP)/common.sh && kmake_vars && echo CLIPPY_DRIVER=$$FERRY_CLIPPY_DRIVER)
 ferry_setup = $(if $(KDIR),,setup)
 
-.PHONY: all modules modules-test setup kernel ferryctl test test-debug test-self demo bench \
+.PHONY: all modules modules-test setup kernel ferryctl test test-debug test-self demo bench blktests \
 	clippy fmt nl-gen nl-check clean help
 
 all: modules ferryctl
@@ -73,6 +73,12 @@ test-debug:
 
 demo:
 	@bash $(TESTING)/demo.sh
+
+# The upstream blktests block group's device tests on a ferry_blk disk, from
+# the blktests tree BLKTESTS=DIR (not part of `make test`; BLKTESTS_TESTS="block/042 ..."
+# runs only those).
+blktests:
+	@BLKTESTS=$(BLKTESTS) bash $(TESTING)/blktests.sh
 
 # Not a test: ferry beside perftest on one rxe device, ratios to tools/bench/out/.
 bench:

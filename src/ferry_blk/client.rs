@@ -59,6 +59,10 @@ const OPEN_TIMEOUT_MS: u32 = 30_000;
 /// seconds (the module's ticks).
 const REOPEN_TIMEOUT_S: u32 = 30;
 
+/// The DMA alignment mask a disk declares when ferry takes any: 4 bytes,
+/// as nvme-rdma (a mask of 0 would be the block layer's default of 511).
+const DMA_ALIGNMENT: u32 = 3;
+
 /// A mapping's give-up time by default, in seconds, as nvme's
 /// `ctrl_loss_tmo`.
 pub(crate) const GIVE_UP_S: u32 = 600;
@@ -958,7 +962,14 @@ impl Mapping {
             max_segments: u16::try_from(limits.max_segments.min(SEGMENTS as u32)).unwrap_or(1),
             max_segment_size: 0,
             virt_boundary_mask: u64::from(limits.virt_boundary_mask),
-            dma_alignment: limits.dma_alignment,
+            // ferry's 0 ("registrations map any byte offset") is the block
+            // layer's default of a sector: the least it takes below that is
+            // what nvme-rdma declares, 4 bytes (mask 3).
+            dma_alignment: if limits.dma_alignment == 0 {
+                DMA_ALIGNMENT
+            } else {
+                limits.dma_alignment
+            },
             max_discard_sectors: opened.max_discard_sectors,
             discard_granularity: opened.discard_granularity,
             max_write_zeroes_sectors: opened.max_write_zeroes_sectors,

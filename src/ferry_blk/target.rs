@@ -259,8 +259,8 @@ impl Export {
         }
     }
 
-    /// Sends again the notices its users had no room for (the module's
-    /// tick).
+    /// Sends again the notices its users had no room for, and lets the
+    /// retired users whose operations are over go (the module's tick).
     fn tell_again(&self) {
         for u in self.live_users().iter_mut().filter(|u| !u.retired()) {
             let Some(n) = u.pending else {
@@ -449,6 +449,9 @@ impl Target {
         }
         // The device is free again now, whoever still holds the export.
         e.bdev.revoke();
+        // Its retired users go (each holds its session, which holds the
+        // export: nothing else would look at them any more).
+        drop(e.live_users());
         Ok(true)
     }
 }
@@ -482,6 +485,8 @@ impl WorkItem for Reaper {
             kernel::time::delay::fsleep(kernel::time::Delta::from_millis(100));
         }
         e.bdev.revoke();
+        // (As `Target::delete`.)
+        drop(e.live_users());
         pr_info!(
             "export {}: its last operation ended: its device is closed\n",
             e.name

@@ -20,6 +20,8 @@ PKGS=(
 	e2fsprogs xfsprogs util-linux
 	# blk_identity: the udev rule, tried with `udevadm test`
 	udev
+	# make blktests: its ./check
+	gawk
 )
 
 missing=()
