@@ -511,10 +511,8 @@ impl Target {
             GFP_KERNEL,
         );
         match r {
-            Ok(r) => {
-                // A new box is never queued already: it always goes.
-                let _ = self.opens.queue().enqueue(r);
-            }
+            // A new box is never queued already: it always goes.
+            Ok(r) => self.opens.queue().enqueue(r),
             Err(_) => {
                 while e.inflight.load(SeqCst) != 0 {
                     kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
