@@ -235,6 +235,24 @@ mod tests {
     }
 
     #[test]
+    fn listener_events_say_whether_it_listens() {
+        let p = Builder::new()
+            .u32(FERRY_A_LISTENER_ID, 1)
+            .binary(FERRY_A_LISTENER_ADDR, &[192, 0, 2, 1])
+            .u16(FERRY_A_LISTENER_PORT, 4791)
+            .u32(FERRY_A_LISTENER_STATE, FERRY_LISTENER_STATE_WAITING)
+            .u32(FERRY_A_LISTENER_MAX_CHANNELS, 64);
+        let text = render_ok(FERRY_CMD_LISTENER_NTF, p.bytes(), false);
+        assert_eq!(text, "listener 1 addr 192.0.2.1 port 4791 state waiting");
+        let v: Value =
+            serde_json::from_str(&render_ok(FERRY_CMD_LISTENER_NTF, p.bytes(), true)).unwrap();
+        assert_eq!(
+            (&v["event"], &v["state"], &v["id"]),
+            (&json!("listener"), &json!("waiting"), &json!(1))
+        );
+    }
+
+    #[test]
     fn session_events_are_one_line() {
         let p = session::tests::sample();
         let text = render_ok(FERRY_CMD_SESSION_NTF, &p, false);
