@@ -441,6 +441,19 @@ def fio_ended(t, vm, log):
     return int(vm.run(f'cat {log}.rc').out.strip())
 
 
+def dd_background(vm, src, disk, args):
+    """Starts `dd if=src of=disk args oflag=direct` in the background; its
+    exit code goes to /tmp/dd.rc (see `dd_ended`)."""
+    vm.run(f'(dd if={src} of={disk} {args} oflag=direct status=none; '
+           f'echo $? > /tmp/dd.rc) >/dev/null 2>&1 &')
+
+
+def dd_ended(t, vm, timeout, what):
+    """Waits for `dd_background`'s dd to end: its exit code."""
+    t.until(lambda: vm.run('test -s /tmp/dd.rc', check=False).rc == 0, timeout, what)
+    return int(vm.run('cat /tmp/dd.rc').out.strip())
+
+
 @case(timeout=300)
 def blk_forced(t):
     """Forced removal under load. A disk is unmapped by force while fio
@@ -516,8 +529,7 @@ def blk_hostile_client(t):
     disk = export_and_map(t, vm, 'h0', loop, 'channels 2')
     n = 16 * MIB
     vm.run(f'head -c {n} /dev/urandom > /dev/shm/pattern')
-    vm.run(f'(dd if=/dev/shm/pattern of={disk} bs=64k oflag=direct status=none; '
-           f'echo $? > /tmp/dd.rc) >/dev/null 2>&1 &')
+    dd_background(vm, '/dev/shm/pattern', disk, 'bs=64k')
     r = vm.run(f'insmod {t.sample("ferry_blk_hostile")} peer=192.0.2.1 port={PORT} export=h0',
                check=False)
     log = vm.run('dmesg | grep "ferry_blk_hostile:"', check=False).out
@@ -529,8 +541,7 @@ def blk_hostile_client(t):
     vm.run('rmmod ferry_blk_hostile')
     t.check('ferry_blk' in vm.run('dmesg | grep -i "refused" | grep -v hostile', check=False).out,
             'the target logged the refusals')
-    t.until(lambda: vm.run('test -s /tmp/dd.rc', check=False).rc == 0, 60 * t.slow, 'the good writes')
-    t.eq(vm.run('cat /tmp/dd.rc').out.strip(), '0', 'the good mapping\'s writes')
+    t.eq(dd_ended(t, vm, 60 * t.slow, 'the good writes'), 0, 'the good mapping\'s writes')
     vm.run('echo 3 > /proc/sys/vm/drop_caches')
     t.eq(sha(vm, disk, n), sha(vm, '/dev/shm/pattern', n), 'the good mapping\'s data')
     st = [x for x in show(t, vm) if x['kind'] == 'export'][0]['stats']
@@ -684,8 +695,7 @@ def blk_fence(t):
     disk = export_and_map(t, vm, 'hostile-stall', loop, 'channels 2')
     vm.run(f'echo 1000 > /sys/block/{disk.removeprefix("/dev/")}/queue/io_timeout')
     vm.run('head -c 4096 /dev/urandom > /dev/shm/old; head -c 4096 /dev/urandom > /dev/shm/new')
-    vm.run(f'(dd if=/dev/shm/old of={disk} bs=4k count=1 oflag=direct status=none; '
-           f'echo $? > /tmp/dd.rc) >/dev/null 2>&1 &')
+    dd_background(vm, '/dev/shm/old', disk, 'bs=4k count=1')
     t.until(lambda: 'holding a write' in vm.run('dmesg').out, 30 * t.slow,
             'the target holding the first write')
     # Once the write timed out and the client reset the connection, the
@@ -696,9 +706,7 @@ def blk_fence(t):
     vm.run(f'echo {30000 * t.slow} > /sys/block/{disk.removeprefix("/dev/")}/queue/io_timeout')
     mib = 8
     fio_verify_background(t, vm, disk, mib, 1, '/tmp/fio.json', offset=1)
-    t.until(lambda: vm.run('test -s /tmp/dd.rc', check=False).rc == 0, 120 * t.slow,
-            'the first write done')
-    t.eq(vm.run('cat /tmp/dd.rc').out.strip(), '0', 'the first write\'s exit code')
+    t.eq(dd_ended(t, vm, 120 * t.slow, 'the first write done'), 0, 'the first write\'s exit code')
     # The newer write, at once, to the same block.
     vm.run(f'dd if=/dev/shm/new of={disk} bs=4k count=1 oflag=direct status=none')
     t.until(lambda: 'held write at sector 0 lands now' in vm.run('dmesg').out, 60 * t.slow,
@@ -910,8 +918,7 @@ def blk_delete_hung(t):
     vm = t.vm
     loop = blk_setup(t, vm)
     disk = export_and_map(t, vm, 'hostile-stall', loop)
-    vm.run(f'(dd if=/dev/urandom of={disk} bs=4k count=1 oflag=direct status=none; '
-           f'echo $? > /tmp/dd.rc) >/dev/null 2>&1 &')
+    dd_background(vm, '/dev/urandom', disk, 'bs=4k count=1')
     t.until(lambda: 'holding a write' in vm.run('dmesg').out, 30 * t.slow,
             'the target holding the write')
     start = time.monotonic()
@@ -924,9 +931,8 @@ def blk_delete_hung(t):
     r = vm.run(f'{t.ferryctl} blk export add again path {loop}', check=False)
     t.check(r.rc == 2 and 'in use' in r.err, f'the device still held by the write: {r}')
     vm.run(f'{t.ferryctl} blk unmap {disk} force', timeout=60 * t.slow)
-    t.until(lambda: vm.run('test -s /tmp/dd.rc', check=False).rc == 0, 30 * t.slow,
-            'the held write failed on the client')
-    t.check(vm.run('cat /tmp/dd.rc').out.strip() != '0', 'the write failed on the client')
+    t.check(dd_ended(t, vm, 30 * t.slow, 'the held write ended on the client') != 0,
+            'the write failed on the client')
     t.until(lambda: 'its last operation ended' in vm.run('dmesg').out, 60 * t.slow,
             'the held write landed and the device closed')
     vm.run(f'{t.ferryctl} blk export add again path {loop}')
@@ -946,8 +952,7 @@ def blk_unmap_unreachable(t):
     disk = export_and_map(t, vm, 'um0', loop)
     cut_off(t, vm)
     t.until(lambda: map_of(t, vm)['state'] == 'connecting', 10 * t.slow, 'the disk connecting')
-    vm.run(f'(dd if=/dev/urandom of={disk} bs=4k count=1 oflag=direct status=none; '
-           f'echo $? > /tmp/dd.rc) >/dev/null 2>&1 &')
+    dd_background(vm, '/dev/urandom', disk, 'bs=4k count=1')
     vm.run('sleep 1')
     r = vm.run(f'{t.ferryctl} blk unmap {disk}', check=False)
     t.check(r.rc == 2 and 'unreachable' in r.err, f'refused without force: {r}')
@@ -956,9 +961,8 @@ def blk_unmap_unreachable(t):
     took = time.monotonic() - start
     t.log(f'the forced unmap took {took:.1f} s with the target unreachable')
     t.check(took < 5 * t.slow, f'within a few seconds: {took:.1f} s')
-    t.until(lambda: vm.run('test -s /tmp/dd.rc', check=False).rc == 0, 10 * t.slow,
-            'the waiting write ended')
-    t.check(vm.run('cat /tmp/dd.rc').out.strip() != '0', 'the waiting write failed')
+    t.check(dd_ended(t, vm, 10 * t.slow, 'the waiting write ended') != 0,
+            'the waiting write failed')
     vm.run(f'{t.ferryctl} blk export del um0')
     vm.run('rm -f /tmp/dd.rc')
     blk_teardown(t, vm, loop)
