@@ -158,6 +158,9 @@ pub struct Params<'a> {
     pub timeout_ms: u32,
     /// Seconds of failed reconnecting before the session closes.
     pub give_up_s: u32,
+    /// The longest wait between two reconnect attempts, in seconds (see
+    /// [`SessionRef::set_reconnect_delay`]).
+    pub reconnect_delay_s: u32,
     /// The network namespace to connect in (`None`: the initial one); the
     /// session takes its own reference. A key is looked up there.
     pub net: Option<NetNs<'a>>,
@@ -183,6 +186,7 @@ impl<'a> Params<'a> {
             heartbeat_ms: 0,
             timeout_ms: 0,
             give_up_s: 0,
+            reconnect_delay_s: 0,
             net: None,
             key: None,
             preregister: false,
@@ -918,6 +922,13 @@ impl SessionRef {
         unsafe { ffi::ferry_session_id(self.as_raw()) }
     }
 
+    /// Changes the longest wait between reconnect attempts, live: 1 to 3600
+    /// s, on a client session. See `ferry_session_set_reconnect_delay()`.
+    pub fn set_reconnect_delay(&self, secs: u32) -> Result {
+        // SAFETY: A live handle (type invariant).
+        to_result(unsafe { ffi::ferry_session_set_reconnect_delay(self.as_raw(), secs) })
+    }
+
     /// The peer's address: a client session's listener, or a server
     /// session's client. See `ferry_session_peer()`.
     pub fn peer(&self) -> Option<Peer> {
@@ -1137,6 +1148,7 @@ impl<H: Handler> Session<H> {
             heartbeat_ms: p.heartbeat_ms,
             timeout_ms: p.timeout_ms,
             give_up_s: p.give_up_s,
+            reconnect_delay_s: p.reconnect_delay_s,
             key: p.key.map_or(core::ptr::null(), |k| k.as_char_ptr()),
             flags: if p.preregister {
                 ffi::FERRY_PREREGISTER

@@ -164,6 +164,8 @@ pub mod map_attr {
     pub const FAST_FAIL: u32 = bindings::FERRY_BLK_A_MAP_FAST_FAIL;
     /// Seconds disconnected before the disk is dead.
     pub const GIVE_UP: u32 = bindings::FERRY_BLK_A_MAP_GIVE_UP;
+    /// The longest wait between reconnect attempts, in seconds.
+    pub const RECONNECT_DELAY: u32 = bindings::FERRY_BLK_A_MAP_RECONNECT_DELAY;
 }
 
 /// Attributes of the counters (`FERRY_BLK_A_STATS_*`).
@@ -234,12 +236,12 @@ op_dumpit!(
 op_doit!(
     /// `FERRY_BLK_CMD_MAP_ADD`, do.
     ferry_blk_nl_map_add_doit => crate::netlink::map_add_doit,
-    maxattr FERRY_BLK_A_MAP_GIVE_UP
+    maxattr FERRY_BLK_A_MAP_RECONNECT_DELAY
 );
 op_doit!(
     /// `FERRY_BLK_CMD_MAP_SET`, do.
     ferry_blk_nl_map_set_doit => crate::netlink::map_set_doit,
-    maxattr FERRY_BLK_A_MAP_GIVE_UP
+    maxattr FERRY_BLK_A_MAP_RECONNECT_DELAY
 );
 op_doit!(
     /// `FERRY_BLK_CMD_MAP_DEL`, do.

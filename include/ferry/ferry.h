@@ -214,6 +214,12 @@ struct ferry_request {
  *	longest a send waits for a credit.
  * @give_up_s: seconds of failed reconnecting before the session closes
  *	(@gone with -ETIMEDOUT); 0: 600; at most a week (604800).
+ * @reconnect_delay_s: the longest wait between two reconnect attempts, 1 to
+ *	3600 seconds; 0: 30. Unlike nvme-cli's reconnect_delay, which every
+ *	attempt waits, it caps a backoff: the first wait is about a second
+ *	and each one doubles, up to this; each is drawn from its upper half,
+ *	so clients that lost one server spread out.
+ *	ferry_session_set_reconnect_delay() changes it live.
  * @key: NULL, or the name of a pre-shared key of @net's (``ferryctl key
  *	add``): the peer's listener must prove it holds the same key, and this
  *	side proves it to the peer (a mismatch fails with -EACCES).
@@ -231,6 +237,7 @@ struct ferry_session_params {
 	u32 heartbeat_ms;
 	u32 timeout_ms;
 	u32 give_up_s;
+	u32 reconnect_delay_s;
 	const char *key;
 	u32 flags;
 };
@@ -388,6 +395,18 @@ void ferry_session_get(struct ferry_session *s);
  * Context: any context.
  */
 void ferry_session_put(struct ferry_session *s);
+
+/**
+ * ferry_session_set_reconnect_delay() - change the longest reconnect wait
+ * @s: a session the caller holds a reference to (client side).
+ * @secs: 1 to 3600, as @reconnect_delay_s of struct ferry_session_params.
+ *
+ * Takes effect at once: a wait under way that is longer ends at @secs.
+ * Context: any context.
+ * Return: 0, -EINVAL for @secs out of range, or -EOPNOTSUPP for a
+ * server-side session (which never reconnects).
+ */
+int ferry_session_set_reconnect_delay(struct ferry_session *s, u32 secs);
 
 /**
  * ferry_session_id() - the session's local id

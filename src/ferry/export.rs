@@ -181,6 +181,7 @@ fn session_params(
         p.heartbeat_ms,
         p.timeout_ms,
         p.give_up_s,
+        p.reconnect_delay_s,
         p.flags,
     )
     .ok()?;
@@ -349,6 +350,23 @@ pub(crate) unsafe extern "C" fn ferry_test_misbehave(s: *mut ferry_session, faul
     };
     // SAFETY: The caller holds a reference (the contract).
     match unsafe { Handle::<Session>::borrow(s) }.misbehave(f) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// See `ferry_session_set_reconnect_delay()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// The caller holds a reference to `s`.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ferry_session_set_reconnect_delay(
+    s: *const ferry_session,
+    secs: u32,
+) -> c_int {
+    // SAFETY: The caller holds a reference (the contract).
+    match unsafe { Handle::<Session>::borrow(s) }.set_reconnect_delay(secs) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }

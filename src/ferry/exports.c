@@ -13,6 +13,7 @@ EXPORT_SYMBOL_NS_GPL(ferry_session_close, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_session_get, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_session_put, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_session_id, "FERRY");
+EXPORT_SYMBOL_NS_GPL(ferry_session_set_reconnect_delay, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_session_peer, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_session_limits, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_send, "FERRY");

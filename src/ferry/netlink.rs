@@ -543,6 +543,7 @@ pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
         heartbeat_ms,
         timeout_ms,
         give_up_s,
+        reconnect_delay_s: d.reconnect_delay_s,
         preregister: false,
     };
     let psk = named_key(req, &ferry, s_attr::KEY)?;

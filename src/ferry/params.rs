@@ -89,10 +89,17 @@ pub(crate) struct Params {
     pub(crate) timeout_ms: u32,
     /// Seconds of failed reconnecting before giving up; 0: never.
     pub(crate) give_up_s: u32,
+    /// The longest wait between two reconnect attempts, in seconds (the
+    /// session's own copy changes live).
+    pub(crate) reconnect_delay_s: u32,
     /// Client: each channel registers its whole region pool when it is
     /// built (`FERRY_PREREGISTER`), not as its requests need them.
     pub(crate) preregister: bool,
 }
+
+/// What a session's longest wait between reconnect attempts may be, in
+/// seconds.
+pub(crate) const RECONNECT_DELAY_RANGE_S: core::ops::RangeInclusive<u32> = 1..=3600;
 
 impl Params {
     /// Server defaults, and the client's where the caller says nothing.
@@ -105,6 +112,7 @@ impl Params {
         heartbeat_ms: 1000,
         timeout_ms: 5000,
         give_up_s: 600,
+        reconnect_delay_s: 30,
         preregister: false,
     };
 
@@ -124,6 +132,7 @@ impl Params {
         heartbeat_ms: u32,
         timeout_ms: u32,
         give_up_s: u32,
+        reconnect_delay_s: u32,
         flags: u32,
     ) -> Result<Self> {
         let d = Self::DEFAULT;
@@ -146,6 +155,7 @@ impl Params {
             heartbeat_ms: or(heartbeat_ms, d.heartbeat_ms),
             timeout_ms: or(timeout_ms, d.timeout_ms.max(heartbeat_ms.saturating_mul(2))),
             give_up_s: or(give_up_s, d.give_up_s),
+            reconnect_delay_s: or(reconnect_delay_s, d.reconnect_delay_s),
             preregister: flags & PREREGISTER != 0,
         };
         let ok = (1..=wire::MAX_CHANNELS).contains(&p.channels)
@@ -156,6 +166,7 @@ impl Params {
             && wire::HEARTBEAT_MS.contains(&p.heartbeat_ms)
             && (p.heartbeat_ms.saturating_mul(2)..=600_000).contains(&p.timeout_ms)
             && p.give_up_s <= 7 * 86_400
+            && RECONNECT_DELAY_RANGE_S.contains(&p.reconnect_delay_s)
             && flags & !PREREGISTER == 0;
         if ok {
             Ok(p)
@@ -269,6 +280,15 @@ pub(crate) fn affordable(need: u64) -> Result<(), (Error, u64)> {
 #[kunit_tests(ferry_params)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reconnect_delay_defaults_and_is_bounded() {
+        let with = |r| Params::checked(1, 0, 1, 0, 0, 0, 0, 0, 0, r, 0);
+        assert_eq!(with(0).map(|p| p.reconnect_delay_s), Ok(30));
+        assert_eq!(with(1).map(|p| p.reconnect_delay_s), Ok(1));
+        assert_eq!(with(3600).map(|p| p.reconnect_delay_s), Ok(3600));
+        assert!(with(3601).is_err());
+    }
 
     #[test]
     fn channel_bytes_count_buffers_and_work_requests() {

@@ -46,7 +46,7 @@ use crate::{
     hostile::Hostile,
     keys::Psk,
     netns::Net,
-    params::Params,
+    params::{Params, RECONNECT_DELAY_RANGE_S},
     rdma::{mr::SgList, Pd},
     slot::RcuCell,
     state::{Role, SessionState},
@@ -232,6 +232,9 @@ pub(crate) struct Session {
     pub(crate) peer: SockAddr,
     /// Sizes and timers.
     pub(crate) params: Params,
+    /// The longest wait between reconnect attempts, in seconds: the
+    /// consumer may change it live.
+    reconnect_delay_s: AtomicU32,
     /// Server: the listener that accepted it.
     pub(crate) listener: Option<u32>,
     client_service: Option<ServiceName>,
@@ -346,6 +349,7 @@ impl Session {
                 role,
                 net: net.into(),
                 peer,
+                reconnect_delay_s: AtomicU32::new(params.reconnect_delay_s),
                 params,
                 listener,
                 client_service,

@@ -67,6 +67,10 @@ const DMA_ALIGNMENT: u32 = 3;
 /// `ctrl_loss_tmo`.
 pub(crate) const GIVE_UP_S: u32 = 600;
 
+/// A mapping's longest wait between reconnect attempts by default, in
+/// seconds, as nvme's `reconnect_delay`.
+pub(crate) const RECONNECT_DELAY_S: u32 = 10;
+
 /// The block driver of every mapping.
 pub(crate) struct Blk;
 
@@ -149,6 +153,9 @@ pub(crate) struct Shared {
     fast_fail_s: AtomicU32,
     /// Seconds disconnected before the disk is dead, as `ctrl_loss_tmo`.
     give_up_s: AtomicU32,
+    /// The longest wait between reconnect attempts (the session's), as
+    /// `reconnect_delay`.
+    reconnect_delay_s: AtomicU32,
     /// Disconnected beyond `fast_fail_s`: requests fail at once (with
     /// `ENOLINK`, a transport error) until it is live again.
     failing_fast: AtomicBool,
@@ -857,6 +864,18 @@ pub(crate) struct MapParams<'a> {
     pub(crate) fast_fail_s: u32,
     /// Seconds disconnected before the disk is dead.
     pub(crate) give_up_s: u32,
+    /// The longest wait between reconnect attempts, in seconds.
+    pub(crate) reconnect_delay_s: u32,
+}
+
+/// A mapping's times (see [`Mapping::timers`]), in seconds.
+pub(crate) struct Timers {
+    /// Disconnected before requests fail at once (0: never).
+    pub(crate) fast_fail_s: u32,
+    /// Disconnected before the disk is dead.
+    pub(crate) give_up_s: u32,
+    /// The longest wait between reconnect attempts.
+    pub(crate) reconnect_delay_s: u32,
 }
 
 /// A mapped export.
@@ -905,6 +924,7 @@ impl Mapping {
                 removing: AtomicBool::new(false),
                 fast_fail_s: AtomicU32::new(p.fast_fail_s),
                 give_up_s: AtomicU32::new(p.give_up_s.max(1)),
+                reconnect_delay_s: AtomicU32::new(p.reconnect_delay_s),
                 failing_fast: AtomicBool::new(false),
                 attempt: AtomicU32::new(0),
                 counters: MapCounters::default(),
@@ -920,6 +940,7 @@ impl Mapping {
         // ferry_blk gives up by itself, after its own time (which may be
         // changed live): the session reconnects as long as ferry allows.
         params.give_up_s = MAX_GIVE_UP_S;
+        params.reconnect_delay_s = p.reconnect_delay_s;
         let handler = Arc::new(
             ClientHandler {
                 shared: shared.clone(),
@@ -1077,23 +1098,35 @@ impl Mapping {
         self.shared.counters.counts()
     }
 
-    /// Its fast-fail and give-up times, in seconds.
-    pub(crate) fn timers(&self) -> (u32, u32) {
-        (
-            self.shared.fast_fail_s.load(Relaxed),
-            self.shared.give_up_s.load(Relaxed),
-        )
+    /// Its fast-fail, give-up and reconnect-delay times, in seconds.
+    pub(crate) fn timers(&self) -> Timers {
+        Timers {
+            fast_fail_s: self.shared.fast_fail_s.load(Relaxed),
+            give_up_s: self.shared.give_up_s.load(Relaxed),
+            reconnect_delay_s: self.shared.reconnect_delay_s.load(Relaxed),
+        }
     }
 
-    /// Changes its fast-fail and give-up times (those given), live: they
-    /// count from when the connection was lost.
-    pub(crate) fn set_timers(&self, fast_fail_s: Option<u32>, give_up_s: Option<u32>) {
+    /// Changes its fast-fail, give-up and reconnect-delay times (those
+    /// given), live: fast-fail and give-up count from when the connection
+    /// was lost, the reconnect delay applies from the next wait on.
+    pub(crate) fn set_timers(
+        &self,
+        fast_fail_s: Option<u32>,
+        give_up_s: Option<u32>,
+        reconnect_delay_s: Option<u32>,
+    ) -> Result {
+        if let Some(r) = reconnect_delay_s {
+            self.session.set_reconnect_delay(r)?;
+            self.shared.reconnect_delay_s.store(r, Relaxed);
+        }
         if let Some(f) = fast_fail_s {
             self.shared.fast_fail_s.store(f, Relaxed);
         }
         if let Some(g) = give_up_s {
             self.shared.give_up_s.store(g.max(1), Relaxed);
         }
+        Ok(())
     }
 
     /// Once a second: see [`Shared::tick`].

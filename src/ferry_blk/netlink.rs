@@ -278,9 +278,10 @@ fn fill_map(w: &mut Writer<'_>, m: &Mapping) -> Result {
     put_map_stats(w, &m.stats(), &m.counters())?;
     w.put_u32(ma::INFLIGHT, m.inflight())?;
     w.put_bytes(ma::UUID, m.id())?;
-    let (fast_fail, give_up) = m.timers();
-    w.put_u32(ma::FAST_FAIL, fast_fail)?;
-    w.put_u32(ma::GIVE_UP, give_up)
+    let t = m.timers();
+    w.put_u32(ma::FAST_FAIL, t.fast_fail_s)?;
+    w.put_u32(ma::GIVE_UP, t.give_up_s)?;
+    w.put_u32(ma::RECONNECT_DELAY, t.reconnect_delay_s)
 }
 
 /// Writes what identifies a mapping, its capacity (`sectors`) and state
@@ -367,6 +368,9 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
         key,
         fast_fail_s: req.u32(ma::FAST_FAIL).unwrap_or(0),
         give_up_s: req.u32(ma::GIVE_UP).unwrap_or(crate::client::GIVE_UP_S),
+        reconnect_delay_s: req
+            .u32(ma::RECONNECT_DELAY)
+            .unwrap_or(crate::client::RECONNECT_DELAY_S),
     };
     let mapping = match state.map(&p) {
         Ok(m) => m,
@@ -403,7 +407,8 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
     reply.send()
 }
 
-/// `map-set`: change a mapping's fast-fail and give-up times.
+/// `map-set`: change a mapping's fast-fail, give-up and reconnect-delay
+/// times.
 pub(crate) fn map_set_doit(req: &mut Request<'_>) -> Result {
     let state = State::get()?;
     if !crate::capable_sys_admin() {
@@ -413,13 +418,14 @@ pub(crate) fn map_set_doit(req: &mut Request<'_>) -> Result {
     req.require(ma::INDEX)?;
     let index = req.u32(ma::INDEX).unwrap_or(u32::MAX);
     let (fast_fail, give_up) = (req.u32(ma::FAST_FAIL), req.u32(ma::GIVE_UP));
-    if fast_fail.is_none() && give_up.is_none() {
-        req.error(c"nothing to set: fast-fail, give-up");
+    let reconnect_delay = req.u32(ma::RECONNECT_DELAY);
+    if fast_fail.is_none() && give_up.is_none() && reconnect_delay.is_none() {
+        req.error(c"nothing to set: fast-fail, give-up, reconnect-delay");
         return Err(EINVAL);
     }
     let mut reply = req.reply_sized(ENTRY_SIZE)?;
     let res = state.with_map(index, |m| {
-        m.set_timers(fast_fail, give_up);
+        m.set_timers(fast_fail, give_up, reconnect_delay)?;
         fill_map(&mut reply.writer(), m)
     });
     if let Err(e) = res {

@@ -178,6 +178,26 @@ impl Session {
         }
     }
 
+    /// The longest wait between reconnect attempts, in seconds.
+    pub(crate) fn reconnect_delay_s(&self) -> u32 {
+        self.reconnect_delay_s.load(Relaxed)
+    }
+
+    /// Changes the longest wait between reconnect attempts (from the next
+    /// wait on, and the one under way if it is longer): `EINVAL` out of
+    /// [`RECONNECT_DELAY_RANGE_S`], `EOPNOTSUPP` on a server (which never
+    /// reconnects).
+    pub(crate) fn set_reconnect_delay(&self, secs: u32) -> Result {
+        if self.role != Role::Client {
+            return Err(EOPNOTSUPP);
+        }
+        if !RECONNECT_DELAY_RANGE_S.contains(&secs) {
+            return Err(EINVAL);
+        }
+        self.reconnect_delay_s.store(secs, Relaxed);
+        Ok(())
+    }
+
     /// The negotiated limits: (channels, the peer's queue depth, largest
     /// payload). `ENOTCONN` unless connected.
     pub(crate) fn limits(&self) -> Result<Limits> {

@@ -393,7 +393,10 @@ impl Session {
         if inner.failed_since.is_none() {
             inner.failed_since = Some(now);
         }
-        let delay = inner.backoff.next_delay_ms(work::random_u32());
+        let delay = inner.backoff.next_delay_ms(
+            work::random_u32(),
+            self.reconnect_delay_s().saturating_mul(1000),
+        );
         if inner.connected_once && inner.state == SessionState::Reconnecting {
             // Bounded by the backoff per session, not across sessions.
             crate::ratelimit::pr_info_limited!(
@@ -549,10 +552,14 @@ impl Session {
         // not outlive the new one's start (as nvme-rdma tears down before it
         // reconnects), or its consumer, seeing it still at work, could act
         // on the new connection for it (a blk-mq timeout resets it).
+        // (A reconnect delay lowered meanwhile shortens the wait.)
+        let wait_ms = inner
+            .next_delay_ms
+            .min(self.reconnect_delay_s().saturating_mul(1000));
         let due = inner.tearing_down == 0
             && inner
                 .next_attempt
-                .is_some_and(|t| t.elapsed().as_millis() >= i64::from(inner.next_delay_ms));
+                .is_some_and(|t| t.elapsed().as_millis() >= i64::from(wait_ms));
         // (Server.) A client's next channel resolves its route and builds
         // its QP, then connects, each step within the connect timeout.
         let stuck =

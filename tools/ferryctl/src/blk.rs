@@ -46,7 +46,45 @@ fn map_attr_name(ty: u16) -> Option<&'static str> {
         FERRY_BLK_A_MAP_FORCE => Some("force"),
         FERRY_BLK_A_MAP_FAST_FAIL => Some("fast-fail"),
         FERRY_BLK_A_MAP_GIVE_UP => Some("give-up"),
+        FERRY_BLK_A_MAP_RECONNECT_DELAY => Some("reconnect-delay"),
         _ => None,
+    }
+}
+
+/// A mapping's times given on the command line, in seconds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timers {
+    /// `fast-fail S`
+    pub fast_fail: Option<u32>,
+    /// `give-up S`
+    pub give_up: Option<u32>,
+    /// `reconnect-delay S`
+    pub reconnect_delay: Option<u32>,
+}
+
+impl Timers {
+    const WORDS: [&'static str; 3] = ["fast-fail", "give-up", "reconnect-delay"];
+
+    fn parse(kw: &KwArgs) -> Result<Self, CliError> {
+        Ok(Self {
+            fast_fail: kw.num("fast-fail")?,
+            give_up: kw.num("give-up")?,
+            reconnect_delay: kw.num("reconnect-delay")?,
+        })
+    }
+
+    /// Adds the times given to a map or set request.
+    fn put(&self, mut b: nl::Builder) -> nl::Builder {
+        for (attr, v) in [
+            (FERRY_BLK_A_MAP_FAST_FAIL, self.fast_fail),
+            (FERRY_BLK_A_MAP_GIVE_UP, self.give_up),
+            (FERRY_BLK_A_MAP_RECONNECT_DELAY, self.reconnect_delay),
+        ] {
+            if let Some(v) = v {
+                b = b.u32(attr, v);
+            }
+        }
+        b
     }
 }
 
@@ -66,7 +104,7 @@ pub enum Cmd {
     /// `blk export resize NAME`
     ExportResize { name: String },
     /// `blk map ADDR [port P] export NAME [ro] [channels N] [depth N] [key K]
-    /// [fast-fail S] [give-up S]`
+    /// [fast-fail S] [give-up S] [reconnect-delay S]`
     Map {
         addr: IpAddr,
         port: u16,
@@ -75,15 +113,10 @@ pub enum Cmd {
         channels: Option<u32>,
         depth: Option<u32>,
         key: Option<String>,
-        fast_fail: Option<u32>,
-        give_up: Option<u32>,
+        timers: Timers,
     },
-    /// `blk set DEV [fast-fail S] [give-up S]`
-    Set {
-        index: u32,
-        fast_fail: Option<u32>,
-        give_up: Option<u32>,
-    },
+    /// `blk set DEV [fast-fail S] [give-up S] [reconnect-delay S]`
+    Set { index: u32, timers: Timers },
     /// `blk unmap DEV [force]`
     Unmap { index: u32, force: bool },
     /// `blk show`
@@ -198,20 +231,9 @@ impl Cmd {
             }
         } else if matches(command, "map") {
             let (rest, set) = flags(args, &["ro", "read-only"]);
-            let kw = KwArgs::parse(
-                &rest,
-                &[
-                    "addr",
-                    "port",
-                    "export",
-                    "channels",
-                    "depth",
-                    "key",
-                    "fast-fail",
-                    "give-up",
-                ],
-                Some("addr"),
-            )?;
+            let mut words = vec!["addr", "port", "export", "channels", "depth", "key"];
+            words.extend(Timers::WORDS);
+            let kw = KwArgs::parse(&rest, &words, Some("addr"))?;
             Ok(Some(Cmd::Map {
                 addr: args::parse_addr(kw.required("addr")?)?,
                 port: kw.num("port")?.unwrap_or(DEFAULT_PORT),
@@ -220,19 +242,21 @@ impl Cmd {
                 channels: kw.num("channels")?,
                 depth: kw.num("depth")?,
                 key: kw.get("key").map(crate::key::name).transpose()?,
-                fast_fail: kw.num("fast-fail")?,
-                give_up: kw.num("give-up")?,
+                timers: Timers::parse(&kw)?,
             }))
         } else if matches(command, "set") {
-            let kw = KwArgs::parse(args, &["dev", "fast-fail", "give-up"], Some("dev"))?;
-            let (fast_fail, give_up) = (kw.num("fast-fail")?, kw.num("give-up")?);
-            if fast_fail.is_none() && give_up.is_none() {
-                return Err(usage("nothing to set (fast-fail, give-up)".into()));
+            let mut words = vec!["dev"];
+            words.extend(Timers::WORDS);
+            let kw = KwArgs::parse(args, &words, Some("dev"))?;
+            let timers = Timers::parse(&kw)?;
+            if timers == Timers::default() {
+                return Err(usage(
+                    "nothing to set (fast-fail, give-up, reconnect-delay)".into(),
+                ));
             }
             Ok(Some(Cmd::Set {
                 index: disk_index(kw.required("dev")?)?,
-                fast_fail,
-                give_up,
+                timers,
             }))
         } else if matches(command, "unmap") {
             let (rest, set) = flags(args, &["force"]);
@@ -370,7 +394,7 @@ fn decode_export(p: &[u8]) -> Result<Value, Error> {
 /// A mapping as JSON: `index`, `addr`, `port`, `export`, `read_only`,
 /// `disk`, `session`, `sectors`, `state` (`live`, `connecting`,
 /// `failing-fast`, `dead`), `stats`, `inflight`, `uuid`, `fast_fail`,
-/// `give_up`.
+/// `give_up`, `reconnect_delay`.
 fn decode_map(p: &[u8]) -> Result<Value, Error> {
     let mut o = Map::new();
     o.insert("kind".into(), json!("map"));
@@ -418,6 +442,10 @@ fn decode_map(p: &[u8]) -> Result<Value, Error> {
             FERRY_BLK_A_MAP_GIVE_UP => (
                 "give_up",
                 json!(attr::u32(v).ok_or_else(|| bad("give-up"))?),
+            ),
+            FERRY_BLK_A_MAP_RECONNECT_DELAY => (
+                "reconnect_delay",
+                json!(attr::u32(v).ok_or_else(|| bad("reconnect-delay"))?),
             ),
             _ => continue,
         };
@@ -505,7 +533,7 @@ fn to_text(v: &Value, with_stats: bool) -> String {
     } else {
         format!(
             "{} addr {} port {} export {} uuid {} sectors {} state {} session {} inflight {} \
-             fast-fail {} give-up {}",
+             fast-fail {} give-up {} reconnect-delay {}",
             get("disk").unwrap_or_default(),
             get("addr").unwrap_or_default(),
             get("port").unwrap_or_default(),
@@ -516,7 +544,8 @@ fn to_text(v: &Value, with_stats: bool) -> String {
             get("session").unwrap_or_default(),
             get("inflight").unwrap_or_default(),
             get("fast_fail").unwrap_or_default(),
-            get("give_up").unwrap_or_default()
+            get("give_up").unwrap_or_default(),
+            get("reconnect_delay").unwrap_or_default()
         )
     };
     if v["read_only"] == true {
@@ -552,17 +581,6 @@ fn to_text(v: &Value, with_stats: bool) -> String {
     }
     s.push('\n');
     s
-}
-
-/// Adds the fast-fail and give-up times given to a map or set request.
-fn timers(mut b: nl::Builder, fast_fail: Option<u32>, give_up: Option<u32>) -> nl::Builder {
-    if let Some(f) = fast_fail {
-        b = b.u32(FERRY_BLK_A_MAP_FAST_FAIL, f);
-    }
-    if let Some(g) = give_up {
-        b = b.u32(FERRY_BLK_A_MAP_GIVE_UP, g);
-    }
-    b
 }
 
 /// Runs a parsed command: `show`, `export add`, `export resize`, `map` and
@@ -616,8 +634,7 @@ pub fn exec(ctx: &mut Ctx, cmd: &Cmd) -> Result<Option<Output>, CliError> {
             channels,
             depth,
             key,
-            fast_fail,
-            give_up,
+            timers,
         } => {
             let mut b = b
                 .binary(FERRY_BLK_A_MAP_ADDR, &args::addr_bytes(addr))
@@ -635,17 +652,13 @@ pub fn exec(ctx: &mut Ctx, cmd: &Cmd) -> Result<Option<Output>, CliError> {
             if let Some(k) = key {
                 b = b.str(FERRY_BLK_A_MAP_KEY, k);
             }
-            let b = timers(b, *fast_fail, *give_up);
+            let b = timers.put(b);
             for r in ctx.request_blk(FERRY_BLK_CMD_MAP_ADD, 0, &b, map_attr_name)? {
                 values.push(decode_map(&r).map_err(|e| CliError::Kernel(e, map_attr_name))?);
             }
         }
-        Cmd::Set {
-            index,
-            fast_fail,
-            give_up,
-        } => {
-            let b = timers(b.u32(FERRY_BLK_A_MAP_INDEX, *index), *fast_fail, *give_up);
+        Cmd::Set { index, timers } => {
+            let b = timers.put(b.u32(FERRY_BLK_A_MAP_INDEX, *index));
             for r in ctx.request_blk(FERRY_BLK_CMD_MAP_SET, 0, &b, map_attr_name)? {
                 values.push(decode_map(&r).map_err(|e| CliError::Kernel(e, map_attr_name))?);
             }
@@ -745,12 +758,11 @@ mod tests {
                 channels: Some(2),
                 depth: Some(64),
                 key: None,
-                fast_fail: None,
-                give_up: None,
+                timers: Timers::default(),
             }
         );
         assert_eq!(
-            parse("map 192.0.2.1 export ram0 fast-fail 5 give-up 60")
+            parse("map 192.0.2.1 export ram0 fast-fail 5 give-up 60 reconnect-delay 2")
                 .unwrap()
                 .unwrap(),
             Cmd::Map {
@@ -761,16 +773,21 @@ mod tests {
                 channels: None,
                 depth: None,
                 key: None,
-                fast_fail: Some(5),
-                give_up: Some(60),
+                timers: Timers {
+                    fast_fail: Some(5),
+                    give_up: Some(60),
+                    reconnect_delay: Some(2),
+                },
             }
         );
         assert_eq!(
             parse("set ferryblk2 fast-fail 0").unwrap().unwrap(),
             Cmd::Set {
                 index: 2,
-                fast_fail: Some(0),
-                give_up: None,
+                timers: Timers {
+                    fast_fail: Some(0),
+                    ..Timers::default()
+                },
             }
         );
         assert_eq!(
@@ -804,7 +821,7 @@ mod tests {
         assert_eq!(usage_msg("frob"), "unknown blk command \"frob\"");
         assert_eq!(
             usage_msg("set ferryblk0"),
-            "nothing to set (fast-fail, give-up)"
+            "nothing to set (fast-fail, give-up, reconnect-delay)"
         );
         for bad in [
             "0123",

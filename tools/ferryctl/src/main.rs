@@ -71,13 +71,14 @@ ferryctl blk export resize NAME
     several clients may write; force: delete while mapped.
 
 ferryctl blk map ADDR [port PORT] export NAME [ro] [channels N] [depth N]
-        [key NAME] [fast-fail S] [give-up S]
-ferryctl blk set DEV [fast-fail S] [give-up S]
+        [key NAME] [fast-fail S] [give-up S] [reconnect-delay S]
+ferryctl blk set DEV [fast-fail S] [give-up S] [reconnect-delay S]
 ferryctl blk unmap DEV [force]
 ferryctl blk show
     Other hosts' exports mapped as local disks (/dev/ferryblkN; PORT
     defaults to 4791); fast-fail: seconds disconnected before I/O fails at
     once (0, the default: never); give-up: before the disk is dead (600);
+    reconnect-delay: the longest wait between reconnect attempts (10);
     set changes them live. force: unmap while the disk is open, failing its
     I/O. show lists exports and mappings; -s adds their counters.
 

@@ -817,6 +817,15 @@ def timed_write(t, vm, disk, seek):
     return int(rc), int(ms) / 1000
 
 
+def reconnect_waits(vm, mark):
+    """The waits between reconnect attempts the kernel log told (ms) since
+    `mark` was written to it."""
+    out = vm.run('dmesg', check=False).out
+    out = out[out.rindex(mark):]
+    return [int(line.rsplit('next in ', 1)[1].split()[0])
+            for line in out.splitlines() if 'failed (' in line and 'next in ' in line]
+
+
 @case(timeout=400)
 def blk_fast_fail(t):
     """Fail fast, or not at all, with nvme-cli's meanings. A disk mapped
@@ -827,13 +836,17 @@ def blk_fast_fail(t):
     changes the times live: with `give-up 3` and no fast-fail, a cut-off
     disk is dead after 3 s, its I/O fails, and it unmaps without force.
     Each state is an event, and `blk show -s` counts reconnects, requeues,
-    fast-failed requests and the seconds disconnected."""
+    fast-failed requests and the seconds disconnected. No wait between
+    reconnect attempts is longer than the reconnect delay (mapped with 2 s,
+    then set to 1 s live)."""
     vm = t.vm
     loop = blk_setup(t, vm)
-    disk = export_and_map(t, vm, 'ff0', loop, 'channels 2 fast-fail 2 give-up 20')
+    disk = export_and_map(t, vm, 'ff0', loop, 'channels 2 fast-fail 2 give-up 20 reconnect-delay 2')
     m = map_of(t, vm)
-    t.eq((m['state'], m['fast_fail'], m['give_up']), ('live', 2, 20), 'mapped')
+    t.eq((m['state'], m['fast_fail'], m['give_up'], m['reconnect_delay']), ('live', 2, 20, 2),
+         'mapped')
     monitor_start(t, vm)
+    vm.run('echo "ferry test: first cut" > /dev/kmsg')
     cut_off(t, vm)
     t.until(lambda: map_of(t, vm)['state'] in ('connecting', 'failing-fast'), 10 * t.slow,
             'the disk connecting')
@@ -848,13 +861,20 @@ def blk_fast_fail(t):
     t.until(lambda: map_of(t, vm)['state'] == 'live', 60 * t.slow, 'live again')
     rc, secs = timed_write(t, vm, disk, 2)
     t.eq(rc, 0, 'a write once the target is back')
-    # Live changes: no fast-fail, give up after 3 s.
-    m = t.ferryctl_json(vm, f'blk set {disk} fast-fail 0 give-up 3')[0]
-    t.eq((m['fast_fail'], m['give_up']), (0, 3), 'changed live')
+    waits = reconnect_waits(vm, 'ferry test: first cut')
+    t.log(f'waits between reconnect attempts (ms): {waits}')
+    t.check(waits and max(waits) <= 2000, 'no wait longer than the reconnect delay (2 s)')
+    # Live changes: no fast-fail, give up after 3 s, reconnect within 1 s.
+    m = t.ferryctl_json(vm, f'blk set {disk} fast-fail 0 give-up 3 reconnect-delay 1')[0]
+    t.eq((m['fast_fail'], m['give_up'], m['reconnect_delay']), (0, 3, 1), 'changed live')
+    vm.run('echo "ferry test: second cut" > /dev/kmsg')
     cut_off(t, vm)
     start = time.monotonic()
     t.until(lambda: map_of(t, vm)['state'] == 'dead', 20 * t.slow, 'the disk dead')
     t.log(f'dead {time.monotonic() - start:.1f} s after the cut (give-up 3 s)')
+    waits = reconnect_waits(vm, 'ferry test: second cut')
+    t.log(f'waits between reconnect attempts (ms): {waits}')
+    t.check(waits and max(waits) <= 1000, 'no wait longer than the reconnect delay (1 s)')
     rc, secs = timed_write(t, vm, disk, 3)
     t.check(rc != 0 and secs < 2 * t.slow, f'a write to the dead disk fails at once: {rc} {secs}')
     st = map_of(t, vm)['stats']
