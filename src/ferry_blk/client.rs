@@ -540,8 +540,9 @@ impl Shared {
         let Some(since) = conn.down_since else {
             return;
         };
-        MapCounters::count(&self.counters.disconnected_s);
         let down_ms = since.elapsed().as_millis();
+        self.counters
+            .disconnected(u64::try_from(down_ms).unwrap_or(0));
         let fast_fail = i64::from(self.fast_fail_s.load(Relaxed)) * 1000;
         if fast_fail != 0 && down_ms >= fast_fail && !self.failing_fast.load(Acquire) {
             self.failing_fast.store(true, Release);
@@ -696,7 +697,10 @@ impl Shared {
                     self.resize.store(o.sectors, Release);
                     self.notice();
                 }
-                conn.down_since = None;
+                if let Some(since) = conn.down_since.take() {
+                    let ms = since.elapsed().as_millis();
+                    self.counters.reconnected(u64::try_from(ms).unwrap_or(0));
+                }
                 let was_failing = self.failing_fast.swap(false, AcqRel);
                 self.ready.store(true, Release);
                 if was_failing {

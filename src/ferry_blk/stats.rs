@@ -114,8 +114,11 @@ pub(crate) struct MapCounters {
     /// Reopens the target refused for now: the earlier connection's
     /// operations were still at work.
     pub(crate) fenced: AtomicU64,
-    /// Seconds spent disconnected, in all.
-    pub(crate) disconnected_s: AtomicU64,
+    /// Milliseconds spent disconnected, in all (to the last tick while
+    /// it is).
+    disconnected_ms: AtomicU64,
+    /// Of the disconnection under way: the milliseconds counted so far.
+    down_counted_ms: AtomicU64,
 }
 
 impl MapCounters {
@@ -124,18 +127,32 @@ impl MapCounters {
         c.fetch_add(1, Relaxed);
     }
 
+    /// Disconnected for `ms` milliseconds so far (the tick, under the
+    /// mapping's connection lock, as `reconnected`): counts what is new.
+    pub(crate) fn disconnected(&self, ms: u64) {
+        let before = self.down_counted_ms.swap(ms, Relaxed);
+        self.disconnected_ms
+            .fetch_add(ms.saturating_sub(before), Relaxed);
+    }
+
+    /// The connection is back after `ms` milliseconds: counts the rest.
+    pub(crate) fn reconnected(&self, ms: u64) {
+        self.disconnected(ms);
+        self.down_counted_ms.store(0, Relaxed);
+    }
+
     /// What it counted so far: reconnects, requeues, fast-failed,
     /// timeouts, fenced reopens, seconds disconnected.
     pub(crate) fn counts(&self) -> [u64; 6] {
+        let down = self.disconnected_ms.load(Relaxed);
         [
-            &self.reconnects,
-            &self.requeues,
-            &self.fast_failed,
-            &self.timeouts,
-            &self.fenced,
-            &self.disconnected_s,
+            self.reconnects.load(Relaxed),
+            self.requeues.load(Relaxed),
+            self.fast_failed.load(Relaxed),
+            self.timeouts.load(Relaxed),
+            self.fenced.load(Relaxed),
+            down / 1000,
         ]
-        .map(|c| c.load(Relaxed))
     }
 }
 
@@ -230,5 +247,20 @@ mod tests {
         assert_eq!(t.bytes_discarded, 4608);
         assert_eq!((t.bytes_written, t.failed), (8192, 1));
         assert_eq!(IoCounts::sum(&q[..0]), IoCounts::default());
+    }
+
+    #[test]
+    fn time_disconnected_only_grows() {
+        let m = MapCounters::default();
+        // Ticks at 1.2 s and 2.5 s of a disconnection, back at 2.9 s.
+        m.disconnected(1200);
+        assert_eq!(m.counts()[5], 1);
+        m.disconnected(2500);
+        m.reconnected(2900);
+        assert_eq!(m.counts()[5], 2);
+        // The next one, 1.3 s, with no tick: 4.2 s in all.
+        m.reconnected(1300);
+        assert_eq!(m.counts()[5], 4);
+        assert_eq!(m.disconnected_ms.load(Relaxed), 4200);
     }
 }
