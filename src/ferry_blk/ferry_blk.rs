@@ -181,19 +181,31 @@ impl State {
     }
 }
 
+/// Closes the target's exports when the module goes, once its service is
+/// gone (see [`Target::shutdown`]).
+struct ExportsGuard(Arc<Target>);
+
+impl Drop for ExportsGuard {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
+}
+
 /// The loaded module: the tick stops first on unload, then the netlink
-/// family goes, then the service (exports and mappings keep the module
-/// loaded while they exist).
+/// family goes, then the service (its sessions closed), then the exports
+/// (mappings keep the module loaded while they exist; exports do not).
 struct FerryBlk {
     _ticker: TickerGuard,
     _netlink: Published<genl::Registration>,
     _state: Published<State>,
     _service: ferry_api::Registration<TargetService>,
+    _exports: ExportsGuard,
 }
 
 impl kernel::Module for FerryBlk {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let target = Target::new()?;
+        let exports = ExportsGuard(target.clone());
         let service = ferry_api::Registration::new(
             wire::SERVICE,
             Arc::new(TargetService(target.clone()), GFP_KERNEL)?,
@@ -220,6 +232,7 @@ impl kernel::Module for FerryBlk {
             _netlink: netlink,
             _state: state,
             _service: service,
+            _exports: exports,
         })
     }
 }

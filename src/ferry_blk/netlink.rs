@@ -171,15 +171,9 @@ pub(crate) fn export_add_doit(req: &mut Request<'_>) -> Result {
             return Err(EINVAL);
         }
     };
-    // Taken first: an unload that began meanwhile refuses the export.
-    if !crate::module_get() {
-        req.error(c"ferry_blk is being unloaded");
-        return Err(ENODEV);
-    }
     let export = match state.target.add(name, path, access, id) {
         Ok(e) => e,
         Err(e) => {
-            crate::module_put();
             match e {
                 EEXIST => req.bad_attr(ea::NAME, c"an export of this name exists"),
                 EADDRINUSE => req.bad_attr(
@@ -214,11 +208,7 @@ pub(crate) fn export_del_doit(req: &mut Request<'_>) -> Result {
     let name = export_name(req, ea::NAME)?;
     let export = state.target.find(&name);
     match state.target.delete(&name, req.has(ea::FORCE)) {
-        Ok(closed) => {
-            // (Not closed yet: its reaper gives the reference back.)
-            if closed {
-                crate::module_put();
-            }
+        Ok(_) => {
             pr_info!("export {}: deleted\n", name);
             if let Some(e) = export {
                 export_event(nl::cmd::EXPORT_DEL_NTF, &e);

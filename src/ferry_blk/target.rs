@@ -412,9 +412,8 @@ impl Target {
     /// on. Waits at most [`DELETE_WAIT_MS`] for its operations at work
     /// (a hung backing disk holds them): `Ok(true)` once none is left and
     /// the device is closed; `Ok(false)` if some are still at work, and a
-    /// work item of the target's closes the device once the last has
-    /// ended, then gives the module reference of the export back (the
-    /// caller must not: the module stays while bios of it may end). Sleeps.
+    /// work item of the target's, which keeps the module loaded, closes the
+    /// device once the last has ended. Sleeps.
     pub(crate) fn delete(&self, name: &ExportName, force: bool) -> Result<bool> {
         let e = {
             let mut list = self.exports.lock();
@@ -461,10 +460,10 @@ impl Target {
 const DELETE_WAIT_MS: u32 = 3000;
 
 /// A deleted export whose operations were still at work when its deletion
-/// returned: closes its device once the last has ended, then gives the
-/// export's module reference back. On the target's open queue (it sleeps,
-/// and the queue's destruction at unload waits for it, after its last
-/// act).
+/// returned: closes its device once the last has ended, then gives back
+/// the module reference it holds (their bios end in the module's code). On
+/// the target's open queue (it sleeps, and the queue's destruction at
+/// unload waits for it, after its last act).
 #[pin_data]
 struct Reaper {
     #[pin]
@@ -499,27 +498,60 @@ impl WorkItem for Reaper {
 }
 
 impl Target {
-    /// Leaves deleted export `e` to a [`Reaper`]. Without memory for it,
-    /// waits here instead (as the deletion did before it had a bound).
+    /// Leaves deleted export `e` to a [`Reaper`], which keeps the module
+    /// loaded. Without memory for it, or while the module unloads, waits
+    /// here instead (as the deletion did before it had a bound).
     fn queue_reaper(&self, e: Arc<Export>) {
-        let export = e.clone();
-        let r = KBox::pin_init(
-            pin_init!(Reaper {
-                work <- new_work!("ferry_blk::Reaper::work"),
-                export,
-            }),
-            GFP_KERNEL,
-        );
-        match r {
-            // A new box is never queued already: it always goes.
-            Ok(r) => self.opens.queue().enqueue(r),
-            Err(_) => {
-                while e.inflight.load(SeqCst) != 0 {
-                    kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
-                }
-                e.bdev.revoke();
-                crate::module_put();
+        if crate::module_get() {
+            let export = e.clone();
+            let r = KBox::pin_init(
+                pin_init!(Reaper {
+                    work <- new_work!("ferry_blk::Reaper::work"),
+                    export,
+                }),
+                GFP_KERNEL,
+            );
+            match r {
+                // A new box is never queued already: it always goes.
+                Ok(r) => return self.opens.queue().enqueue(r),
+                Err(_) => crate::module_put(),
             }
+        }
+        while e.inflight.load(SeqCst) != 0 {
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+        }
+        e.bdev.revoke();
+    }
+
+    /// The module unloads, its service gone (every session closed): closes
+    /// every export without telling its clients that it was deleted. They
+    /// reconnect, and find it again if it is added back with the same
+    /// identity once the module is loaded again. Waits for each export's
+    /// operations at work, however long a hung backing disk holds them:
+    /// their bios end in the module's code. Sleeps.
+    pub(crate) fn shutdown(&self) {
+        let list = core::mem::take(&mut *self.exports.lock());
+        for e in list.iter() {
+            // Nothing new starts (no session is left to ask, anyway).
+            e.deleted.store(true, SeqCst);
+            let waited = crate::work::jiffies_64();
+            // CAST: seconds of jiffies fit any width.
+            let limit = kernel::time::msecs_to_jiffies(DELETE_WAIT_MS) as u64;
+            let mut told = false;
+            while e.inflight.load(SeqCst) != 0 {
+                if !told && crate::work::jiffies_64() - waited >= limit {
+                    pr_warn!(
+                        "export {}: unloading waits for {} operations still at work in the backing disk\n",
+                        e.name,
+                        e.inflight.load(SeqCst)
+                    );
+                    told = true;
+                }
+                kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+            }
+            e.bdev.revoke();
+            drop(e.live_users());
+            pr_info!("export {}: closed (ferry_blk unloads)\n", e.name);
         }
     }
 }
