@@ -742,15 +742,27 @@ def fio_verify_background(t, vm, disk, mib, loops, out, offset=0):
            f'> {out} 2>&1; echo $? > {out}.rc) >/dev/null 2>&1 &')
 
 
+def fio_result(t, vm, out, timeout):
+    """Waits for `fio_verify_background`'s fio: (exit code, I/O errors,
+    bytes written, bytes verified); (rc, -1, 0, 0) if it printed no
+    result."""
+    t.until(lambda: vm.run(f'test -s {out}.rc', check=False).rc == 0, timeout, 'fio verify ended')
+    r = vm.run(f'cat {out}.rc {out}')
+    rc = int(r.out.split('\n', 1)[0])
+    try:
+        job = json.loads(r.out[r.out.index('{'):])['jobs'][0]
+    except ValueError:
+        t.log(f'fio printed no result: {r.out[-600:]!r}')
+        return rc, -1, 0, 0
+    return rc, job['error'], job['write']['io_bytes'], job['read']['io_bytes']
+
+
 def fio_verified(t, vm, out, timeout):
     """Waits for `fio_verify_background`'s fio: (bytes written, bytes
     verified), checked clean."""
-    t.until(lambda: vm.run(f'test -s {out}.rc', check=False).rc == 0, timeout, 'fio verify ended')
-    r = vm.run(f'cat {out}.rc {out}')
-    t.require(r.out.startswith('0\n'), f'fio verify: {r.out[-600:]!r}')
-    job = json.loads(r.out[r.out.index('{'):])['jobs'][0]
-    t.eq(job['error'], 0, 'fio errors')
-    return job['write']['io_bytes'], job['read']['io_bytes']
+    rc, errors, written, verified = fio_result(t, vm, out, timeout)
+    t.require((rc, errors) == (0, 0), f'fio verify: exit code {rc}, errors {errors}')
+    return written, verified
 
 
 @case(timeout=400)

@@ -97,6 +97,9 @@ class VM:
     def __init__(self, name, kernel, outdir, nics=(None,), cpus=2, memory='1G',
                  append=(), boot_timeout=180, mac_base=0x10):
         self.name = name
+        # Host files the VM sees as virtio disks vda, vdb, ... (set before
+        # start(): a disk that outlives the VM, as a server's own disk).
+        self.disks = []
         self.kernel = kernel
         self.outdir = outdir
         self.nics = list(nics)
@@ -145,6 +148,9 @@ class VM:
                 link, side = nic
                 opts += ['-netdev', link.netdev(side, ident)]
             opts += ['-device', f'virtio-net-pci,netdev={ident},mac={self.mac(i)}']
+        for i, path in enumerate(self.disks):
+            opts += ['-drive', f'file={path},if=none,format=raw,id=fdisk{i}',
+                     '-device', f'virtio-blk-pci,drive=fdisk{i},serial=ferrydisk{i}']
         return opts
 
     def start(self):

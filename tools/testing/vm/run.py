@@ -31,6 +31,7 @@ import messages  # noqa: E402,F401
 import hostile  # noqa: E402,F401
 import blk  # noqa: E402,F401
 import blktests  # noqa: E402,F401
+import faults  # noqa: E402,F401
 
 
 def main():
