@@ -68,7 +68,7 @@ const DMA_ALIGNMENT: u32 = 3;
 pub(crate) const GIVE_UP_S: u32 = 600;
 
 /// A mapping's longest wait between reconnect attempts by default, in
-/// seconds, as nvme's `reconnect_delay`.
+/// seconds (nvme's `reconnect_delay` is 10 s by default too).
 pub(crate) const RECONNECT_DELAY_S: u32 = 10;
 
 /// The block driver of every mapping.
@@ -153,8 +153,7 @@ pub(crate) struct Shared {
     fast_fail_s: AtomicU32,
     /// Seconds disconnected before the disk is dead, as `ctrl_loss_tmo`.
     give_up_s: AtomicU32,
-    /// The longest wait between reconnect attempts (the session's), as
-    /// `reconnect_delay`.
+    /// The longest wait between reconnect attempts (the session's copy).
     reconnect_delay_s: AtomicU32,
     /// Disconnected beyond `fast_fail_s`: requests fail at once (with
     /// `ENOLINK`, a transport error) until it is live again.
@@ -1113,7 +1112,7 @@ impl Mapping {
 
     /// Changes its fast-fail, give-up and reconnect-delay times (those
     /// given), live: fast-fail and give-up count from when the connection
-    /// was lost, the reconnect delay applies from the next wait on.
+    /// was lost; a lower reconnect delay also cuts a longer wait short.
     pub(crate) fn set_timers(
         &self,
         fast_fail_s: Option<u32>,

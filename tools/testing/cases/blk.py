@@ -1096,6 +1096,44 @@ def blk_identity(t):
     blk_teardown(t, vm, loop)
 
 
+@case(timeout=500)
+def blk_map_during_disconnect(t):
+    """Maps race the target cutting their sessions: 12 times, a map starts
+    and the target disconnects its server sessions 0 to 275 ms later (the
+    map's session connecting, its open in flight, or its disk being
+    added). Each map either fails with a clear error and leaves nothing
+    behind, or gives a disk that reconnects and takes a write. No warning
+    (the runner scans the console)."""
+    vm = t.vm
+    loop = blk_setup(t, vm)
+    vm.run(f'{t.ferryctl} blk export add race0 path {loop}')
+    outcomes = []
+    for i in range(12):
+        vm.run(f'({t.ferryctl} -j blk map 192.0.2.1 port {PORT} export race0 > /tmp/map.out 2>&1; '
+               f'echo $? > /tmp/map.rc) >/dev/null 2>&1 & sleep {i * 0.025:.3f}; '
+               f'for s in $({t.ferryctl} session show | awk \'$3 == "server" {{print $2}}\'); do '
+               f'{t.ferryctl} session disconnect id $s; done', check=False)
+        t.until(lambda: vm.run('test -s /tmp/map.rc', check=False).rc == 0, 90 * t.slow,
+                'the map returned')
+        r = vm.run('cat /tmp/map.rc /tmp/map.out; rm -f /tmp/map.rc /tmp/map.out')
+        rc, out = r.out.split('\n', 1)
+        maps = [x for x in show(t, vm) if x['kind'] == 'map']
+        if rc == '0':
+            disk = '/dev/' + json.loads(out[out.index('['):])[0]['disk']
+            t.until(lambda: map_of(t, vm)['state'] == 'live', 60 * t.slow, f'{disk} live')
+            w, _ = timed_write(t, vm, disk, i)
+            t.eq(w, 0, f'a write to {disk}, mapped as its session was cut')
+            vm.run(f'{t.ferryctl} blk unmap {disk}')
+            outcomes.append('mapped')
+        else:
+            t.check(rc == '2' and bool(out.strip()), f'a map that failed says why: {rc} {out!r}')
+            t.eq(maps, [], 'mappings left by a map that failed')
+            outcomes.append(out.strip().splitlines()[-1][:60])
+    t.log(f'outcomes: {outcomes}')
+    vm.run(f'{t.ferryctl} blk export del race0')
+    blk_teardown(t, vm, loop)
+
+
 @case(timeout=300)
 def blk_reconnect(t):
     """The target's end of a mapping's session is closed while data is on

@@ -165,11 +165,12 @@ def blk_link_flap(t):
     cleanup_pair(t, a, b, disk, (loop, nvloop))
 
 
-@case(topology='pair', timeout=600)
-def blk_client_device_readd(t):
-    """The client's rdma link is deleted and added back while fio verifies
-    on its disk: the session's channels fail with the device, it
-    reconnects on the new device, and fio verify ends clean."""
+def ride_through(t, fault, cause):
+    """A exports a 64 MiB loop device, B maps it and runs fio verify on it
+    (6 passes of 16 MiB; 2 MiB on the debug kernel); `cause(a, b)` makes
+    the fault and returns once it is over. The disk must be live again by
+    itself, fio end clean, and both sides' sha256 match; logs the fault
+    table line for `fault`."""
     a, b = t.pair_up()
     loop = shm_loop(a, 'f0', 64)
     target_up(t, a, loop)
@@ -178,20 +179,29 @@ def blk_client_device_readd(t):
     fio_verify_background(t, b, disk, mib, 6, '/tmp/fio.json')
     b.run(f'sleep {3 * t.slow}')
     before = map_of(t, b)['stats']
-    b.run('rdma link delete rxe0; sleep 2')
-    t.rxe_add(b)
-    added = time.monotonic()
-    t.require(fio_busy(b), 'fio still running when the device came back')
-    back = live_again(t, b, added, 90 * t.slow)
+    cause(a, b)
+    over = time.monotonic()
+    t.require(fio_busy(b), 'fio still running when the fault was over')
+    back = live_again(t, b, over, 90 * t.slow)
     res = fio_result(t, b, '/tmp/fio.json', 400 * t.slow)
     after = map_of(t, b)['stats']
     b.run('echo 3 > /proc/sys/vm/drop_caches')
     n = mib * MIB
     same = sha(b, disk, n) == sha(a, loop, n)
-    fault_table(t, 'client rdma link delete, add after 2 s', after['requeues'] - before['requeues'],
-                back, res, same)
+    fault_table(t, fault, after['requeues'] - before['requeues'], back, res, same)
     t.check(same, 'sha256 of the disk and the export')
     cleanup_pair(t, a, b, disk, (loop,))
+
+
+@case(topology='pair', timeout=600)
+def blk_client_device_readd(t):
+    """The client's rdma link is deleted and added back while fio verifies
+    on its disk: the session's channels fail with the device, it
+    reconnects on the new device, and fio verify ends clean."""
+    def cause(a, b):
+        b.run('rdma link delete rxe0; sleep 2')
+        t.rxe_add(b)
+    ride_through(t, 'client rdma link delete, add after 2 s', cause)
 
 
 @case(topology='pair', timeout=600)
@@ -201,31 +211,14 @@ def blk_target_reload(t):
     session without telling it the export was deleted; loaded again, with
     the export added back under the same identity (and a new handle), the
     client reopens it, and fio verify ends clean."""
-    a, b = t.pair_up()
-    loop = shm_loop(a, 'f0', 64)
-    target_up(t, a, loop)
-    disk = client_map(t, b)
-    mib = 16 if t.slow == 1 else 2
-    fio_verify_background(t, b, disk, mib, 6, '/tmp/fio.json')
-    b.run(f'sleep {3 * t.slow}')
-    before = map_of(t, b)['stats']
-    a.run('rmmod ferry_blk')
-    t.check('export f0: closed (ferry_blk unloads)' in a.run('dmesg').out,
-            'the target logged the export closed')
-    a.run('sleep 2')
-    target_up(t, a, loop, listen=False)
-    added = time.monotonic()
-    t.require(fio_busy(b), 'fio still running when the export came back')
-    back = live_again(t, b, added, 90 * t.slow)
-    res = fio_result(t, b, '/tmp/fio.json', 400 * t.slow)
-    after = map_of(t, b)['stats']
-    b.run('echo 3 > /proc/sys/vm/drop_caches')
-    n = mib * MIB
-    same = sha(b, disk, n) == sha(a, loop, n)
-    fault_table(t, 'target ferry_blk reloaded, same identity', after['requeues'] - before['requeues'],
-                back, res, same)
-    t.check(same, 'sha256 of the disk and the export')
-    cleanup_pair(t, a, b, disk, (loop,))
+    def cause(a, b):
+        a.run('rmmod ferry_blk')
+        t.check('export f0: closed (ferry_blk unloads)' in a.run('dmesg').out,
+                'the target logged the export closed')
+        a.run('sleep 2')
+        target_up(t, a, a.run('losetup -j /dev/shm/f0.img | cut -d: -f1').out.strip(),
+                  listen=False)
+    ride_through(t, 'target ferry_blk reloaded, same identity', cause)
 
 
 @case(topology='pair', timeout=900)
