@@ -724,6 +724,19 @@ impl Shared {
                     self.index
                 );
             }
+            // The target has no such export, now: it may be starting (its
+            // listener up before its exports, after a reboot or a reload).
+            // The tick opens again, until the give-up time; a deletion is
+            // told by its notice, or by the answer to a request on the
+            // connection that had the export open.
+            Err(e) if e == ENODEV => {
+                conn.reopen_again = true;
+                crate::ratelimit::pr_info_limited!(
+                    "ferryblk{}: the target has no export {} (yet): opening again\n",
+                    self.index,
+                    self.open.name
+                );
+            }
             // The connection failed under the open: the next `up` sends it
             // again.
             Err(e) if e == ECONNABORTED => {}

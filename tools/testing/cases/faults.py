@@ -229,7 +229,10 @@ def blk_target_reboot(t):
     acknowledged survives, as on a server's own disk). A boots again and
     exports both under the same identities; B's disks, within give-up,
     come back by themselves: fio verify ends clean, the files read back
-    as written, and `e2fsck -fn` finds the filesystem clean."""
+    as written, and `e2fsck -fn` finds the filesystem clean. A comes back
+    with its listener 5 s before its exports, as a host's configuration
+    may: the clients (reconnect-delay 2) find no export at first and keep
+    opening it, and their disks stay."""
     a, b = t.a, t.b
     files = []
     for i, mib in enumerate((64, 64)):
@@ -241,12 +244,13 @@ def blk_target_reboot(t):
     a.disks = files
     a.start()
 
-    def target():
+    def target(late=0):
         t.net_up(a, 0, 1)
         t.rxe_add(a)
         t.insmod(a)
         a.run(f'insmod {t.sample("ferry_blk")}')
         a.run(f'{t.ferryctl} listener add 192.0.2.1 port {PORT}')
+        a.run(f'sleep {late}')
         a.run(f'{t.ferryctl} blk export add f0 path /dev/vda uuid {UUID}')
         a.run(f'{t.ferryctl} blk export add fs0 path /dev/vdb uuid {UUID[:-1]}1')
 
@@ -255,8 +259,8 @@ def blk_target_reboot(t):
     t.rxe_add(b)
     t.insmod(b)
     b.wait_for('ping -c1 -W1 192.0.2.1', timeout=30 * t.slow)
-    disk = client_map(t, b)
-    m = t.ferryctl_json(b, f'blk map 192.0.2.1 port {PORT} export fs0')
+    disk = client_map(t, b, how='reconnect-delay 2')
+    m = t.ferryctl_json(b, f'blk map 192.0.2.1 port {PORT} export fs0 reconnect-delay 2')
     fsdisk = '/dev/' + m[0]['disk']
     b.wait_for(f'test -b {fsdisk}', timeout=30 * t.slow)
     b.run(f'mkfs.ext4 -q {fsdisk} && mkdir -p /tmp/fsm && mount {fsdisk} /tmp/fsm')
@@ -275,7 +279,7 @@ def blk_target_reboot(t):
     a.kill()
     killed = time.monotonic()
     a.start()
-    target()
+    target(late=5 * t.slow)
     t.log(f'the target was back {time.monotonic() - killed:.1f} s after it was killed')
     back_from = time.monotonic()
     t.require(fio_busy(b), 'fio still running when the target came back')
@@ -296,6 +300,8 @@ def blk_target_reboot(t):
     fault_table(t, 'target VM killed and booted again (give-up 600)',
                 after['requeues'] - before['requeues'], back, res, same)
     t.check(same, 'sha256 of the disk and the export')
+    t.check('(yet): opening again' in b.run('dmesg').out,
+            'the clients found no export at first, and opened again')
     for d in (disk, fsdisk):
         b.run(f'{t.ferryctl} blk unmap {d}')
     b.run('rmmod ferry_blk && rmmod ferry; rm -rf /tmp/fsm /tmp/src /tmp/src.sum /tmp/cp.rc /tmp/cp.err '
