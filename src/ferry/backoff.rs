@@ -10,7 +10,8 @@
 
 /// First delay, before jitter.
 pub(crate) const BASE_MS: u32 = 1000;
-/// Largest delay by default, before jitter.
+/// Largest delay by default, before jitter (the default of a session's
+/// reconnect delay).
 pub(crate) const MAX_MS: u32 = 30_000;
 
 /// Backoff state of one session.

@@ -112,7 +112,7 @@ impl Params {
         heartbeat_ms: 1000,
         timeout_ms: 5000,
         give_up_s: 600,
-        reconnect_delay_s: 30,
+        reconnect_delay_s: crate::backoff::MAX_MS / 1000,
         preregister: false,
     };
 
