@@ -127,28 +127,36 @@ def blk_link_flap(t):
     Before the test kernel's rxe patch 0004 neither came back: a MAD sent
     while the link was down (the DREQ of the connection being torn down)
     left the client's QP1 in the error state for good, so every connect
-    request after the flap was dropped on the client."""
+    request after the flap was dropped on the client.
+
+    On the debug kernel ferry_blk runs alone: removing nvmet's port at
+    the end trips lockdep in nvmet itself (nvmet_config_sem taken before
+    rdma_cm's handler_mutex in nvmet_port_subsys_drop_link, after the
+    opposite order in an I/O queue's connect)."""
     a, b = t.pair_up()
+    nvme = t.slow == 1
     loop = shm_loop(a, 'f0', 64)
     nvloop = shm_loop(a, 'nv0', 32)
     target_up(t, a, loop)
-    nvmet_export(a, nvloop)
+    if nvme:
+        nvmet_export(a, nvloop)
     disk = client_map(t, b, how=f'fast-fail {30 * t.slow}')
-    ctrl, ns = nvme_connect(t, b)
     mib = 16 if t.slow == 1 else 2
     fio_verify_background(t, b, disk, mib, 8, '/tmp/fio.json')
-    fio_verify_background(t, b, ns, mib, 8, '/tmp/fio-nv.json')
+    if nvme:
+        ctrl, ns = nvme_connect(t, b)
+        fio_verify_background(t, b, ns, mib, 8, '/tmp/fio-nv.json')
     b.run(f'sleep {3 * t.slow}')
     before = map_of(t, b)['stats']
     b.run('ip link set eth0 down; sleep 4; ip link set eth0 up')
     up = time.monotonic()
     t.require(fio_busy(b), 'fio still running when the link came back (the flap hit I/O)')
     back = live_again(t, b, up, 90 * t.slow)
-    t.until(lambda: b.run(f'cat /sys/class/nvme/{ctrl}/state').out.strip() == 'live',
-            60 * t.slow, 'the nvme-rdma controller live again')
-    t.log(f'nvme-rdma live again after {time.monotonic() - up:.1f} s')
+    if nvme:
+        t.until(lambda: b.run(f'cat /sys/class/nvme/{ctrl}/state').out.strip() == 'live',
+                60 * t.slow, 'the nvme-rdma controller live again')
+        t.log(f'nvme-rdma live again after {time.monotonic() - up:.1f} s')
     res = fio_result(t, b, '/tmp/fio.json', 400 * t.slow)
-    nv = fio_result(t, b, '/tmp/fio-nv.json', 400 * t.slow)
     after = map_of(t, b)['stats']
     t.log(f'map counters before {before}, after {after}')
     b.run('echo 3 > /proc/sys/vm/drop_caches')
@@ -159,9 +167,11 @@ def blk_link_flap(t):
     t.check(same, 'sha256 of the disk and the export')
     t.eq(after['fast_failed'], 0, 'requests failed fast')
     t.check(res[3] >= 8 * mib * MIB, f'fio verified 8 x {mib} MiB')
-    t.eq(nv[:2], (0, 0), 'nvme-rdma: fio exit code and errors')
-    b.run(f'echo 1 > /sys/class/nvme/{ctrl}/delete_controller')
-    nvmet_del(a)
+    if nvme:
+        nv = fio_result(t, b, '/tmp/fio-nv.json', 400 * t.slow)
+        t.eq(nv[:2], (0, 0), 'nvme-rdma: fio exit code and errors')
+        b.run(f'echo 1 > /sys/class/nvme/{ctrl}/delete_controller')
+        nvmet_del(a)
     cleanup_pair(t, a, b, disk, (loop, nvloop))
 
 
