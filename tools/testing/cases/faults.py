@@ -142,10 +142,10 @@ def blk_link_flap(t):
         nvmet_export(a, nvloop)
     disk = client_map(t, b, how=f'fast-fail {30 * t.slow}')
     mib = 16 if t.slow == 1 else 2
-    fio_verify_background(t, b, disk, mib, 8, '/tmp/fio.json')
+    fio_verify_background(t, b, disk, mib, 6, '/tmp/fio.json')
     if nvme:
         ctrl, ns = nvme_connect(t, b)
-        fio_verify_background(t, b, ns, mib, 8, '/tmp/fio-nv.json')
+        fio_verify_background(t, b, ns, mib, 6, '/tmp/fio-nv.json')
     b.run(f'sleep {3 * t.slow}')
     before = map_of(t, b)['stats']
     b.run('ip link set eth0 down; sleep 4; ip link set eth0 up')
@@ -166,7 +166,7 @@ def blk_link_flap(t):
                 back, res, same)
     t.check(same, 'sha256 of the disk and the export')
     t.eq(after['fast_failed'], 0, 'requests failed fast')
-    t.check(res[3] >= 8 * mib * MIB, f'fio verified 8 x {mib} MiB')
+    t.check(res[3] >= 6 * mib * MIB, f'fio verified 6 x {mib} MiB')
     if nvme:
         nv = fio_result(t, b, '/tmp/fio-nv.json', 400 * t.slow)
         t.eq(nv[:2], (0, 0), 'nvme-rdma: fio exit code and errors')
