@@ -145,6 +145,21 @@ pub(crate) struct Export {
 }
 
 impl Export {
+    /// Waits, at most `ms` milliseconds (`u32::MAX`: for ever), until no
+    /// operation of the export is at work; whether none is. Sleeps.
+    fn drained_within(&self, ms: u32) -> bool {
+        let waited = crate::work::jiffies_64();
+        // CAST: seconds of jiffies fit any width.
+        let limit = kernel::time::msecs_to_jiffies(ms) as u64;
+        while self.inflight.load(SeqCst) != 0 {
+            if ms != u32::MAX && crate::work::jiffies_64() - waited >= limit {
+                return false;
+            }
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+        }
+        true
+    }
+
     /// What a client is told of it, opened read-only or not.
     fn describe(&self, read_only: bool) -> Opened {
         let i = self.info;
@@ -431,20 +446,14 @@ impl Target {
         e.tell_users(Notice::Deleted { handle: e.handle });
         // Operations counted before the flag end; those counted after it
         // see it and end at once.
-        let waited = crate::work::jiffies_64();
-        // CAST: seconds of jiffies fit any width.
-        let limit = kernel::time::msecs_to_jiffies(DELETE_WAIT_MS) as u64;
-        while e.inflight.load(SeqCst) != 0 {
-            if crate::work::jiffies_64() - waited >= limit {
-                pr_warn!(
-                    "export {}: deleted with {} operations still at work in the backing disk: its device is closed once they end\n",
-                    e.name,
-                    e.inflight.load(SeqCst)
-                );
-                self.queue_reaper(e);
-                return Ok(false);
-            }
-            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+        if !e.drained_within(DELETE_WAIT_MS) {
+            pr_warn!(
+                "export {}: deleted with {} operations still at work in the backing disk: its device is closed once they end\n",
+                e.name,
+                e.inflight.load(SeqCst)
+            );
+            self.queue_reaper(e);
+            return Ok(false);
         }
         // The device is free again now, whoever still holds the export.
         e.bdev.revoke();
@@ -517,9 +526,7 @@ impl Target {
                 Err(_) => crate::module_put(),
             }
         }
-        while e.inflight.load(SeqCst) != 0 {
-            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
-        }
+        e.drained_within(u32::MAX);
         e.bdev.revoke();
     }
 
@@ -534,20 +541,13 @@ impl Target {
         for e in list.iter() {
             // Nothing new starts (no session is left to ask, anyway).
             e.deleted.store(true, SeqCst);
-            let waited = crate::work::jiffies_64();
-            // CAST: seconds of jiffies fit any width.
-            let limit = kernel::time::msecs_to_jiffies(DELETE_WAIT_MS) as u64;
-            let mut told = false;
-            while e.inflight.load(SeqCst) != 0 {
-                if !told && crate::work::jiffies_64() - waited >= limit {
-                    pr_warn!(
-                        "export {}: unloading waits for {} operations still at work in the backing disk\n",
-                        e.name,
-                        e.inflight.load(SeqCst)
-                    );
-                    told = true;
-                }
-                kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+            if !e.drained_within(DELETE_WAIT_MS) {
+                pr_warn!(
+                    "export {}: unloading waits for {} operations still at work in the backing disk\n",
+                    e.name,
+                    e.inflight.load(SeqCst)
+                );
+                e.drained_within(u32::MAX);
             }
             e.bdev.revoke();
             drop(e.live_users());
