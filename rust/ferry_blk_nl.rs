@@ -212,6 +212,8 @@ pub mod stats_attr {
     pub const FENCED: u32 = bindings::FERRY_BLK_A_STATS_FENCED;
     /// Seconds a mapping spent disconnected.
     pub const DISCONNECTED_S: u32 = bindings::FERRY_BLK_A_STATS_DISCONNECTED_S;
+    /// An export's operations submitted on ferry_blk's work queue.
+    pub const DEFERRED: u32 = bindings::FERRY_BLK_A_STATS_DEFERRED;
 }
 
 op_doit!(

@@ -31,6 +31,7 @@ const gfp_t FERRY_BLK_GFP_KERNEL = GFP_KERNEL;
 const blk_opf_t FERRY_BLK_REQ_PREFLUSH = REQ_PREFLUSH;
 const blk_opf_t FERRY_BLK_REQ_SYNC = REQ_SYNC;
 const blk_opf_t FERRY_BLK_REQ_IDLE = REQ_IDLE;
+const blk_opf_t FERRY_BLK_REQ_NOWAIT = REQ_NOWAIT;
 const blk_opf_t FERRY_BLK_REQ_NOUNMAP = REQ_NOUNMAP;
 const blk_status_t FERRY_BLK_STS_OK = BLK_STS_OK;
 const blk_status_t FERRY_BLK_STS_RESOURCE = BLK_STS_RESOURCE;

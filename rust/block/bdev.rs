@@ -202,6 +202,14 @@ impl Bdev {
         unsafe { bindings::ferry_blk_bdev_write_zeroes_sectors(self.raw()) }
     }
 
+    /// Whether the device takes bios that must not wait
+    /// ([`Bdev::submit_nowait`]): blk-mq devices do, and device-mapper
+    /// ones whose every target does.
+    pub fn nowait(&self) -> bool {
+        // SAFETY: The device is open (type invariant).
+        unsafe { bindings::ferry_blk_bdev_nowait(self.raw()) }
+    }
+
     /// What the device is and can do now.
     pub fn info(&self) -> BdevInfo {
         let b = self.raw();
@@ -244,7 +252,31 @@ impl Bdev {
     /// read-only. Writes are `REQ_SYNC | REQ_IDLE`, as nvmet's: a client
     /// waits for them, and writeback throttling leaves them alone. May
     /// sleep.
-    pub fn submit<T: BioOwner>(op: BioOp, sector: u64, mut owner: KBox<T>) {
+    pub fn submit<T: BioOwner>(op: BioOp, sector: u64, owner: KBox<T>) {
+        Self::submit_as(op, sector, owner, false)
+    }
+
+    /// As [`Bdev::submit`], but the bios never wait (`REQ_NOWAIT`): for a
+    /// frozen queue, a device out of tags, or one that would block in
+    /// another way, the operation ends in `EAGAIN` instead (perhaps after
+    /// part of it was done: submit it again, whole, where it may wait).
+    /// Reads, writes and flushes, on a device that allows it
+    /// ([`Bdev::nowait`]); other operations, or another device, end in
+    /// `EOPNOTSUPP`. Sleeps only to allocate its bios (`GFP_NOIO`, from the
+    /// block layer's reserve), as a submission from a completion's work
+    /// does in nvmet.
+    pub fn submit_nowait<T: BioOwner>(op: BioOp, sector: u64, owner: KBox<T>) {
+        let allowed = matches!(op, BioOp::Read | BioOp::Write { .. } | BioOp::Flush)
+            && owner.bdev().is_some_and(Bdev::nowait);
+        if !allowed {
+            return T::ended(owner, Err(EOPNOTSUPP));
+        }
+        Self::submit_as(op, sector, owner, true)
+    }
+
+    /// [`Bdev::submit`], or with `nowait` [`Bdev::submit_nowait`] once
+    /// checked.
+    fn submit_as<T: BioOwner>(op: BioOp, sector: u64, mut owner: KBox<T>, nowait: bool) {
         // The pages first: once the device is known, the owner is not
         // borrowed mutably again (so it cannot let the device go).
         let pages = match op {
@@ -259,6 +291,11 @@ impl Bdev {
             return T::ended(owner, Err(EROFS));
         }
         let gfp = bindings::FERRY_BLK_GFP_NOIO;
+        let nowait = if nowait {
+            bindings::FERRY_BLK_REQ_NOWAIT
+        } else {
+            0
+        };
         let mut bio: *mut bindings::bio = core::ptr::null_mut();
         // (`b` stays open while `owner` lives: past the bios' end.)
         let ret = match op {
@@ -282,7 +319,7 @@ impl Bdev {
                 // whose pages stay valid and nobody else's while `owner` is
                 // lent (the `SgPages` contract): until the bios end, as it is
                 // lent to them below.
-                bio = unsafe { data_bios(b, opf, sector, sgl, nents) };
+                bio = unsafe { data_bios(b, opf | nowait, sector, sgl, nents) };
                 0
             }
             BioOp::Flush => {
@@ -294,7 +331,7 @@ impl Bdev {
                     bindings::ferry_blk_bio_alloc(
                         b,
                         0,
-                        bindings::FERRY_BLK_OP_WRITE | bindings::FERRY_BLK_REQ_PREFLUSH,
+                        bindings::FERRY_BLK_OP_WRITE | bindings::FERRY_BLK_REQ_PREFLUSH | nowait,
                         0,
                     )
                 };
@@ -449,6 +486,17 @@ mod tests {
     /// Runs `op` at `sector` of `b` on `data` and waits for its end: how it
     /// ended, and the pages.
     fn run(b: &Arc<Bdev>, op: BioOp, sector: u64, data: Data) -> Result<(Result, Data)> {
+        run_by(Bdev::submit::<Probe>, b, op, sector, data)
+    }
+
+    /// As [`run`], submitted by `submit`.
+    fn run_by(
+        submit: fn(BioOp, u64, KBox<Probe>),
+        b: &Arc<Bdev>,
+        op: BioOp,
+        sector: u64,
+        data: Data,
+    ) -> Result<(Result, Data)> {
         let back = Arc::pin_init(
             pin_init!(Back {
                 done <- Completion::new(),
@@ -462,7 +510,7 @@ mod tests {
             res: None,
             back: back.clone(),
         };
-        Bdev::submit(op, sector, KBox::new(probe, GFP_KERNEL)?);
+        submit(op, sector, KBox::new(probe, GFP_KERNEL)?);
         back.done.wait_for_completion();
         let p = back.probe.lock().take().ok_or(EINVAL)?;
         let Probe { data, res, .. } = KBox::into_inner(p);
@@ -624,6 +672,40 @@ mod tests {
             let end = b.info().sectors;
             let res = run(b, BioOp::Read, end, Data::new(4096)?)?.0;
             check(res == Err(EIO), "a read past the end")
+        })
+    }
+
+    #[test]
+    fn an_operation_that_must_not_wait_runs_where_the_device_allows_it() -> Result {
+        on_disk(true, |b| {
+            // brd takes bios that must not wait; with no other I/O, none
+            // would wait.
+            check(b.nowait(), "brd takes REQ_NOWAIT bios")?;
+            let nowait = Bdev::submit_nowait::<Probe>;
+            let write = BioOp::Write { fua: true };
+            check(
+                run_by(nowait, b, write, 16, indexed(12288, 0x3c)?)?
+                    .0
+                    .is_ok(),
+                "write",
+            )?;
+            let (res, d) = run_by(nowait, b, BioOp::Read, 16, Data::new(12288)?)?;
+            check(
+                res.is_ok() && same(&d, &indexed(12288, 0x3c)?)?,
+                "read back",
+            )?;
+            check(
+                run_by(nowait, b, BioOp::Flush, 0, Data::new(512)?)?
+                    .0
+                    .is_ok(),
+                "flush",
+            )?;
+            // Discards (chains of the block layer's helpers) are refused.
+            let discard = BioOp::Discard { sectors: 8 };
+            check(
+                run_by(nowait, b, discard, 16, Data::new(512)?)?.0 == Err(EOPNOTSUPP),
+                "discard",
+            )
         })
     }
 

@@ -245,6 +245,11 @@ bool ferry_blk_bdev_rotational(struct block_device *bdev)
 	return bdev_rot(bdev);
 }
 
+bool ferry_blk_bdev_nowait(struct block_device *bdev)
+{
+	return bdev_nowait(bdev);
+}
+
 bool ferry_blk_bdev_read_only(struct block_device *bdev)
 {
 	return bdev_read_only(bdev);

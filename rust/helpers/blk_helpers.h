@@ -57,6 +57,8 @@ bool ferry_blk_bdev_write_cache(struct block_device *bdev);
 bool ferry_blk_bdev_fua(struct block_device *bdev);
 bool ferry_blk_bdev_rotational(struct block_device *bdev);
 bool ferry_blk_bdev_read_only(struct block_device *bdev);
+/* Whether the device takes REQ_NOWAIT bios (ending them BLK_STS_AGAIN where they would wait). */
+bool ferry_blk_bdev_nowait(struct block_device *bdev);
 /*
  * The device's own unique ID (NAA, else EUI-64, else T10, as
  * ->get_unique_id() gives it) in @id, zero-padded: its length, or

@@ -27,7 +27,7 @@ const ENTRY_SIZE: usize = 640;
 /// headers (36 and 260 bytes), flags, numbers and counters (at most 16 bytes
 /// each, with padding), its UUID (20), and its clients.
 const EXPORT_SIZE: usize =
-    36 + 260 + 8 + 9 * 16 + 4 + 14 * 16 + 20 + MAX_CLIENTS_LISTED * CLIENT_SIZE;
+    36 + 260 + 8 + 9 * 16 + 4 + 15 * 16 + 20 + MAX_CLIENTS_LISTED * CLIENT_SIZE;
 
 /// An export's clients listed at most (its `users` counts them all): an
 /// entry stays within a dump's first, page-sized message.
@@ -36,11 +36,6 @@ const MAX_CLIENTS_LISTED: usize = 16;
 /// Room for one client's attributes: a nest of a session, an IPv6 address, a
 /// port, a flag and a count.
 const CLIENT_SIZE: usize = 4 + 8 + 20 + 8 + 4 + 8;
-
-/// Writes counters as nest `ty`.
-fn put_stats(w: &mut Writer<'_>, ty: u32, s: &IoCounts) -> Result {
-    w.nest(ty, |w| put_io_counts(w, s))
-}
 
 /// Writes a mapping's counters: its requests' and its connection's.
 fn put_map_stats(w: &mut Writer<'_>, s: &IoCounts, c: &[u64; 6]) -> Result {
@@ -110,7 +105,11 @@ fn fill_export(w: &mut Writer<'_>, e: &Export) -> Result {
     w.put_u32(ea::RW_USERS, u32::try_from(rw).unwrap_or(u32::MAX))?;
     w.put_u32(ea::INFLIGHT, e.inflight())?;
     w.put_u32(ea::RETIRED, u32::try_from(e.retired()).unwrap_or(u32::MAX))?;
-    put_stats(w, ea::STATS, &e.stats.counts())?;
+    let stats = e.stats.counts();
+    w.nest(ea::STATS, |w| {
+        put_io_counts(w, &stats)?;
+        w.put_u64(sa::DEFERRED, stats.deferred, sa::PAD)
+    })?;
     // The list is best effort: the clients that do not fit are left out
     // (`users` counts them all), never the export.
     let _ = e.clients(MAX_CLIENTS_LISTED, |s, read_only, inflight| {

@@ -38,6 +38,9 @@ pub(crate) struct IoStats {
     refused: AtomicU64,
     backing_errors: AtomicU64,
     failed: AtomicU64,
+    /// An export's operations submitted on the target's queue, not where
+    /// they arrived (see [`IoStats::deferred`]).
+    deferred: AtomicU64,
 }
 
 impl IoStats {
@@ -83,6 +86,13 @@ impl IoStats {
         self.backing_errors.fetch_add(1, Relaxed);
     }
 
+    /// Counts an operation submitted on the target's queue, not in the
+    /// completion's context where it arrived: it would have waited, or its
+    /// device or kind cannot be submitted there.
+    pub(crate) fn deferred(&self) {
+        self.deferred.fetch_add(1, Relaxed);
+    }
+
     /// What it counted so far.
     pub(crate) fn counts(&self) -> IoCounts {
         IoCounts {
@@ -95,6 +105,7 @@ impl IoStats {
             refused: self.refused.load(Relaxed),
             backing_errors: self.backing_errors.load(Relaxed),
             failed: self.failed.load(Relaxed),
+            deferred: self.deferred.load(Relaxed),
         }
     }
 }
@@ -178,6 +189,8 @@ pub(crate) struct IoCounts {
     /// Operations that failed otherwise (the transport, or before they
     /// were sent).
     pub(crate) failed: u64,
+    /// An export's operations submitted on the target's queue.
+    pub(crate) deferred: u64,
 }
 
 impl IoCounts {
@@ -196,6 +209,7 @@ impl IoCounts {
             t.refused += c.refused;
             t.backing_errors += c.backing_errors;
             t.failed += c.failed;
+            t.deferred += c.deferred;
             t
         })
     }
@@ -224,6 +238,7 @@ mod tests {
         s.failed_unsent();
         s.backing_error();
         s.refused(Refusal::BadLength);
+        s.deferred();
         let c = s.counts();
         assert_eq!(
             (c.ops(Op::Write), c.ops(Op::Read), c.ops(Op::Flush)),
@@ -232,6 +247,7 @@ mod tests {
         assert_eq!((c.bytes_written, c.bytes_read, c.fua), (4608, 8192, 1));
         assert_eq!((c.bytes_discarded, c.bytes_zeroed), (1 << 20, 65536));
         assert_eq!((c.failed, c.backing_errors, c.refused), (2, 1, 1));
+        assert_eq!(c.deferred, 1);
     }
 
     #[test]

@@ -875,13 +875,15 @@ impl TargetSession {
             }
             return;
         }
-        slot.run(Job::Start {
-            target: self.target.clone(),
+        start_op(
+            slot,
+            self.target.clone(),
             busy,
             req,
             io,
-            data: None,
-        });
+            None,
+            Origin::Completion,
+        );
     }
 }
 
@@ -966,13 +968,15 @@ impl Drop for Busy {
 /// destroyed from its own work). (Fields drop in their order: the target
 /// is first.)
 enum Job {
-    /// A block operation, checked (a write's data fetched): its bios next.
+    /// A block operation, checked (a write's data fetched), whose bios
+    /// could not be submitted from the completion's context: its bios next.
     Start {
         target: Arc<Target>,
         busy: Busy,
         req: Incoming,
         io: Io,
-        /// A write's data (and the box it came in).
+        /// A write's data (and the box it came in), or the box made for a
+        /// read's.
         data: Option<KBox<Transfer<Stage, Data>>>,
     },
     /// Its bios ended, with `res`: the operation is in the box's stage.
@@ -1016,6 +1020,10 @@ struct Stage {
     /// natively once already: the device had no native one when it was
     /// submitted, or it is the retry of one that failed.
     zero_pages: bool,
+    /// Its bios were submitted from the completion's context, not to wait
+    /// ([`Bdev::submit_nowait`]): if they would have, the operation is
+    /// submitted again on the target's queue.
+    nowait: bool,
 }
 
 impl Transferred for Stage {
@@ -1040,14 +1048,11 @@ impl Transferred for Stage {
             return;
         };
         match (io.op, status, target) {
-            // A write's data is here: its bios next.
-            (IoOp::Write, Ok(()), Some(target)) => slot.run(Job::Start {
-                target,
-                busy,
-                req,
-                io,
-                data: Some(t),
-            }),
+            // A write's data is here: its bios next, from here (ferry's
+            // completion work, or the thread tearing the channel down).
+            (IoOp::Write, Ok(()), Some(target)) => {
+                start_op(slot, target, busy, req, io, Some(t), Origin::Completion)
+            }
             // Never: a write's transfer starts with the target.
             (IoOp::Write, Ok(()), None) => finish(Some(&*slot), busy, req, io, Err(EIO), Some(t)),
             // A read's data is delivered, or a transfer failed. (The
@@ -1124,8 +1129,9 @@ fn finish(
 /// there.)
 #[pin_data]
 struct OpSlot {
-    /// Where the operation submits its bios, and goes on once they ended
-    /// (on the target's queue).
+    /// Where the operation goes on once its bios ended, and submits them
+    /// if it could not from the completion's context (on the target's
+    /// queue).
     #[pin]
     work: Work<OpSlot>,
     /// An operation holds it, from its check to its answer.
@@ -1261,7 +1267,7 @@ impl WorkItem for OpSlot {
                 req,
                 io,
                 data,
-            }) => start_op(this, target, busy, req, io, data),
+            }) => start_op(this, target, busy, req, io, data, Origin::Queue),
             Some(Job::Ended { target, t, res }) => end_op(this, target, t, res),
             None => {}
         }
@@ -1414,8 +1420,25 @@ impl WorkItem for OpenWork {
     }
 }
 
-/// Starts block operation `io` in `slot`, on the target's queue: its bios,
-/// which end in [`BioOwner::ended`]. `data`: a write's.
+/// Where [`start_op`] runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Origin {
+    /// Where the request, or a write's data, came: ferry's completion work
+    /// (or the thread tearing a channel down), which must not wait long:
+    /// while it does, its channel processes nothing, heartbeats included.
+    Completion,
+    /// The target's queue, where a submission may wait.
+    Queue,
+}
+
+/// Starts block operation `io` in `slot`: its bios, which end in
+/// [`BioOwner::ended`]. `data`: a write's, or the box made for a read's.
+///
+/// From the completion's context, as nvmet submits from its completion's:
+/// reads, writes and flushes go to a device that takes bios that must not
+/// wait ([`Bdev::submit_nowait`]) from here; any other operation or device
+/// goes to the target's queue, as does an operation whose bios would have
+/// waited (see [`end_op`]).
 fn start_op(
     slot: Arc<OpSlot>,
     target: Arc<Target>,
@@ -1423,14 +1446,28 @@ fn start_op(
     req: Incoming,
     io: Io,
     data: Option<KBox<Transfer<Stage, Data>>>,
+    from: Origin,
 ) {
+    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
+    if hostile::stalls(&busy, &io) {
+        if from == Origin::Completion {
+            return slot.run(Job::Start {
+                target,
+                busy,
+                req,
+                io,
+                data,
+            });
+        }
+        hostile::stall_write(&busy, &io);
+    }
     let t = match (io.op, data) {
-        (IoOp::Write, Some(t)) => Ok(t),
-        (IoOp::Read, _) => slot.transfer(io.len),
+        (_, Some(t)) => Ok(t),
+        (IoOp::Read, None) => slot.transfer(io.len),
         (IoOp::Write, None) => Err(EINVAL),
-        (_, _) => slot.any_transfer(),
+        (_, None) => slot.any_transfer(),
     };
-    let mut t = match t {
+    let t = match t {
         Ok(t) => t,
         Err(e) => {
             // (The target goes before the operation's count: see `Job`.)
@@ -1444,8 +1481,19 @@ fn start_op(
         drop(target);
         return finish(Some(&*slot), busy, req, io, Err(ENODEV), Some(t));
     };
-    #[cfg(CONFIG_FERRY_KUNIT_TEST)]
-    hostile::stall_write(&busy, &io);
+    let nowait = from == Origin::Completion;
+    if nowait && !(matches!(io.op, IoOp::Read | IoOp::Write | IoOp::Flush) && bdev.nowait()) {
+        drop(bdev);
+        busy.0.stats.deferred();
+        return slot.run(Job::Start {
+            target,
+            busy,
+            req,
+            io,
+            data: Some(t),
+        });
+    }
+    let mut t = t;
     t.ctx = Stage {
         target: Some(target),
         bdev: Some(bdev),
@@ -1454,6 +1502,7 @@ fn start_op(
         io: Some(io),
         req: Some(req),
         zero_pages: false,
+        nowait,
     };
     submit(t);
 }
@@ -1483,7 +1532,11 @@ fn submit(mut t: KBox<Transfer<Stage, Data>>) {
         // `__blkdev_issue_zeroout` writes zeroed pages: nothing to retry.
         t.ctx.zero_pages = true;
     }
-    Bdev::submit(op, sector, t);
+    if t.ctx.nowait {
+        Bdev::submit_nowait(op, sector, t);
+    } else {
+        Bdev::submit(op, sector, t);
+    }
 }
 
 /// The largest native write of zeroes of the stage's device, if it has one
@@ -1497,6 +1550,17 @@ fn zeroes_limit(stage: &Stage) -> Option<u32> {
 fn end_op(slot: Arc<OpSlot>, target: Arc<Target>, mut t: KBox<Transfer<Stage, Data>>, res: Result) {
     let op = t.ctx.io.as_ref().map(|io| io.op);
     let res = match (op, res) {
+        // Its bios would have waited (or, never, the device no longer
+        // takes bios that must not): submitted again, here, where they may.
+        (Some(_), Err(e)) if t.ctx.nowait && (e == EAGAIN || e == EOPNOTSUPP) => {
+            if let Some(busy) = t.ctx.busy.as_ref() {
+                busy.0.stats.deferred();
+            }
+            t.ctx.nowait = false;
+            t.ctx.target = Some(target);
+            t.ctx.slot = Some(slot);
+            return submit(t);
+        }
         // As `blkdev_issue_discard`: a device that stopped discarding.
         (Some(IoOp::Discard), Err(e)) if e == EOPNOTSUPP => Ok(()),
         // As `blkdev_issue_zeroout`: a device whose native write of zeroes
@@ -1581,16 +1645,20 @@ mod hostile {
     /// How long a `hostile-stall` write lands after its session ended.
     const STALL_AFTER_END_MS: u64 = 8000;
 
+    /// Whether `io` (counted by `busy`) may be the write [`stall_write`]
+    /// holds: a write of a `hostile-stall` export that held none yet (it
+    /// goes to the target's queue, where it may sleep).
+    pub(super) fn stalls(busy: &Busy, io: &Io) -> bool {
+        let e = &busy.0;
+        e.name.as_bytes() == b"hostile-stall" && io.op == IoOp::Write && !e.stalled.load(SeqCst)
+    }
+
     /// In `Stall` mode, holds the export's first write (`io`, counted by
     /// `busy`) before its bios are submitted, until its session has ended
     /// and [`STALL_AFTER_END_MS`] more (at most two minutes in all). On the
     /// target's queue: sleeps.
     pub(super) fn stall_write(busy: &Busy, io: &Io) {
-        let e = &busy.0;
-        if e.name.as_bytes() != b"hostile-stall"
-            || io.op != IoOp::Write
-            || e.stalled.swap(true, SeqCst)
-        {
+        if !stalls(busy, io) || busy.0.stalled.swap(true, SeqCst) {
             return;
         }
         pr_info!(

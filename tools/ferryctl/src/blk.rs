@@ -297,6 +297,7 @@ fn stats(p: &[u8]) -> Value {
             FERRY_BLK_A_STATS_TIMEOUTS => "timeouts",
             FERRY_BLK_A_STATS_FENCED => "fenced",
             FERRY_BLK_A_STATS_DISCONNECTED_S => "disconnected_s",
+            FERRY_BLK_A_STATS_DEFERRED => "deferred",
             _ => continue,
         };
         if let Some(v) = attr::u64(v) {

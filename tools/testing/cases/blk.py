@@ -252,6 +252,49 @@ def blk_fio_verify(t):
     blk_teardown(t, vm, loop)
 
 
+@case(timeout=400)
+def blk_submission(t):
+    """Where the target submits: reads and writes from where they arrive
+    (ferry's completion work), as bios that must not wait, so that a loop
+    device (which takes them) with room for every request defers none of
+    fio's 4 KiB reads and writes at depth 1. A null_blk device with one tag
+    that holds each request 100 us cannot take 16 writes at once: those that
+    would wait for its tag end in EAGAIN, are deferred to ferry_blk's work
+    queue and submitted again there, and fio verify (crc32c) ends clean,
+    with the same bytes on both sides. Discards are always deferred."""
+    vm = t.vm
+    loop = blk_setup(t, vm, size_mib=64)
+    disk = export_and_map(t, vm, 's0', loop, 'channels 2')
+    vm.run(f'fio --name=qd1 --filename={disk} --direct=1 --ioengine=libaio --rw=randrw '
+           f'--bs=4k --iodepth=1 --size=8M --io_size=4M --output=/dev/null', timeout=300 * t.slow)
+    st = export_stats(t, vm, 's0')
+    t.log(f'loop device, fio randrw at depth 1: {st["reads"]} reads, {st["writes"]} writes, '
+          f'{st["deferred"]} deferred')
+    t.check(st['reads'] > 0 and st['writes'] > 0, f'fio read and wrote: {st}')
+    t.eq(st['deferred'], 0, 'operations deferred with a tag free for each')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    vm.run(f'{t.ferryctl} blk export del s0')
+
+    slow = nullb(vm, 'ferry_onetag', size=32, submit_queues=1, hw_queue_depth=1, irqmode=2,
+                 completion_nsec=100000)
+    disk = export_and_map(t, vm, 's1', slow, 'channels 2')
+    written, verified = fio(t, vm, disk, '4k', 16, mib=4)
+    vm.run(f'blkdiscard -o 0 -l 1M {disk}')
+    st = export_stats(t, vm, 's1')
+    t.log(f'one-tag null_blk, fio verify at depth 16: {written} bytes written, {verified} '
+          f'verified; {st["writes"]} writes, {st["discards"]} discards, {st["deferred"]} deferred')
+    t.check(written >= 8 * MIB and verified >= 8 * MIB, f'fio moved too little: {written}, {verified}')
+    t.check(st['deferred'] > st['discards'] >= 1,
+            f'writes that would wait for the tag were deferred: {st}')
+    t.eq(st['failed'], 0, 'failed operations on the target')
+    vm.run('echo 3 > /proc/sys/vm/drop_caches')
+    t.eq(sha(vm, disk, 8 * MIB), sha(vm, slow, 8 * MIB), 'sha256 of the disk and the export')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    vm.run(f'{t.ferryctl} blk export del s1')
+    nullb_del(vm, 'ferry_onetag')
+    blk_teardown(t, vm, loop)
+
+
 FILESYSTEMS = (('ext4', 'mkfs.ext4 -q -F', 'e2fsck -fn'), ('xfs', 'mkfs.xfs -q -f', 'xfs_repair -n'))
 
 
