@@ -235,6 +235,15 @@ impl<T: Operations> Disk<T> {
         unsafe { bindings::ferry_blk_unfreeze_queue(self.queue()) };
     }
 
+    /// Runs hardware queue `index` again (after [`super::mq::Queued::Busy`]),
+    /// from a work item if `in_work`; nothing if the disk has no such
+    /// queue.
+    pub fn run_queue(&self, index: u32, in_work: bool) {
+        // SAFETY: The queue is live; an index it has no queue for is looked
+        // up and skipped.
+        unsafe { bindings::ferry_blk_run_hw_queue(self.queue(), index, in_work) };
+    }
+
     /// Runs every hardware queue again (after [`super::mq::Queued::DevBusy`]),
     /// from a work item if `in_work`.
     pub fn run_queues(&self, in_work: bool) {

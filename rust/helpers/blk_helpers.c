@@ -83,6 +83,13 @@ unsigned int ferry_blk_rq_hctx_index(const struct request *rq)
 	return rq->mq_hctx->queue_num;
 }
 
+void ferry_blk_run_hw_queue(struct request_queue *q, unsigned int index, bool async)
+{
+	/* (ferry_blk never changes a disk's number of hardware queues.) */
+	if (index < q->nr_hw_queues)
+		blk_mq_run_hw_queue(queue_hctx(q, index), async);
+}
+
 void ferry_blk_freeze_queue(struct request_queue *q)
 {
 	blk_mq_freeze_queue_nomemsave(q);

@@ -25,6 +25,8 @@ unsigned int ferry_blk_hctx_index(const struct blk_mq_hw_ctx *hctx);
 void *ferry_blk_hctx_queuedata(const struct blk_mq_hw_ctx *hctx);
 void *ferry_blk_rq_queuedata(const struct request *rq);
 unsigned int ferry_blk_rq_hctx_index(const struct request *rq);
+/* Runs hardware queue @index of @q (none if it has no such queue). */
+void ferry_blk_run_hw_queue(struct request_queue *q, unsigned int index, bool async);
 void ferry_blk_freeze_queue(struct request_queue *q);
 void ferry_blk_unfreeze_queue(struct request_queue *q);
 struct request_queue *ferry_blk_disk_queue(struct gendisk *disk);

@@ -765,11 +765,15 @@ impl Handler for ClientHandler {
         }
     }
 
-    fn writable(&self, s: &SessionRef, _qid: u16) {
+    fn writable(&self, s: &SessionRef, qid: u16) {
         if self.shared.reopen_pending.load(Relaxed) {
             self.shared.reopen(s);
         }
-        self.shared.run_queues();
+        // Hardware queue `qid` submits on channel `qid` alone (`queue_rq`):
+        // the others did not wait for this one's room.
+        if let Some(d) = self.shared.disk() {
+            d.run_queue(u32::from(qid), true);
+        }
     }
 
     fn message(&self, s: &SessionRef, data: &[u8]) {
