@@ -12,14 +12,20 @@ from harness import case
 def blktests_block(t):
     """`./check -d block` of the blktests tree in $BLKTESTS (or the tests
     $BLKTESTS_TESTS names) with TEST_DEVS the mapped disk of a 256 MiB
-    export (2 channels): each test that ran is a result of its own (passed
-    or failed); those blktests did not run are logged with its reason."""
+    export (2 channels), TIMEOUT $BLKTESTS_TIMEOUT (60 s by default) for
+    those that run for a time: each test that ran is a result of its own
+    (passed or failed); those blktests did not run are logged with its
+    reason."""
     src = os.environ.get('BLKTESTS', '')
     t.require(os.path.isfile(os.path.join(src, 'check')), f'BLKTESTS names no blktests tree: {src!r}')
     vm = t.vm
     loop = blk_setup(t, vm, size_mib=256)
     disk = export_and_map(t, vm, 'bt0', loop, 'channels 2')
-    vm.run(f"echo 'TEST_DEVS=({disk})' > /tmp/blktests.config")
+    # TIMEOUT bounds the tests that run for a time (TIMED): without it they
+    # read or write the whole disk at its smallest block size, which takes
+    # most of an hour through rxe under TCG for each.
+    timeout = int(os.environ.get('BLKTESTS_TIMEOUT', '') or 60)
+    vm.run(f"printf 'TEST_DEVS=({disk})\\nTIMEOUT={timeout}\\n' > /tmp/blktests.config")
     limits = vm.run(f'cd /sys/block/{disk.removeprefix("/dev/")}/queue && '
                     'grep . max_segments max_sectors_kb dma_alignment virt_boundary_mask '
                     'logical_block_size').out.split()
