@@ -35,13 +35,18 @@ def blktests_block(t):
     r = vm.run(f'cd {src} && ./check -d -c /tmp/blktests.config -o /tmp/blktests-results {tests}',
                check=False, timeout=3000 * t.slow)
     ran = 0
+    skipped = False
     for line in r.out.replace('\r', '\n').splitlines():
         m = re.match(r'(block/\d+)\b.*\[(passed|failed|not run)\]', line)
         if not m:
+            # The reasons blktests gives for a test it did not run follow it.
+            if skipped and line.startswith('    ') and line.strip():
+                t.log(f'  {line.strip()}')
             continue
         name, verdict = m.groups()
         t.log(line.strip())
-        if verdict == 'not run':
+        skipped = verdict == 'not run'
+        if skipped:
             continue
         ran += 1
         t.subresults.append((f'blktests/{name}', verdict == 'passed', line.strip()))
