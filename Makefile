@@ -76,11 +76,12 @@ demo:
 
 # The upstream blktests block group's device tests on a ferry_blk disk, from
 # the blktests tree BLKTESTS=DIR (not part of `make test`; BLKTESTS_TESTS="block/042 ..."
-# runs only those).
+# runs only those; BLKTESTS_TIMEOUT, 60 s by default, bounds each timed test).
 blktests:
 	@BLKTESTS=$(BLKTESTS) bash $(TESTING)/blktests.sh
 
-# Not a test: ferry beside perftest on one rxe device, ratios to tools/bench/out/.
+# Not a test: ferry beside perftest, and ferry_blk beside nvme-rdma and RNBD,
+# on one rxe device; ratios, figures and charts to tools/bench/out/.
 bench:
 	@bash $(ROOT)/tools/bench/bench.sh
 
