@@ -382,7 +382,24 @@ unsafe impl Sync for Data {}
 impl Data {
     /// `len` bytes (at least one) of zeroed pages. May sleep.
     pub fn new(len: usize) -> Result<Self> {
+        Self::alloc(len, true)
+    }
+
+    /// `len` bytes (at least one) of pages that hold whatever they held
+    /// (not zeroed): for data that a transfer or a read fills whole before
+    /// anything reads it. Zeroing costs a pass over every page, most of the
+    /// time of a large allocation. May sleep.
+    pub fn for_overwrite(len: usize) -> Result<Self> {
+        Self::alloc(len, false)
+    }
+
+    fn alloc(len: usize, zeroed: bool) -> Result<Self> {
         let flags = GFP_KERNEL;
+        let page_flags = if zeroed {
+            flags | kernel::alloc::flags::__GFP_ZERO
+        } else {
+            flags
+        };
         let n = len.div_ceil(PAGE_SIZE);
         if n == 0 || u32::try_from(len).is_err() {
             return Err(EINVAL);
@@ -390,7 +407,7 @@ impl Data {
         let mut pages = KVec::with_capacity(n, flags)?;
         let mut raw = KVec::with_capacity(n, flags)?;
         for _ in 0..n {
-            let page = Page::alloc_page(flags | kernel::alloc::flags::__GFP_ZERO)?;
+            let page = Page::alloc_page(page_flags)?;
             raw.push(page.as_ptr(), flags)?;
             pages.push(page, flags)?;
         }

@@ -1186,23 +1186,24 @@ impl OpSlot {
     }
 
     /// A transfer box with `len` bytes of pages: the kept one, if its pages
-    /// have that length (whatever they hold: the transfer or the bio fills
-    /// them all before they are read). Data of more than a page leaves the
-    /// kept box alone. May sleep.
+    /// have that length, else new ones, not zeroed (whatever they hold: the
+    /// transfer or the bio fills them all before they are read, and an
+    /// operation whose transfer or bios failed sends none of them). Data of
+    /// more than a page leaves the kept box alone. May sleep.
     fn transfer(&self, len: u32) -> Result<KBox<Transfer<Stage, Data>>> {
         // CAST: at most `MAX_IO_BYTES`.
         let len = len as usize;
         if len > KEPT_BYTES {
-            return Transfer::new(Data::new(len)?, Stage::default(), GFP_KERNEL);
+            return Transfer::new(Data::for_overwrite(len)?, Stage::default(), GFP_KERNEL);
         }
         let spare = self.spare.lock().take();
         match spare {
             Some(t) if t.data.len() == len => Ok(t),
             Some(mut t) => {
-                t.data = Data::new(len)?;
+                t.data = Data::for_overwrite(len)?;
                 Ok(t)
             }
-            None => Transfer::new(Data::new(len)?, Stage::default(), GFP_KERNEL),
+            None => Transfer::new(Data::for_overwrite(len)?, Stage::default(), GFP_KERNEL),
         }
     }
 
