@@ -9,7 +9,8 @@
 # part; BENCH_ROUNDS sets the number of interleaved rounds (default 5);
 # BENCH_BASELINE=REV measures the ferry of commit REV beside it (before and
 # after a change); BENCH_ROWS="4k randread QD1|..." runs only those block rows,
-# BENCH_SCALING_ROUNDS the rounds of its scaling curves (default 3, 0: none).
+# BENCH_SCALING_ROUNDS the rounds of its scaling curves (default 3, 0: none),
+# BENCH_FERRY_ONLY=1 measures ferry_blk and the baseline alone (no peers).
 set -euo pipefail
 . "$(dirname "$0")/../testing/setup/common.sh"
 cd "$FERRY_ROOT"
@@ -58,7 +59,8 @@ if [ "$part" != messages ]; then
 		rows=(--only "${rows[@]}")
 	fi
 	python3 tools/bench/blkbench.py "${common[@]}" --results "$FERRY_ROOT/tools/bench/out/block.md" \
-		--scaling-rounds "${BENCH_SCALING_ROUNDS:-3}" "${rows[@]}" || rc=1
+		--scaling-rounds "${BENCH_SCALING_ROUNDS:-3}" ${BENCH_FERRY_ONLY:+--ferry-only} \
+		"${rows[@]}" || rc=1
 	if [ -f tools/bench/out/block.json ]; then
 		"$FERRY_VENV/bin/python3" tools/bench/charts.py tools/bench/out/block.json || rc=1
 	fi

@@ -235,7 +235,7 @@ def summarize(rows, systems, figs):
             'ferry_blk / best peer (median of per-round ratios)',
             'mean latency / best peer', 'CPU per I/O / best peer']
     if 'baseline' in systems:
-        head.append('ferry_blk / baseline')
+        head += ['ferry_blk / baseline', 'mean latency / baseline', 'CPU per I/O / baseline']
     table = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
     lat_head = ['row', *[f'{s} mean / p99 (us)' for s in systems],
                 *[f'{s} CPU us per I/O' for s in systems]]
@@ -250,7 +250,7 @@ def summarize(rows, systems, figs):
             return [f[key] if f else None for f in figs[name][s]]
 
         cells = [spread(kind, per_round(s, kind)) for s in systems]
-        peer_meds = {p: median(per_round(p, kind)) for p in PEERS}
+        peer_meds = {p: median(per_round(p, kind)) for p in PEERS if p in systems}
         peer_meds = {p: v for p, v in peer_meds.items() if v is not None}
         best = max(peer_meds, key=peer_meds.get) if peer_meds else None
 
@@ -263,13 +263,16 @@ def summarize(rows, systems, figs):
         if best:
             r = {'main': ratio('ferry_blk', best, kind), 'lat': ratio('ferry_blk', best, 'lat_us'),
                  'cpu': ratio('ferry_blk', best, 'cpu_us_per_io')}
-        cols = [name, unit, *cells, best or 'failed',
-                *[f'{r[k]:.2f}' if r.get(k) is not None else 'failed'
+        missing = 'failed' if any(p in systems for p in PEERS) else '-'
+        cols = [name, unit, *cells, best or missing,
+                *[f'{r[k]:.2f}' if r.get(k) is not None else missing
                   for k in ('main', 'lat', 'cpu')]]
         if 'baseline' in systems:
-            b = ratio('ferry_blk', 'baseline', kind)
-            cols.append(f'{b:.2f}' if b is not None else 'failed')
-            r['baseline'] = b
+            for k, key in (('baseline', kind), ('baseline_lat', 'lat_us'),
+                           ('baseline_cpu', 'cpu_us_per_io')):
+                b = ratio('ferry_blk', 'baseline', key)
+                cols.append(f'{b:.2f}' if b is not None else 'failed')
+                r[k] = b
         ratios[name] = {'best_peer': best, **r}
         table.append('| ' + ' | '.join(cols) + ' |')
         lat.append('| ' + ' | '.join(
@@ -304,24 +307,38 @@ def scaling_summary(scaling):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('--kernel', required=True)
-    ap.add_argument('--ferry-ko', required=True, help='ferry.ko, ferry_blk.ko beside it')
-    ap.add_argument('--ferryctl', required=True)
+    ap.add_argument('--kernel')
+    ap.add_argument('--ferry-ko', help='ferry.ko, ferry_blk.ko beside it')
+    ap.add_argument('--ferryctl')
     ap.add_argument('--rounds', type=int, default=5)
     ap.add_argument('--results', required=True, help='the Markdown results file to write')
     ap.add_argument('--only', nargs='*', default=[], help='run only these rows (by name)')
     ap.add_argument('--scaling-rounds', type=int, default=3,
                     help='rounds of the scaling curves (0: none)')
+    ap.add_argument('--ferry-only', action='store_true',
+                    help='measure ferry_blk (and the baseline) alone: a quick before-and-after')
     ap.add_argument('--baseline-ko', help='a ferry.ko from before a change, its ferry_blk.ko '
                     'beside it: measured in the same rounds, in turn with the others')
+    ap.add_argument('--from-json', help='no run: the report again from the JSON of an earlier '
+                    'one (with --baseline-ko naming its baseline if it does not)')
     args = ap.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            data = json.load(f)
+        data.setdefault('baseline', args.baseline_ko)
+        report(data, args.results)
+        return 0
     if args.rounds < 1:
         ap.error('--rounds must be at least 1')
+    if not (args.kernel and args.ferry_ko and args.ferryctl):
+        ap.error('--kernel, --ferry-ko and --ferryctl are needed for a run')
     rows = [r for r in ROWS if not args.only or r[0] in args.only]
     builds = {'ferry_blk': args.ferry_ko}
     if args.baseline_ko:
         builds['baseline'] = args.baseline_ko
-    systems = ['ferry_blk', *(['baseline'] if args.baseline_ko else []), *PEERS, LOCAL]
+    systems = ['ferry_blk', *(['baseline'] if args.baseline_ko else [])]
+    if not args.ferry_only:
+        systems += [*PEERS, LOCAL]
     figs = {r[0]: {s: [] for s in systems} for r in rows}
     out = tempfile.mkdtemp(prefix='ferry-blkbench.')
     vm = VM('blkbench', args.kernel, out, memory='3G',
@@ -375,38 +392,55 @@ def main():
     finally:
         vm.stop()
 
-    table, lat, ratios = summarize(rows, systems, figs)
-    curves, curve_tables = scaling_summary(scaling) if args.scaling_rounds else ({}, [])
     when = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
+    data = {'when': when, 'kernel': vm.info.get('kernel', '?'), 'rounds': args.rounds,
+            'systems': systems, 'rows': [r[0] for r in rows], 'figures': figs,
+            'scaling_rounds': args.scaling_rounds, 'scaling_raw': scaling,
+            'baseline': args.baseline_ko, 'problems': problems}
+    report(data, args.results)
+    return 1 if problems else 0
+
+
+def report(data, results):
+    """Writes the Markdown report of `data` (what a run measured) to
+    `results`, and every figure, with the ratios and curves, as JSON beside
+    it."""
+    rows = [r for r in ROWS if r[0] in data['rows']]
+    systems = data['systems']
+    table, lat, ratios = summarize(rows, systems, data['figures'])
+    scaling = data.get('scaling_raw')
+    if scaling is None:
+        # (A report written before the raw curves were kept: the curves'
+        # own values.)
+        scaling = {n: {s: {p['x']: p['values'] for p in pts} for s, pts in c['systems'].items()}
+                   for n, c in data.get('scaling', {}).items()}
+    curves, curve_tables = scaling_summary(scaling) if data['scaling_rounds'] else ({}, [])
+    base = data.get('baseline')
     text = '\n'.join([
-        f'# ferry_blk beside nvme-rdma and RNBD, {when}', '',
+        f'# ferry_blk beside nvme-rdma and RNBD, {data["when"]}', '',
         f'One VM (QEMU/TCG, 2 vCPUs), soft-RoCE rxe0 in loopback, kernel '
-        f'{vm.info.get("kernel", "?")}. Each system on its own {DISK_MIB} MiB RAM disk '
+        f'{data.get("kernel", "?")}. Each system on its own {DISK_MIB} MiB RAM disk '
         '(brd), filled before '
         f'the rounds; {QUEUES} queues each (ferry_blk channels, nvme-rdma nr_io_queues; '
         'RNBD has one per CPU); "local" is the RAM disk itself. fio: libaio, O_DIRECT, '
-        f'one job, {SECONDS} s a row; {args.rounds} rounds, the systems\' order rotating.',
+        f'one job, {SECONDS} s a row; {data["rounds"]} rounds, the systems\' order rotating.',
         'Figures: median (min-max) over the rounds; MB/s is 10^6 bytes a second. The best '
         'peer is the one with the better median; the ratios are the medians of the '
         'per-round ratios (above 1 is better for IOPS and MB/s, below 1 for latency and '
         'CPU). CPU per I/O: system, irq and softirq time of both CPUs over the row, '
         'divided by its I/Os.',
-        *(['baseline: ' + args.baseline_ko + ', measured in the same rounds.']
-          if args.baseline_ko else []), '',
+        *([f'baseline: {base}, measured in the same rounds.'] if base else []), '',
         *table, '', '## Latency and CPU', '', *lat, '', *curve_tables])
-    if problems:
-        text += '\nkernel problems during the run:\n' + '\n'.join(problems) + '\n'
+    if data.get('problems'):
+        text += '\nkernel problems during the run:\n' + '\n'.join(data['problems']) + '\n'
     print('\n' + text)
-    with open(args.results, 'w') as f:
+    with open(results, 'w') as f:
         f.write(text)
-    with open(os.path.splitext(args.results)[0] + '.json', 'w') as f:
-        json.dump({'when': when, 'rounds': args.rounds, 'systems': systems,
-                   'rows': [r[0] for r in rows],
-                   'headline': {r[0]: main_figure(r) for r in rows}, 'figures': figs,
-                   'ratios': ratios, 'scaling_rounds': args.scaling_rounds,
-                   'scaling': curves}, f, indent=1)
-    print(f'results: {args.results}')
-    return 1 if problems else 0
+    with open(os.path.splitext(results)[0] + '.json', 'w') as f:
+        json.dump({**data, 'scaling_raw': scaling,
+                   'headline': {r[0]: main_figure(r) for r in rows},
+                   'ratios': ratios, 'scaling': curves}, f, indent=1)
+    print(f'results: {results}')
 
 
 if __name__ == '__main__':
