@@ -387,8 +387,10 @@ impl Data {
 
     /// `len` bytes (at least one) of pages that hold whatever they held
     /// (not zeroed): for data that a transfer or a read fills whole before
-    /// anything reads it. Zeroing costs a pass over every page, most of the
-    /// time of a large allocation. May sleep.
+    /// anything reads it. The caller must fill every byte before any of it
+    /// is read, sent or written anywhere (or drop it unread): until then
+    /// it is whatever kernel memory the pages held. Zeroing costs a pass
+    /// over every page, most of the time of a large allocation. May sleep.
     pub fn for_overwrite(len: usize) -> Result<Self> {
         Self::alloc(len, false)
     }

@@ -254,7 +254,27 @@ bool ferry_blk_bdev_rotational(struct block_device *bdev)
 
 bool ferry_blk_bdev_nowait(struct block_device *bdev)
 {
+	struct request_queue *q = bdev_get_queue(bdev);
+
+	/*
+	 * A driver that may block in ->queue_rq is called in the submitter's
+	 * context whatever REQ_NOWAIT says (nbd, nvme-tcp, some SCSI hosts).
+	 */
+	if (queue_is_mq(q) && (q->tag_set->flags & BLK_MQ_F_BLOCKING))
+		return false;
 	return bdev_nowait(bdev);
+}
+
+bool ferry_blk_bdev_fits_one_bio(struct block_device *bdev, sector_t sector,
+				 unsigned int sectors, unsigned int segments)
+{
+	const struct queue_limits *lim = bdev_limits(bdev);
+	unsigned int most = lim->max_sectors;
+
+	if (lim->chunk_sectors)
+		most = min(most, blk_boundary_sectors_left(sector, lim->chunk_sectors));
+	return segments <= BIO_MAX_VECS && segments <= lim->max_segments &&
+	       sectors <= most;
 }
 
 bool ferry_blk_bdev_read_only(struct block_device *bdev)

@@ -59,8 +59,19 @@ bool ferry_blk_bdev_write_cache(struct block_device *bdev);
 bool ferry_blk_bdev_fua(struct block_device *bdev);
 bool ferry_blk_bdev_rotational(struct block_device *bdev);
 bool ferry_blk_bdev_read_only(struct block_device *bdev);
-/* Whether the device takes REQ_NOWAIT bios (ending them BLK_STS_AGAIN where they would wait). */
+/*
+ * Whether the device takes REQ_NOWAIT bios (ending them BLK_STS_AGAIN where
+ * they would wait), and its driver does not block in ->queue_rq.
+ */
 bool ferry_blk_bdev_nowait(struct block_device *bdev);
+/*
+ * Whether @sectors at @sector in at most @segments page-sized segments fit one
+ * bio the block layer does not split for @bdev's limits (it fails a REQ_NOWAIT
+ * bio it would split with BLK_STS_AGAIN). An upper bound of segments: pages
+ * the block layer merges count for less.
+ */
+bool ferry_blk_bdev_fits_one_bio(struct block_device *bdev, sector_t sector,
+				 unsigned int sectors, unsigned int segments);
 /*
  * The device's own unique ID (NAA, else EUI-64, else T10, as
  * ->get_unique_id() gives it) in @id, zero-padded: its length, or

@@ -770,7 +770,10 @@ impl Handler for ClientHandler {
             self.shared.reopen(s);
         }
         // Hardware queue `qid` submits on channel `qid` alone (`queue_rq`):
-        // the others did not wait for this one's room.
+        // the others did not wait for this one's room. (A refusal of the
+        // session's, while it reconnected, is told with the first channel
+        // that has room: the reconnect runs every queue, and blk-mq runs a
+        // queue whose request found no room again within 3 ms.)
         if let Some(d) = self.shared.disk() {
             d.run_queue(u32::from(qid), true);
         }

@@ -8,12 +8,15 @@
 //! export before it touches the disk. Reads and writes move their data by
 //! RDMA straight between the client's pages and the pages the bios use (a
 //! write's data read from the client first, a read's written to it after
-//! the bio). An operation's bios are built and submitted on the target's
-//! work queue (not on ferry's completion work, which must stay short: a
-//! submission may sleep on a frozen or busy device), and nothing waits for
-//! them: their end queues the slot's work item again, which answers or
-//! moves a read's data (ferry answers in process context only). A write is
-//! answered only once its bio has completed.
+//! the bio). A read's or a write's bios are submitted where it arrived, on
+//! ferry's completion work (as nvmet submits from its completion's), as
+//! bios that must not wait: that work must stay short, and one that would
+//! wait (a frozen or busy device), every other operation, and every
+//! operation on a device that takes no such bios, go to the target's work
+//! queue instead (see [`start_op`]). Nothing waits for the bios: their end
+//! queues the slot's work item, which answers or moves a read's data
+//! (ferry answers in process context only). A write is answered only once
+//! its bio has completed.
 //!
 //! An operation lives in a slot of its session from its check to its
 //! answer: one slot per tag of a channel (`ferry_incoming_tag()`), made by
@@ -134,6 +137,12 @@ pub(crate) struct Export {
     deleted: AtomicBool,
     /// Operations between their check and their answer.
     inflight: AtomicU32,
+    /// Operations deferred to the target's queue whose bios are not
+    /// submitted yet: while any wait, new ones go there too, behind them
+    /// (one whose bios would wait for a tag is not overtaken again and
+    /// again by those that arrive meanwhile and take the tags it waits
+    /// for).
+    waiting: AtomicU32,
     /// The sessions that opened it, and the retired ones whose operations
     /// are still at work.
     #[pin]
@@ -385,6 +394,7 @@ impl Target {
                 logical_block_size: info.logical_block_size,
                 deleted: AtomicBool::new(false),
                 inflight: AtomicU32::new(0),
+                waiting: AtomicU32::new(0),
                 users <- new_mutex!(KVec::new()),
                 stats: IoStats::default(),
                 #[cfg(CONFIG_FERRY_KUNIT_TEST)]
@@ -810,8 +820,10 @@ fn refuse_open(s: &SessionRef, req: Incoming, r: Refusal) -> Result {
 impl TargetSession {
     /// Starts block operation `hdr` of request `req`, or refuses it. Takes
     /// no lock shared with other channels: the export was opened before the
-    /// client's first operation. (A write's data is fetched first; its
-    /// pages are allocated here if the slot keeps none of that length.)
+    /// client's first operation. (A write's data is fetched first, and a
+    /// read's bios are submitted here, on ferry's completion work: their
+    /// pages are allocated here, `GFP_KERNEL` as nvmet's, if the slot keeps
+    /// none of that length.)
     fn io(&self, s: &SessionRef, req: Incoming, hdr: &[u8; wire::IO_LEN]) {
         let opened = self.state.opened.as_ref();
         let checked = Io::decode(hdr).and_then(|io| {
@@ -1077,6 +1089,13 @@ impl BioOwner for Transfer<Stage, Data> {
     }
 
     fn ended(mut t: KBox<Self>, res: Result) {
+        if t.ctx.nowait && res.is_err_and(|e| e == EAGAIN || e == EOPNOTSUPP) {
+            // To be submitted again on the target's queue (`end_op`): new
+            // operations wait behind it meanwhile.
+            if let Some(busy) = t.ctx.busy.as_ref() {
+                busy.0.waiting.fetch_add(1, Relaxed);
+            }
+        }
         let (Some(slot), Some(target)) = (t.ctx.slot.take(), t.ctx.target.take()) else {
             // Never: `submit` lends the box with both. Its request cannot be
             // answered from here (perhaps an interrupt), so it is kept, and
@@ -1268,7 +1287,11 @@ impl WorkItem for OpSlot {
                 req,
                 io,
                 data,
-            }) => start_op(this, target, busy, req, io, data, Origin::Queue),
+            }) => {
+                // Its bios go now (deferred: counted as waiting).
+                busy.0.waiting.fetch_sub(1, Relaxed);
+                start_op(this, target, busy, req, io, data, Origin::Queue)
+            }
             Some(Job::Ended { target, t, res }) => end_op(this, target, t, res),
             None => {}
         }
@@ -1436,10 +1459,13 @@ enum Origin {
 /// [`BioOwner::ended`]. `data`: a write's, or the box made for a read's.
 ///
 /// From the completion's context, as nvmet submits from its completion's:
-/// reads, writes and flushes go to a device that takes bios that must not
-/// wait ([`Bdev::submit_nowait`]) from here; any other operation or device
-/// goes to the target's queue, as does an operation whose bios would have
-/// waited (see [`end_op`]).
+/// reads and writes go to a device that takes bios that must not wait
+/// ([`Bdev::submit_nowait`]) from here, if they fit one bio the block layer
+/// does not split (it fails such a bio that must not wait). Any other
+/// operation (a flush would wait for writeback throttling) or device goes
+/// to the target's queue, as does an operation whose bios would have waited
+/// (see [`end_op`]), and every operation while one deferred waits there
+/// (so that it is not overtaken again and again).
 fn start_op(
     slot: Arc<OpSlot>,
     target: Arc<Target>,
@@ -1452,6 +1478,7 @@ fn start_op(
     #[cfg(CONFIG_FERRY_KUNIT_TEST)]
     if hostile::stalls(&busy, &io) {
         if from == Origin::Completion {
+            busy.0.waiting.fetch_add(1, Relaxed);
             return slot.run(Job::Start {
                 target,
                 busy,
@@ -1483,9 +1510,18 @@ fn start_op(
         return finish(Some(&*slot), busy, req, io, Err(ENODEV), Some(t));
     };
     let nowait = from == Origin::Completion;
-    if nowait && !(matches!(io.op, IoOp::Read | IoOp::Write | IoOp::Flush) && bdev.nowait()) {
+    // (A read's or a write's pages are whole pages: one segment each at
+    // most.)
+    let segments = io.len.div_ceil(kernel::page::PAGE_SIZE as u32);
+    if nowait
+        && !(matches!(io.op, IoOp::Read | IoOp::Write)
+            && busy.0.waiting.load(Relaxed) == 0
+            && bdev.nowait()
+            && bdev.fits_one_bio(io.sector, io.len, segments))
+    {
         drop(bdev);
         busy.0.stats.deferred();
+        busy.0.waiting.fetch_add(1, Relaxed);
         return slot.run(Job::Start {
             target,
             busy,
@@ -1556,6 +1592,8 @@ fn end_op(slot: Arc<OpSlot>, target: Arc<Target>, mut t: KBox<Transfer<Stage, Da
         (Some(_), Err(e)) if t.ctx.nowait && (e == EAGAIN || e == EOPNOTSUPP) => {
             if let Some(busy) = t.ctx.busy.as_ref() {
                 busy.0.stats.deferred();
+                // (Counted as waiting where its bios ended.)
+                busy.0.waiting.fetch_sub(1, Relaxed);
             }
             t.ctx.nowait = false;
             t.ctx.target = Some(target);
@@ -1826,13 +1864,15 @@ mod tests {
         let mut t = slot.transfer(KEPT_BYTES as u32)?;
         mark(&mut t, 0x5a)?;
         slot.give_back(Some(t));
-        // The same pages for the same length (new ones are zeroed).
+        // The same pages for the same length.
         let t = slot.transfer(KEPT_BYTES as u32)?;
         assert!(marked(&t, 0x5a)?);
         slot.give_back(Some(t));
-        // More than a page leaves the kept page alone, and is not kept.
-        let t = slot.transfer(2 * KEPT_BYTES as u32)?;
-        assert!(marked(&t, 0)?);
+        // More than a page leaves the kept page alone (new pages, not
+        // zeroed: whatever they hold), and is not kept.
+        let mut t = slot.transfer(2 * KEPT_BYTES as u32)?;
+        assert_eq!(t.data.len(), 2 * KEPT_BYTES);
+        mark(&mut t, 0x33)?;
         slot.give_back(Some(t));
         let t = slot.transfer(KEPT_BYTES as u32)?;
         assert!(marked(&t, 0x5a)?);
@@ -1840,7 +1880,6 @@ mod tests {
         // Another length gets new pages, kept in turn.
         let mut t = slot.transfer(512)?;
         assert_eq!(t.data.len(), 512);
-        assert!(marked(&t, 0)?);
         mark(&mut t, 0xa5)?;
         slot.give_back(Some(t));
         assert!(marked(&slot.transfer(512)?, 0xa5)?);

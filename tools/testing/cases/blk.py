@@ -258,7 +258,7 @@ def blk_submission(t):
     (ferry's completion work), as bios that must not wait, so that a loop
     device (which takes them) with room for every request defers none of
     fio's 4 KiB reads and writes at depth 1. A null_blk device with one tag
-    that holds each request 100 us cannot take 16 writes at once: those that
+    that holds each request 1 ms cannot take 16 writes at once: those that
     would wait for its tag end in EAGAIN, are deferred to ferry_blk's work
     queue and submitted again there, and fio verify (crc32c) ends clean,
     with the same bytes on both sides. Discards are always deferred."""
@@ -275,8 +275,10 @@ def blk_submission(t):
     vm.run(f'{t.ferryctl} blk unmap {disk}')
     vm.run(f'{t.ferryctl} blk export del s0')
 
+    # (Held 1 ms, times the kernel's slowness: longer than a submission
+    # takes, on the debug kernel too.)
     slow = nullb(vm, 'ferry_onetag', size=32, submit_queues=1, hw_queue_depth=1, irqmode=2,
-                 completion_nsec=100000)
+                 completion_nsec=1000000 * t.slow)
     disk = export_and_map(t, vm, 's1', slow, 'channels 2')
     written, verified = fio(t, vm, disk, '4k', 16, mib=4)
     vm.run(f'blkdiscard -o 0 -l 1M {disk}')
