@@ -1478,14 +1478,7 @@ fn start_op(
     #[cfg(CONFIG_FERRY_KUNIT_TEST)]
     if hostile::stalls(&busy, &io) {
         if from == Origin::Completion {
-            busy.0.waiting.fetch_add(1, Relaxed);
-            return slot.run(Job::Start {
-                target,
-                busy,
-                req,
-                io,
-                data,
-            });
+            return defer(slot, target, busy, req, io, data);
         }
         hostile::stall_write(&busy, &io);
     }
@@ -1511,7 +1504,7 @@ fn start_op(
     };
     let nowait = from == Origin::Completion;
     // (A read's or a write's pages are whole pages: one segment each at
-    // most.)
+    // most.) CAST: a page's size fits a `u32`.
     let segments = io.len.div_ceil(kernel::page::PAGE_SIZE as u32);
     if nowait
         && !(matches!(io.op, IoOp::Read | IoOp::Write)
@@ -1521,14 +1514,7 @@ fn start_op(
     {
         drop(bdev);
         busy.0.stats.deferred();
-        busy.0.waiting.fetch_add(1, Relaxed);
-        return slot.run(Job::Start {
-            target,
-            busy,
-            req,
-            io,
-            data: Some(t),
-        });
+        return defer(slot, target, busy, req, io, Some(t));
     }
     let mut t = t;
     t.ctx = Stage {
@@ -1542,6 +1528,26 @@ fn start_op(
         nowait,
     };
     submit(t);
+}
+
+/// Sends operation `io` to the target's queue, where its bios are
+/// submitted (counted as waiting there until they are).
+fn defer(
+    slot: Arc<OpSlot>,
+    target: Arc<Target>,
+    busy: Busy,
+    req: Incoming,
+    io: Io,
+    data: Option<KBox<Transfer<Stage, Data>>>,
+) {
+    busy.0.waiting.fetch_add(1, Relaxed);
+    slot.run(Job::Start {
+        target,
+        busy,
+        req,
+        io,
+        data,
+    });
 }
 
 /// Submits the bios of the operation in `t`'s stage, which holds its
