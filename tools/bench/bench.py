@@ -104,6 +104,7 @@ def main():
     ap.add_argument('--rounds', type=int, default=5)
     ap.add_argument('--results', required=True, help='the Markdown results file to write')
     ap.add_argument('--only', nargs='*', default=[], help='run only these pairs (by mode)')
+    ap.add_argument('--baseline-name', help='what the results call the baseline (its commit)')
     ap.add_argument('--baseline-ko', help='a ferry.ko from before a change, its ferry_bench.ko '
                     'beside it: measured in the same rounds, interleaved with the other two')
     args = ap.parse_args()
@@ -213,8 +214,8 @@ def main():
         'each RDMA-WRITTEN by the peer into the requester\'s registered pages; the '
         '"2x32" rows have 32 requests in flight on each of 2 channels (ferry_submit_on()), '
         'written into the requester\'s pages (from the peer) or read from them (to the peer).',
-        *(['baseline: ' + args.baseline_ko + ', measured in the same rounds, in turn with '
-           'the others.'] if base else []),
+        *(['baseline: ' + (args.baseline_name or args.baseline_ko) + ', measured in the same '
+           'rounds, in turn with the others.'] if base else []),
         'Latency: perftest and ferry_bench poll for the answer; in the "asleep" row '
         'both sleep until it comes (ib_send_lat -e waits for completion events).', '',
         *table, ''])

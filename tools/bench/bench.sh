@@ -40,7 +40,7 @@ if [ -n "${BENCH_BASELINE:-}" ]; then
 	mapfile -t kv < <(kmake_vars)
 	step "building the baseline, $rev"
 	make -s -C "$KBUILD" M="$tree" "${kv[@]}" CONFIG_FERRY=m CONFIG_FERRY_BLK=m CONFIG_FERRY_SAMPLES=m modules >&2
-	baseline=(--baseline-ko "$tree/ferry.ko")
+	baseline=(--baseline-ko "$tree/ferry.ko" --baseline-name "commit ${rev:0:12}")
 fi
 
 common=(--kernel "$KBUILD/arch/x86/boot/bzImage" --ferry-ko "$FERRY_ROOT/ferry.ko"

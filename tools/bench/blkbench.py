@@ -288,8 +288,11 @@ def scaling_summary(scaling):
     system's median (min-max) at every point."""
     curves, text = {}, []
     for name, xlabel, key, points in SCALING:
-        per = scaling[name]
         labels = [p[0] for p in points]
+        # Each system's figures by point, in the points' order (a report
+        # read back from JSON has the points' labels as strings).
+        per = {s: {x: by.get(x, by.get(str(x), [])) for x in labels}
+               for s, by in scaling[name].items()}
         curves[name] = {
             'xlabel': xlabel, 'ylabel': 'IOPS' if key == 'iops' else 'MB/s',
             'xs': labels, 'labels': labels,
@@ -319,13 +322,14 @@ def main():
                     help='measure ferry_blk (and the baseline) alone: a quick before-and-after')
     ap.add_argument('--baseline-ko', help='a ferry.ko from before a change, its ferry_blk.ko '
                     'beside it: measured in the same rounds, in turn with the others')
+    ap.add_argument('--baseline-name', help='what the report calls the baseline (its commit)')
     ap.add_argument('--from-json', help='no run: the report again from the JSON of an earlier '
                     'one (with --baseline-ko naming its baseline if it does not)')
     args = ap.parse_args()
     if args.from_json:
         with open(args.from_json) as f:
             data = json.load(f)
-        data.setdefault('baseline', args.baseline_ko)
+        data.setdefault('baseline', args.baseline_name or args.baseline_ko)
         report(data, args.results)
         return 0
     if args.rounds < 1:
@@ -396,7 +400,7 @@ def main():
     data = {'when': when, 'kernel': vm.info.get('kernel', '?'), 'rounds': args.rounds,
             'systems': systems, 'rows': [r[0] for r in rows], 'figures': figs,
             'scaling_rounds': args.scaling_rounds, 'scaling_raw': scaling,
-            'baseline': args.baseline_ko, 'problems': problems}
+            'baseline': args.baseline_name or args.baseline_ko, 'problems': problems}
     report(data, args.results)
     return 1 if problems else 0
 
