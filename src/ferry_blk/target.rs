@@ -1038,6 +1038,17 @@ struct Stage {
     nowait: bool,
 }
 
+impl Stage {
+    /// Whether bios that ended with `res` are submitted again on the
+    /// target's queue: they were not to wait and would have (or, never, the
+    /// device no longer takes such bios). One test for both the bios' end,
+    /// which counts the operation as waiting, and [`end_op`], which submits
+    /// it and stops counting it.
+    fn goes_again(&self, res: &Result) -> bool {
+        self.nowait && res.is_err_and(|e| e == EAGAIN || e == EOPNOTSUPP)
+    }
+}
+
 impl Transferred for Stage {
     fn transferred(mut t: KBox<Transfer<Self, Data>>, req: Incoming, status: Result) {
         let Stage {
@@ -1089,7 +1100,7 @@ impl BioOwner for Transfer<Stage, Data> {
     }
 
     fn ended(mut t: KBox<Self>, res: Result) {
-        if t.ctx.nowait && res.is_err_and(|e| e == EAGAIN || e == EOPNOTSUPP) {
+        if t.ctx.goes_again(&res) {
             // To be submitted again on the target's queue (`end_op`): new
             // operations wait behind it meanwhile.
             if let Some(busy) = t.ctx.busy.as_ref() {
@@ -1488,7 +1499,7 @@ fn start_op(
         (IoOp::Write, None) => Err(EINVAL),
         (_, None) => slot.any_transfer(),
     };
-    let t = match t {
+    let mut t = match t {
         Ok(t) => t,
         Err(e) => {
             // (The target goes before the operation's count: see `Job`.)
@@ -1516,7 +1527,6 @@ fn start_op(
         busy.0.stats.deferred();
         return defer(slot, target, busy, req, io, Some(t));
     }
-    let mut t = t;
     t.ctx = Stage {
         target: Some(target),
         bdev: Some(bdev),
@@ -1595,7 +1605,7 @@ fn end_op(slot: Arc<OpSlot>, target: Arc<Target>, mut t: KBox<Transfer<Stage, Da
     let res = match (op, res) {
         // Its bios would have waited (or, never, the device no longer
         // takes bios that must not): submitted again, here, where they may.
-        (Some(_), Err(e)) if t.ctx.nowait && (e == EAGAIN || e == EOPNOTSUPP) => {
+        (Some(_), r) if t.ctx.goes_again(&r) => {
             if let Some(busy) = t.ctx.busy.as_ref() {
                 busy.0.stats.deferred();
                 // (Counted as waiting where its bios ended.)
