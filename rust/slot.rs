@@ -198,18 +198,26 @@ impl<T: Send + Sync> RcuCell<T> {
     }
 
     /// Replaces the value with `value`; the old one is dropped once no
-    /// reader can still see it. Waits for an RCU grace period: may sleep.
+    /// reader can still see it. Waits for an RCU grace period if there was
+    /// one: may sleep.
     pub fn set(&self, value: Option<Arc<T>>) {
+        drop(self.replace(value));
+    }
+
+    /// Replaces the value with `value` and returns the old one once no
+    /// reader can still see it in the cell. Waits for an RCU grace period
+    /// if there was one: may sleep.
+    pub fn replace(&self, value: Option<Arc<T>>) -> Option<Arc<T>> {
         let new = value.map_or(ptr::null_mut(), |v| Arc::into_raw(v).cast_mut());
         let old = self.ptr.swap(new, Ordering::AcqRel);
         if old.is_null() {
-            return;
+            return None;
         }
         rcu::synchronize_rcu();
         // SAFETY: `old` came from `Arc::into_raw` (type invariant); it is no
         // longer in the cell and a grace period has passed, so no reader
-        // holds it.
-        drop(unsafe { Arc::from_raw(old) });
+        // holds it: the cell's reference is ours.
+        Some(unsafe { Arc::from_raw(old) })
     }
 }
 
@@ -269,10 +277,15 @@ mod tests {
         let g = rcu::read_lock();
         assert_eq!(cell.get(&g).copied(), Some(2));
         drop(g);
+        // `replace` hands the old value back, and the cell holds the new.
+        let old = cell.replace(Some(Arc::new(4, GFP_KERNEL)?));
+        assert_eq!(old.as_deref().copied(), Some(2));
+        assert_eq!(cell.get_arc().as_deref().copied(), Some(4));
         cell.set(None);
         let g = rcu::read_lock();
         assert!(cell.get(&g).is_none());
         drop(g);
+        assert!(cell.replace(None).is_none());
         // Several at once, one grace period.
         let cells = [RcuCell::new(), RcuCell::new(), RcuCell::new()];
         let w = Arc::new(3, GFP_KERNEL)?;

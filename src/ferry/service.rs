@@ -100,7 +100,10 @@ impl Service {
             gate.accepting += 1;
         }
         // Attached before `shut` can return: it waits for this call.
-        let res = self.ops.accept(s).map(|c| s.set_consumer(self.key, c));
+        let res = self
+            .ops
+            .accept(s)
+            .and_then(|c| s.set_consumer(self.key, c).map_err(|_| Reason::NoResources));
         let mut gate = self.gate.lock();
         gate.accepting -= 1;
         if gate.accepting == 0 {

@@ -25,7 +25,9 @@
 //! or request finds its channel there under RCU and takes only that
 //! channel's spinlock, and the session's state for senders is one atomic
 //! word (`sendable`). A failure unpublishes the channels (and waits for an
-//! RCU grace period) before it tears them down.
+//! RCU grace period) before it tears them down. What arrives reaches the
+//! consumer the same way: it is found in an [`RcuCell`] too, emptied as it
+//! is told `gone`.
 
 use core::sync::atomic::{
     AtomicBool, AtomicI32, AtomicU32, AtomicU64,
@@ -196,8 +198,6 @@ struct Inner {
     /// arrived or said hello; a server session whose next channel does not
     /// come within twice the connect timeout closes).
     attempt_started: Instant<Monotonic>,
-    /// Who gets the session's messages and events.
-    consumer: Option<Arc<dyn Consumer>>,
     /// Server: the service that accepted the session.
     svc: Option<ServiceKey>,
     /// Server: the service's answer once it gave one ([`Reason::None`]: it
@@ -280,6 +280,11 @@ pub(crate) struct Session {
     /// One was refused on no channel in particular (the session's pick, or
     /// while reconnecting): the next channel with room tells.
     want_any: AtomicBool,
+    /// Who gets the session's messages and events: read under RCU on the
+    /// data path, so that no delivery takes a lock of the session's (the
+    /// inner lock's walks, `session show`'s and the tick's, never stall
+    /// one). Emptied as the consumer is told `gone`.
+    consumer: RcuCell<Arc<dyn Consumer>>,
     /// Received messages nobody consumed (a session without a consumer).
     pub(crate) rx_dropped: AtomicU64,
     /// What the session's channels counted before they were replaced.
@@ -341,6 +346,7 @@ impl Session {
         for _ in 0..params.channels {
             queues.push(RcuCell::new(), GFP_KERNEL)?;
         }
+        let consumer = consumer_cell(consumer)?;
         Arc::pin_init(
             pin_init!(Self {
                 host,
@@ -368,7 +374,6 @@ impl Session {
                     failed_since: None,
                     connected_once: false,
                     attempt_started: Instant::now(),
-                    consumer,
                     svc: None,
                     answer: None,
                 }),
@@ -388,6 +393,7 @@ impl Session {
                 waiters: AtomicU32::new(0),
                 want_writable: AtomicU64::new(0),
                 want_any: AtomicBool::new(false),
+                consumer,
                 rx_dropped: AtomicU64::new(0),
                 retired: Stats::default(),
                 hostile: Hostile::default(),
@@ -433,10 +439,24 @@ impl Session {
 
     /// Server: service `svc` accepted the session with `consumer`, before
     /// the service's `shut` may return (see [`crate::service::Service::attach`]).
-    pub(crate) fn set_consumer(&self, svc: ServiceKey, consumer: Arc<dyn Consumer>) {
+    /// `ENOMEM` if the consumer's place could not be made: the session
+    /// is not attached.
+    pub(crate) fn set_consumer(&self, svc: ServiceKey, consumer: Arc<dyn Consumer>) -> Result {
+        let consumer = Arc::new(consumer, GFP_KERNEL)?;
         let mut inner = self.inner.lock();
         inner.svc = Some(svc);
-        inner.consumer = Some(consumer);
+        // Set once, before any delivery: there was none (nothing waits).
+        self.consumer.set(Some(consumer));
+        Ok(())
+    }
+
+    /// The consumer, to call without any lock of the session's. Never
+    /// sleeps.
+    pub(crate) fn consumer(&self) -> Option<Arc<dyn Consumer>> {
+        let guard = rcu::read_lock();
+        let c = self.consumer.get(&guard).cloned();
+        drop(guard);
+        c
     }
 
     /// Whether service `svc` accepted this session.
@@ -609,4 +629,14 @@ impl Owner for Session {
     fn deliver_request(this: &Arc<Self>, inc: Incoming) {
         Session::deliver_request(this, inc)
     }
+}
+
+/// A cell holding `consumer`, if there is one. May sleep.
+fn consumer_cell(consumer: Option<Arc<dyn Consumer>>) -> Result<RcuCell<Arc<dyn Consumer>>> {
+    let cell = RcuCell::new();
+    if let Some(c) = consumer {
+        // Empty before: nothing to wait for.
+        cell.set(Some(Arc::new(c, GFP_KERNEL)?));
+    }
+    Ok(cell)
 }

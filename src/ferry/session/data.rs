@@ -164,8 +164,7 @@ impl Session {
             && self.want_any.load(SeqCst)
             && self.want_any.swap(false, SeqCst);
         if mine | any {
-            let consumer = self.inner.lock().consumer.clone();
-            if let Some(c) = consumer {
+            if let Some(c) = self.consumer() {
                 c.writable(self, qid);
             }
         }

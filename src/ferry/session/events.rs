@@ -33,15 +33,17 @@ impl Session {
             if ev.gone || ev.mute {
                 break;
             }
-            let mut inner = self.inner.lock();
+            let inner = self.inner.lock();
             let (state, reason, conn) = (inner.state, inner.reason, inner.reconnects);
-            let consumer = if state == SessionState::Closed {
-                // Nothing reaches the consumer after `gone`.
-                inner.consumer.take()
-            } else {
-                inner.consumer.clone()
-            };
             drop(inner);
+            let consumer = if state == SessionState::Closed {
+                // Nothing reaches the consumer after `gone`: no delivery
+                // finds it once a grace period passed, and the ones that
+                // found it before hold their own reference.
+                self.consumer.replace(None).map(|c| (*c).clone())
+            } else {
+                self.consumer()
+            };
             let Some(c) = consumer else { break };
             let call = match state {
                 // Lost and regained since the consumer last looked: `down`
@@ -92,10 +94,10 @@ impl Session {
         }
     }
 
-    /// Hands a received message to the consumer.
+    /// Hands a received message to the consumer. Takes no lock of the
+    /// session's (as [`Session::deliver_request`]).
     pub(crate) fn deliver(self: &Arc<Self>, data: &[u8]) {
-        let consumer = self.inner.lock().consumer.clone();
-        match consumer {
+        match self.consumer() {
             Some(c) => c.message(self, data),
             None => {
                 self.rx_dropped.fetch_add(1, Relaxed);
@@ -105,8 +107,7 @@ impl Session {
 
     /// Hands a received request to the consumer; without one, refuses it.
     pub(crate) fn deliver_request(self: &Arc<Self>, inc: Incoming) {
-        let consumer = self.inner.lock().consumer.clone();
-        match consumer {
+        match self.consumer() {
             Some(c) => c.request(self, inc),
             None => {
                 self.rx_dropped.fetch_add(1, Relaxed);
