@@ -286,12 +286,16 @@ impl SgList {
 /// A lent scatterlist, DMA-mapped on a device until dropped (or
 /// [`MappedSg::unmap`]ped).
 ///
+/// It keeps the device registered through the caller's shared handle: one
+/// [`Registered`] per queue, say, so that mapping a request touches no
+/// count of the device's, only the handle's own.
+///
 /// # Invariants
 ///
 /// `sg` is mapped on `device` in `dir`, `mapped` entries of it, which hold
 /// `len` bytes.
 pub struct MappedSg {
-    device: Registered,
+    device: Arc<Registered>,
     sg: SgList,
     mapped: u32,
     dir: DmaDir,
@@ -331,10 +335,11 @@ unsafe impl Send for MappedSg {}
 unsafe impl Sync for MappedSg {}
 
 impl MappedSg {
-    /// Maps `sg` for `dir` on `device`. Fails with `ENOMEM` if the mapping
+    /// Maps `sg` for `dir` on `device`, which it holds (a count of the
+    /// handle's, not of the device's). Fails with `ENOMEM` if the mapping
     /// fails (the list is dropped). Allocates nothing and never sleeps (the
     /// DMA API's mapping does not).
-    pub fn new(device: &Registered, sg: SgList, dir: DmaDir) -> Result<Self> {
+    pub fn new(device: &Arc<Registered>, sg: SgList, dir: DmaDir) -> Result<Self> {
         // CAST: `nents` counts scatterlist entries, far below `i32::MAX`.
         // SAFETY: `device` is registered; `sg` is valid (type invariant of
         // `SgList`) and nobody else maps it.

@@ -33,6 +33,7 @@ use kernel::{id_pool::IdPool, prelude::*, sync::Arc};
 
 use crate::{
     rdma::{
+        device::Registered,
         mr::{DmaDir, MappedSg, Mr, Remote, SgList},
         pd::Pd,
         qp::MAX_REGS,
@@ -322,6 +323,10 @@ impl<D: RdmaDone> RdmaOp<D> {
 /// A channel's request state (under the channel's lock). Allocates nothing
 /// after [`Xfer::new`] and never sleeps, but for [`Xfer::take_pool`].
 pub(crate) struct Xfer<R, D> {
+    /// The channel's own handle on its PD's device, which the requests'
+    /// mappings hold: none of them touches the device's counts, which
+    /// every channel on it shares.
+    dev: Option<Arc<Registered>>,
     out: KVec<Option<Outstanding<R>>>,
     gens: KVec<u16>,
     /// The requester's tags in use.
@@ -353,7 +358,12 @@ impl<R: Request, D> Xfer<R, D> {
     pub(crate) fn new(pd: Option<&Arc<Pd>>, tags: u32, max_pages: u32, first: u32) -> Result<Self> {
         let n = tags as usize;
         let regions = pool_regions(tags) as usize;
+        let dev = match pd {
+            Some(pd) => Some(Arc::new(pd.device().clone(), GFP_KERNEL)?),
+            None => None,
+        };
         let mut x = Self {
+            dev,
             out: KVec::with_capacity(n, GFP_KERNEL)?,
             gens: KVec::with_capacity(n, GFP_KERNEL)?,
             tags: IdPool::with_capacity(n, GFP_KERNEL)?,
@@ -461,11 +471,10 @@ impl<R: Request, D> Xfer<R, D> {
     /// other data is mapped and registered. At most `limit` requests are in
     /// flight. On failure the request and its data come back: `EAGAIN`
     /// without a free tag or enough free regions, `EINVAL` for registered
-    /// data without a PD. Allocates nothing and never sleeps.
-    #[allow(clippy::too_many_arguments)]
+    /// data without a PD. Allocates nothing and never sleeps, and touches
+    /// no count of the device's (the mapping holds the channel's handle).
     pub(crate) fn submit(
         &mut self,
-        pd: Option<&Pd>,
         limit: u32,
         inline_max: u32,
         own: Option<u32>,
@@ -502,7 +511,7 @@ impl<R: Request, D> Xfer<R, D> {
                 held = Some(Held::Inline(sg));
             }
             Some(sg) => {
-                let Some(pd) = pd else {
+                let Some(dev) = self.dev.as_ref() else {
                     self.tags.release_id(index);
                     return Err((EINVAL, req, Some(sg)));
                 };
@@ -512,7 +521,7 @@ impl<R: Request, D> Xfer<R, D> {
                 };
                 // A failed mapping drops the list: the request still owns its
                 // pages, and the caller gets the error.
-                let m = match MappedSg::new(pd.device(), sg, ddir) {
+                let m = match MappedSg::new(dev, sg, ddir) {
                     Ok(m) => m,
                     Err(e) => {
                         self.tags.release_id(index);
@@ -908,7 +917,6 @@ mod tag_tests {
             let mut sent = (0, 0);
             self.x
                 .submit(
-                    None,
                     limit,
                     4096,
                     own,
@@ -943,7 +951,6 @@ mod tag_tests {
             let mut sent = (false, 0, 0);
             self.x
                 .submit(
-                    None,
                     16,
                     inline_max,
                     None,

@@ -85,10 +85,9 @@ impl<O: Owner> Channel<O> {
         if inner.state != ChanState::Up {
             return Err((ENOTCONN, req, data));
         }
-        let (Some(qp), Some(ring), Some(pd), Some(xfer)) = (
+        let (Some(qp), Some(ring), Some(xfer)) = (
             inner.qp.as_deref(),
             inner.ring.as_mut(),
-            inner.pd.as_ref(),
             inner.xfer.as_mut(),
         ) else {
             return Err((ENOTCONN, req, data));
@@ -105,7 +104,6 @@ impl<O: Owner> Channel<O> {
         let limit = inner.peer_depth.min(self.session.params().queue_depth);
         let mut part = false;
         let res = xfer.submit(
-            Some(pd),
             limit,
             inner.peer_inline,
             own,
