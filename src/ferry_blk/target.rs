@@ -13,10 +13,12 @@
 //! bios that must not wait: that work must stay short, and one that would
 //! wait (a frozen or busy device), every other operation, and every
 //! operation on a device that takes no such bios, go to the target's work
-//! queue instead (see [`start_op`]). Nothing waits for the bios: their end
-//! queues the slot's work item, which answers or moves a read's data
-//! (ferry answers in process context only). A write is answered only once
-//! its bio has completed.
+//! queue instead (see [`start_op`]). Nothing waits for the bios. Bios that
+//! end before their submission returns (brd's, a refusal) go on where they
+//! were submitted, with no hop (see [`submit`]); the end of others queues
+//! the slot's work item, which answers or moves a read's data (ferry
+//! answers in process context only). A write is answered only once its
+//! bio has completed.
 //!
 //! An operation lives in a slot of its session from its check to its
 //! answer: one slot per tag of a channel (`ferry_incoming_tag()`), made by
@@ -1169,10 +1171,12 @@ struct OpSlot {
     /// It keeps a page of data between operations (the first
     /// [`KEPT_TAGS`] tags of a channel do).
     keeps: bool,
-    /// What the work item does next, while it waits for the queue. (Set
-    /// where bios end too: with interrupts off.)
+    /// What the work item does next, while it waits for the queue; or
+    /// what the thread submitting the operation's bios does next, if they
+    /// end before it is done. (Set where bios end too: with interrupts
+    /// off.)
     #[pin]
-    job: SpinLockIrq<Option<Job>>,
+    job: SpinLockIrq<Next>,
     /// The box of the last transfer of a page or less, with its pages: the
     /// next transfer of that length uses them again.
     #[pin]
@@ -1181,6 +1185,15 @@ struct OpSlot {
 
 impl_has_work! {
     impl HasWork<Self> for OpSlot { self.work }
+}
+
+/// A slot's next job, and who runs it.
+#[derive(Default)]
+struct Next {
+    job: Option<Job>,
+    /// A thread is submitting the slot's bios ([`submit`]): the end of
+    /// those that end meanwhile is left to it, not queued.
+    held: bool,
 }
 
 /// The largest data a slot keeps between operations: a page, as
@@ -1200,7 +1213,7 @@ impl OpSlot {
                 work <- new_work!("ferry_blk::OpSlot::work"),
                 taken: AtomicBool::new(false),
                 keeps,
-                job <- new_spinlock_irq!(None),
+                job <- new_spinlock_irq!(Next::default()),
                 spare <- new_spinlock!(None),
             }),
             GFP_KERNEL,
@@ -1237,10 +1250,11 @@ impl OpSlot {
         }
     }
 
-    /// Queues `job` on the target's queue. Any context.
+    /// Queues `job` on the target's queue, or leaves it to the thread
+    /// submitting the slot's bios ([`OpSlot::hold`]). Any context.
     fn run(self: &Arc<Self>, job: Job) {
         let mut next = self.job.lock();
-        if next.is_some() {
+        if next.job.is_some() {
             // Never: one operation at a time holds the slot, and its work
             // item took its last job. The job is kept (dropping it here would
             // answer its request, perhaps in an interrupt), and its export
@@ -1250,11 +1264,30 @@ impl OpSlot {
             core::mem::forget(job);
             return;
         }
-        let job = next.insert(job);
+        let held = next.held;
+        let job = next.job.insert(job);
+        if held {
+            // `OpSlot::release` takes it.
+            return;
+        }
         // Under the lock, which the work item takes first: the job's target
         // is not dropped before the queueing is over. (Queued already:
         // never, as above.)
         let _ = job.target().queue.queue().enqueue(self.clone());
+    }
+
+    /// The calling thread submits the slot's bios: if they end before
+    /// [`OpSlot::release`], their end is left to it.
+    fn hold(&self) {
+        self.job.lock().held = true;
+    }
+
+    /// The calling thread is done submitting: the job of bios that ended
+    /// meanwhile, if they did, for it to run.
+    fn release(&self) -> Option<Job> {
+        let mut next = self.job.lock();
+        next.held = false;
+        next.job.take()
     }
 
     /// A box for an operation without data (a flush, a discard, a write of
@@ -1290,7 +1323,7 @@ impl WorkItem for OpSlot {
 
     fn run(this: Arc<OpSlot>) {
         // (The lock goes before the operation runs: it sleeps.)
-        let job = this.job.lock().take();
+        let job = this.job.lock().job.take();
         match job {
             Some(Job::Start {
                 target,
@@ -1303,7 +1336,7 @@ impl WorkItem for OpSlot {
                 busy.0.waiting.fetch_sub(1, Relaxed);
                 start_op(this, target, busy, req, io, data, Origin::Queue)
             }
-            Some(Job::Ended { target, t, res }) => end_op(this, target, t, res),
+            Some(Job::Ended { target, t, res }) => end_op(this, target, t, res, Origin::Queue),
             None => {}
         }
     }
@@ -1537,7 +1570,7 @@ fn start_op(
         zero_pages: false,
         nowait,
     };
-    submit(t);
+    submit(t, from);
 }
 
 /// Sends operation `io` to the target's queue, where its bios are
@@ -1561,9 +1594,15 @@ fn defer(
 }
 
 /// Submits the bios of the operation in `t`'s stage, which holds its
-/// device.
-fn submit(mut t: KBox<Transfer<Stage, Data>>) {
-    let Some(io) = t.ctx.io.as_ref() else {
+/// device and its slot, from `from`.
+///
+/// If they end before the submission returns (a device that ends bios as
+/// it takes them, as brd does, or one that refused them), the operation
+/// goes on here, as nvmet's does from a bio's end: no hop to the target's
+/// queue. Bios that end later, in an interrupt perhaps, go on there
+/// (their data is sent with rdma_rw, which may allocate).
+fn submit(mut t: KBox<Transfer<Stage, Data>>, from: Origin) {
+    let (Some(io), Some(slot)) = (t.ctx.io.as_ref(), t.ctx.slot.clone()) else {
         // Never: the stage is the operation's.
         return;
     };
@@ -1585,10 +1624,17 @@ fn submit(mut t: KBox<Transfer<Stage, Data>>) {
         // `__blkdev_issue_zeroout` writes zeroed pages: nothing to retry.
         t.ctx.zero_pages = true;
     }
+    slot.hold();
     if t.ctx.nowait {
         Bdev::submit_nowait(op, sector, t);
     } else {
         Bdev::submit(op, sector, t);
+    }
+    match slot.release() {
+        Some(Job::Ended { target, t, res }) => end_op(slot, target, t, res, from),
+        // Never: an operation's bios end with `Ended`.
+        Some(job) => slot.run(job),
+        None => {}
     }
 }
 
@@ -1599,12 +1645,23 @@ fn zeroes_limit(stage: &Stage) -> Option<u32> {
 }
 
 /// Goes on with the operation in `t`, whose bios ended with `res`: a read's
-/// data to the client, or the answer. On the target's queue.
-fn end_op(slot: Arc<OpSlot>, target: Arc<Target>, mut t: KBox<Transfer<Stage, Data>>, res: Result) {
+/// data to the client, or the answer. From `from`: the target's queue, or
+/// the completion's context that submitted the bios, if they ended there.
+fn end_op(
+    slot: Arc<OpSlot>,
+    target: Arc<Target>,
+    mut t: KBox<Transfer<Stage, Data>>,
+    res: Result,
+    from: Origin,
+) {
     let op = t.ctx.io.as_ref().map(|io| io.op);
     let res = match (op, res) {
         // Its bios would have waited (or, never, the device no longer
-        // takes bios that must not): submitted again, here, where they may.
+        // takes bios that must not): submitted again on the target's
+        // queue, where they may.
+        (Some(_), r) if t.ctx.goes_again(&r) && from == Origin::Completion => {
+            return slot.run(Job::Ended { target, t, res: r });
+        }
         (Some(_), r) if t.ctx.goes_again(&r) => {
             if let Some(busy) = t.ctx.busy.as_ref() {
                 busy.0.stats.deferred();
@@ -1614,7 +1671,7 @@ fn end_op(slot: Arc<OpSlot>, target: Arc<Target>, mut t: KBox<Transfer<Stage, Da
             t.ctx.nowait = false;
             t.ctx.target = Some(target);
             t.ctx.slot = Some(slot);
-            return submit(t);
+            return submit(t, Origin::Queue);
         }
         // As `blkdev_issue_discard`: a device that stopped discarding.
         (Some(IoOp::Discard), Err(e)) if e == EOPNOTSUPP => Ok(()),
@@ -1628,7 +1685,7 @@ fn end_op(slot: Arc<OpSlot>, target: Arc<Target>, mut t: KBox<Transfer<Stage, Da
             t.ctx.zero_pages = true;
             t.ctx.target = Some(target);
             t.ctx.slot = Some(slot);
-            return submit(t);
+            return submit(t, from);
         }
         (_, res) => res,
     };
@@ -1912,6 +1969,43 @@ mod tests {
         let spare = slot.spare.lock();
         let kept = spare.as_ref().ok_or(ENOENT)?;
         assert!(kept.ctx.slot.is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn bios_that_end_in_their_submission_are_left_to_the_submitter() -> Result {
+        let target = Target::new()?;
+        let slot = OpSlot::new(true)?;
+        assert!(slot.try_take());
+        // Ended while held: nothing queued, the submitter takes the job.
+        slot.hold();
+        let t = slot.transfer(512)?;
+        slot.run(Job::Ended {
+            target: target.clone(),
+            t,
+            res: Ok(()),
+        });
+        let job = slot.release().ok_or(ENOENT)?;
+        assert!(matches!(job, Job::Ended { res: Ok(()), .. }));
+        assert!(slot.release().is_none());
+        drop(job);
+        assert!(!slot.try_take());
+        // Ended later: queued. The work item ends the operation (one
+        // without a request here), which frees the slot.
+        let t = slot.transfer(512)?;
+        slot.run(Job::Ended {
+            target: target.clone(),
+            t,
+            res: Ok(()),
+        });
+        let mut waited = 0;
+        while !slot.try_take() {
+            // The queued job runs within 10 s.
+            assert!(waited < 10_000);
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+            waited += 1;
+        }
+        assert!(slot.release().is_none());
         Ok(())
     }
 
