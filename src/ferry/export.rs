@@ -16,7 +16,11 @@
 //! bindgen turns into Rust) by [`checked`], so the two cannot drift apart.
 
 use kernel::ffi::{c_char, c_int, c_uint, c_void};
-use kernel::{prelude::*, sync::Arc, types::ForeignOwnable};
+use kernel::{
+    prelude::*,
+    sync::{Arc, UniqueArc},
+    types::ForeignOwnable,
+};
 
 use crate::{
     bindings::{
@@ -125,9 +129,13 @@ struct CService(Ops);
 
 impl ServiceOps for CService {
     fn accept(&self, s: &Arc<Session>) -> Result<Arc<dyn Consumer>, Reason> {
+        // Made first: nothing may fail once the C service took the session
+        // (its private data would never hear `gone`).
+        let place = UniqueArc::new_uninit(GFP_KERNEL).map_err(|_| Reason::NoResources)?;
         let priv_ = self.0.accept(s).map_err(|_| Reason::Refused)?;
         let ops = self.0.with_priv(priv_);
-        Ok(Arc::new(COps(ops), GFP_KERNEL).map_err(|_| Reason::NoResources)?)
+        let consumer: Arc<COps> = place.write(COps(ops)).into();
+        Ok(consumer)
     }
 }
 

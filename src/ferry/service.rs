@@ -13,7 +13,7 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use kernel::{
     new_condvar, new_mutex,
     prelude::*,
-    sync::{Arc, CondVar, Mutex},
+    sync::{Arc, CondVar, Mutex, UniqueArc},
 };
 
 use crate::{
@@ -92,6 +92,9 @@ impl Service {
     /// Asks the service to take session `s`, and attaches it if it does.
     /// The consumer's `accept` runs with no lock of ferry's held.
     pub(crate) fn attach(self: &Arc<Self>, s: &Arc<Session>) -> Result<(), Reason> {
+        // The consumer's place first: nothing may fail once the consumer
+        // took the session (it would never hear `gone`).
+        let place = UniqueArc::new_uninit(GFP_KERNEL).map_err(|_| Reason::NoResources)?;
         {
             let mut gate = self.gate.lock();
             if !gate.open {
@@ -103,7 +106,7 @@ impl Service {
         let res = self
             .ops
             .accept(s)
-            .and_then(|c| s.set_consumer(self.key, c).map_err(|_| Reason::NoResources));
+            .map(|c| s.set_consumer(self.key, place.write(c).into()));
         let mut gate = self.gate.lock();
         gate.accepting -= 1;
         if gate.accepting == 0 {

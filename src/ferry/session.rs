@@ -439,15 +439,13 @@ impl Session {
 
     /// Server: service `svc` accepted the session with `consumer`, before
     /// the service's `shut` may return (see [`crate::service::Service::attach`]).
-    /// `ENOMEM` if the consumer's place could not be made: the session
-    /// is not attached.
-    pub(crate) fn set_consumer(&self, svc: ServiceKey, consumer: Arc<dyn Consumer>) -> Result {
-        let consumer = Arc::new(consumer, GFP_KERNEL)?;
+    /// `consumer` comes in the place made for it, so that nothing fails
+    /// once the service took the session.
+    pub(crate) fn set_consumer(&self, svc: ServiceKey, consumer: Arc<Arc<dyn Consumer>>) {
         let mut inner = self.inner.lock();
         inner.svc = Some(svc);
         // Set once, before any delivery: there was none (nothing waits).
         self.consumer.set(Some(consumer));
-        Ok(())
     }
 
     /// The consumer, to call without any lock of the session's. Never

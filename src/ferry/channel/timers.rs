@@ -177,15 +177,18 @@ impl<O: Owner> WorkItem<1> for Channel<O> {
         // growth is over even if the device registered nothing.
         drop(mrs);
         drop(pd);
-        {
-            let mut inner = this.inner.lock();
-            inner.growing -= 1;
-            if inner.growing == 0 {
-                this.idle.notify_all();
-            }
+        // Requests that waited for regions may go: told while the growth
+        // still counts, so that the teardown (which waits for it) does not
+        // end first, and the session close and tell `gone`, before this
+        // `writable` is over; and not once the channel is closing.
+        if this.inner.lock().state != ChanState::Closed {
+            O::credits_returned(&this.session, this.index);
         }
-        // Requests that waited for regions may go.
-        O::credits_returned(&this.session, this.index);
+        let mut inner = this.inner.lock();
+        inner.growing -= 1;
+        if inner.growing == 0 {
+            this.idle.notify_all();
+        }
     }
 }
 

@@ -37,9 +37,10 @@ impl Session {
             let (state, reason, conn) = (inner.state, inner.reason, inner.reconnects);
             drop(inner);
             let consumer = if state == SessionState::Closed {
-                // Nothing reaches the consumer after `gone`: no delivery
-                // finds it once a grace period passed, and the ones that
-                // found it before hold their own reference.
+                // Nothing reaches the consumer after `gone`: deliveries
+                // come from the channels' completions and growth work,
+                // which their teardown ends before the session is closed.
+                // (The grace period only lets the cell's reference go.)
                 self.consumer.replace(None).map(|c| (*c).clone())
             } else {
                 self.consumer()
