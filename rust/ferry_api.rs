@@ -170,6 +170,9 @@ pub struct Params<'a> {
     /// is built, as nvme-rdma does (`FERRY_PREREGISTER`): for a block
     /// device, whose requests then never wait for the pool to grow.
     pub preregister: bool,
+    /// This side takes no requests from the peer (`FERRY_NO_REQUESTS`):
+    /// its channels keep no room for them, and its peer sends it none.
+    pub no_requests: bool,
 }
 
 impl<'a> Params<'a> {
@@ -190,6 +193,7 @@ impl<'a> Params<'a> {
             net: None,
             key: None,
             preregister: false,
+            no_requests: false,
         }
     }
 }
@@ -1171,6 +1175,10 @@ impl<H: Handler> Session<H> {
             key: p.key.map_or(core::ptr::null(), |k| k.as_char_ptr()),
             flags: if p.preregister {
                 ffi::FERRY_PREREGISTER
+            } else {
+                0
+            } | if p.no_requests {
+                ffi::FERRY_NO_REQUESTS
             } else {
                 0
             },

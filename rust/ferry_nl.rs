@@ -196,6 +196,8 @@ pub mod channel {
     pub const CQ: u32 = bindings::FERRY_A_CHANNEL_CQ;
     /// The consumer polls the channel.
     pub const POLLED: u32 = bindings::FERRY_A_CHANNEL_POLLED;
+    /// Bytes its buffers and responder entries hold.
+    pub const MEM_BYTES: u32 = bindings::FERRY_A_CHANNEL_MEM_BYTES;
 }
 
 /// Attribute numbers of the `stats` set.

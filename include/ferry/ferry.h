@@ -207,8 +207,9 @@ struct ferry_request {
  * @inline_size: data to the peer a request may carry in its own message,
  *	beyond @max_msg, with no registration and no RDMA READ: at most 16384
  *	bytes; 0: 4096; %FERRY_NO_INLINE: none. Each side's receive buffers
- *	grow by it (@queue_depth times @inline_size more memory per channel),
- *	and the session's limit is the smaller of both sides'.
+ *	grow by it (@queue_depth times @inline_size more memory per channel;
+ *	not a client's with %FERRY_NO_REQUESTS, nor its server's send
+ *	buffers), and the session's limit is the smaller of both sides'.
  * @heartbeat_ms: heartbeat interval, 100 to 60000; 0: 1000.
  * @timeout_ms: silence after which the peer counts as dead; 0: 5000. Also the
  *	longest a send waits for a credit.
@@ -223,7 +224,8 @@ struct ferry_request {
  * @key: NULL, or the name of a pre-shared key of @net's (``ferryctl key
  *	add``): the peer's listener must prove it holds the same key, and this
  *	side proves it to the peer (a mismatch fails with -EACCES).
- * @flags: %FERRY_PREREGISTER, or 0. Unknown flags: -EINVAL.
+ * @flags: %FERRY_PREREGISTER, %FERRY_NO_REQUESTS, or 0. Unknown flags:
+ *	-EINVAL.
  */
 struct ferry_session_params {
 	struct net *net;
@@ -256,6 +258,19 @@ struct ferry_session_params {
  */
 #define FERRY_PREREGISTER	(1U << 0)
 
+/*
+ * %FERRY_NO_REQUESTS: this client takes no requests from its peer (it
+ * sends them, and messages both ways). Its channels keep no responder
+ * entries and no room for inline data in their receive buffers, and the
+ * connect request says so: the server's ferry_submit() to it fails with
+ * -EOPNOTSUPP, and its send buffers keep no inline room either. At the
+ * default depth and sizes a client channel then takes 1.5 MiB, not 3. For
+ * a consumer whose servers never ask (a block device's client). A server
+ * that predates the flag may still send a request, which the client then
+ * takes for a breach of the protocol (the channel fails).
+ */
+#define FERRY_NO_REQUESTS	(1U << 1)
+
 /**
  * struct ferry_limits - what a session negotiated
  * @channels: channels of the session, polled ones included: a channel
@@ -278,7 +293,8 @@ struct ferry_session_params {
  *	the session's statistics); 0 if the peer takes none (a version 1.0
  *	peer) or the session asked for none.
  * @incoming_depth: the most requests from the peer a channel holds at once
- *	(this side's own queue depth): ferry_incoming_tag() is below it.
+ *	(this side's own queue depth; 0 with %FERRY_NO_REQUESTS):
+ *	ferry_incoming_tag() is below it.
  *
  * A request within @max_data, @max_segments and @virt_boundary_mask always
  * fits the session's registrations: a block driver sizes its queue limits
@@ -512,7 +528,8 @@ int ferry_send_on(struct ferry_session *s, u16 qid, const void *data,
  * header does not fit or the data needs more than 8 registrations, -EAGAIN
  * (with %FERRY_NOWAIT) without a credit, a free tag or free registrations,
  * and while the session reconnects, -ETIMEDOUT,
- * -EINTR, -EDEADLK and -ENOTCONN as for ferry_send().
+ * -EINTR, -EDEADLK and -ENOTCONN as for ferry_send(); -EOPNOTSUPP on a
+ * server whose client takes no requests (%FERRY_NO_REQUESTS).
  */
 int ferry_submit(struct ferry_session *s, struct ferry_request *rq,
 		 unsigned int flags);

@@ -182,8 +182,10 @@ pub struct QpConfig {
     pub recv_slots: u32,
     /// Send slots (sends that can be outstanding).
     pub send_slots: u32,
-    /// Bytes per buffer: the largest message.
-    pub buf_size: u32,
+    /// Bytes per receive buffer: the largest message to receive.
+    pub recv_buf_size: u32,
+    /// Bytes per send buffer: the largest message to send.
+    pub send_buf_size: u32,
     /// Completion vector of the QP's CQ.
     pub comp_vector: u32,
     /// Tags: requests that can be in flight, each with registrations,
@@ -258,6 +260,17 @@ struct Area {
 }
 
 impl Area {
+    /// The bytes of memory the area holds: whole pages of its vmalloc
+    /// area, or its buffers' allocations as kmalloc rounds them (a power of
+    /// two: its caches up to 8 KiB, whole pages of a power-of-two order
+    /// beyond). Never walks the buffers.
+    fn bytes(&self) -> usize {
+        match &self.layout {
+            Layout::Paged { dma, .. } => dma.len() * PAGE_SIZE,
+            Layout::Whole { bufs } => bufs.len() * self.len.next_power_of_two(),
+        }
+    }
+
     /// The scatter entries a buffer of `len` bytes takes when the area is
     /// built of pages.
     fn sges_for(len: usize) -> usize {
@@ -501,6 +514,11 @@ impl Buffers {
             b.publish(b.make_rest()?);
         }
         Ok(b)
+    }
+
+    /// The bytes of memory the buffers made so far hold.
+    fn bytes(&self) -> usize {
+        self.first.bytes() + self.rest.as_ref().map_or(0, Area::bytes)
     }
 
     /// The buffers after the first, if they are missing: the area to
@@ -761,7 +779,8 @@ impl<H: Completion> Qp<H> {
             .saturating_add(rw_wrs);
         if cfg.recv_slots == 0
             || cfg.send_slots == 0
-            || cfg.buf_size == 0
+            || cfg.recv_buf_size == 0
+            || cfg.send_buf_size == 0
             || rq > caps.max_qp_wr
             || sq > caps.max_qp_wr
             || rq.saturating_add(sq) > caps.max_cqe
@@ -770,12 +789,11 @@ impl<H: Completion> Qp<H> {
         }
         let cq = Cq::new(device, rq + sq, cfg.comp_vector, ctx, owner)?;
         let total = (cfg.recv_slots + cfg.send_slots) as usize;
-        let buf = cfg.buf_size as usize;
         let all = !cfg.first_buffers_only;
         let rx = Buffers::new(
             device,
             cfg.recv_slots as usize,
-            buf,
+            cfg.recv_buf_size as usize,
             bindings::dma_data_direction_DMA_FROM_DEVICE,
             if cfg.whole_buffers {
                 0
@@ -787,7 +805,7 @@ impl<H: Completion> Qp<H> {
         let tx = Buffers::new(
             device,
             cfg.send_slots as usize,
-            buf,
+            cfg.send_buf_size as usize,
             bindings::dma_data_direction_DMA_TO_DEVICE,
             if cfg.whole_buffers {
                 0
@@ -912,6 +930,13 @@ impl<H: Completion> Qp<H> {
     pub fn qp_num(&self) -> u32 {
         // SAFETY: `qp` is live (type invariant); `qp_num` is fixed at creation.
         unsafe { (*self.inner.qp.as_ptr()).qp_num }
+    }
+
+    /// The bytes of memory the QP's message buffers hold, receive and send
+    /// (the driver's own queues not counted).
+    pub fn buffer_bytes(&self) -> u64 {
+        // CAST: `usize` fits in `u64`.
+        (self.inner.rx.bytes() + self.inner.tx.bytes()) as u64
     }
 
     /// The completion vector of the QP's CQ.

@@ -222,7 +222,12 @@ impl<O: Owner> Inner<O> {
         self.credits.set_peer_depth(depth);
         self.peer_depth = depth;
         self.peer_max_msg = max_msg.min(params.max_msg);
-        self.peer_inline = inline.min(params.inline_size);
+        // (None without room for it in the send buffers.)
+        self.peer_inline = if params.sends_requests {
+            inline.min(params.inline_size)
+        } else {
+            0
+        };
     }
 
     /// Moves to `to` if the table allows it ([`ChanState::allows`]). A
@@ -313,6 +318,8 @@ pub(crate) struct ChannelInfo {
     pub(crate) credits: u32,
     pub(crate) rtt_us: u32,
     pub(crate) up: bool,
+    /// Bytes its message buffers and responder entries hold.
+    pub(crate) mem_bytes: u32,
     pub(crate) counters: Counters,
 }
 
@@ -416,6 +423,11 @@ impl<O: Owner> Channel<O> {
             credits: inner.credits.available(),
             rtt_us: inner.rtt_us,
             up: inner.state == ChanState::Up,
+            mem_bytes: {
+                let qp = inner.qp.as_deref().map_or(0, Qp::buffer_bytes);
+                let entries = inner.responder.as_ref().map_or(0, Responder::bytes);
+                u32::try_from(qp + entries).unwrap_or(u32::MAX)
+            },
             counters: {
                 let mut c = self.stats.snapshot();
                 c.set(Counter::CreditStalls, inner.credits.stalls());

@@ -407,6 +407,7 @@ fn fill_session(w: &mut Writer<'_>, s: &Session) -> Result {
             }
             w.put_u32(ch_attr::CREDITS, c.credits)?;
             w.put_u32(ch_attr::RTT_US, c.rtt_us)?;
+            w.put_u32(ch_attr::MEM_BYTES, c.mem_bytes)?;
             w.nest(ch_attr::STATS, |w| put_counters(w, &c.counters))
         })?;
     }
@@ -545,6 +546,8 @@ pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
         give_up_s,
         reconnect_delay_s: d.reconnect_delay_s,
         preregister: false,
+        takes_requests: true,
+        sends_requests: true,
     };
     let psk = named_key(req, &ferry, s_attr::KEY)?;
     if let Err(e) = params.check_memory(&peer) {

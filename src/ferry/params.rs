@@ -69,6 +69,10 @@ pub(crate) const NO_INLINE: u32 = u32::MAX;
 /// (`FERRY_PREREGISTER`).
 pub(crate) const PREREGISTER: u32 = crate::bindings::FERRY_PREREGISTER;
 
+/// [`Params::checked`]'s flag for a client that takes no requests
+/// (`FERRY_NO_REQUESTS`): see [`Params::takes_requests`].
+pub(crate) const NO_REQUESTS: u32 = crate::bindings::FERRY_NO_REQUESTS;
+
 /// What a session was asked for (client) or runs with (server).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Params {
@@ -95,6 +99,14 @@ pub(crate) struct Params {
     /// Client: each channel registers its whole region pool when it is
     /// built (`FERRY_PREREGISTER`), not as its requests need them.
     pub(crate) preregister: bool,
+    /// The peer may send this side requests: its channels hold responder
+    /// entries and room in their receive buffers for inline data. Not for
+    /// a client that said it takes none (`FERRY_NO_REQUESTS`, in its
+    /// connect request).
+    pub(crate) takes_requests: bool,
+    /// This side may send the peer requests: its send buffers have room
+    /// for inline data. Not for the server of a client that takes none.
+    pub(crate) sends_requests: bool,
 }
 
 /// What a session's longest wait between reconnect attempts may be, in
@@ -114,13 +126,15 @@ impl Params {
         give_up_s: 600,
         reconnect_delay_s: crate::backoff::MAX_MS / 1000,
         preregister: false,
+        takes_requests: true,
+        sends_requests: true,
     };
 
     /// Client parameters from a kernel caller: 0 picks the default (for
     /// `channels`, `default_channels`); `poll_channels` polled channels come
     /// after the others; an `inline_size` of [`NO_INLINE`] is none; `flags`
-    /// holds [`PREREGISTER`]; anything out of range, or an unknown flag, is
-    /// `EINVAL`.
+    /// holds [`PREREGISTER`] and [`NO_REQUESTS`]; anything out of range, or
+    /// an unknown flag, is `EINVAL`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn checked(
         channels: u16,
@@ -157,6 +171,8 @@ impl Params {
             give_up_s: or(give_up_s, d.give_up_s),
             reconnect_delay_s: or(reconnect_delay_s, d.reconnect_delay_s),
             preregister: flags & PREREGISTER != 0,
+            takes_requests: flags & NO_REQUESTS == 0,
+            sends_requests: true,
         };
         let ok = (1..=wire::MAX_CHANNELS).contains(&p.channels)
             && p.poll_channels < p.channels
@@ -167,7 +183,7 @@ impl Params {
             && (p.heartbeat_ms.saturating_mul(2)..=600_000).contains(&p.timeout_ms)
             && p.give_up_s <= 7 * 86_400
             && RECONNECT_DELAY_RANGE_S.contains(&p.reconnect_delay_s)
-            && flags & !PREREGISTER == 0;
+            && flags & !(PREREGISTER | NO_REQUESTS) == 0;
         if ok {
             Ok(p)
         } else {
@@ -195,22 +211,59 @@ const RESERVE_MAX: u64 = 1 << 30;
 
 impl Params {
     /// A server's parameters for the connection request `data`: the
-    /// client's limits (checked by the decoder), or the defaults; the
-    /// receive buffers of a channel stay within [`SERVER_RX_BUDGET`], so a
-    /// client cannot make the server pin much memory. The hello reply tells
-    /// the client the depth it got.
+    /// client's limits (checked by the decoder), or the defaults; no
+    /// inline room if the client uses none, and no requests to a client
+    /// that takes none; the receive buffers of a
+    /// channel stay within [`SERVER_RX_BUDGET`], so a client cannot make
+    /// the server pin much memory. The hello reply tells the client the
+    /// depth it got.
     pub(crate) fn server(data: &ConnectData) -> Self {
         let d = Self::DEFAULT;
         let or = |v: u32, d: u32| if v == 0 { d } else { v };
         let max_msg = or(data.max_msg, d.max_msg);
+        let inline_size = if data.no_inline { 0 } else { d.inline_size };
         let queue_depth = or(u32::from(data.queue_depth), d.queue_depth)
-            .min(SERVER_RX_BUDGET / (max_msg + d.inline_size))
+            .min(SERVER_RX_BUDGET / (max_msg + inline_size))
             .max(wire::MIN_QUEUE_DEPTH);
         Self {
             channels: data.channels,
             max_msg,
+            inline_size,
             queue_depth,
+            sends_requests: !data.no_requests,
             ..d
+        }
+    }
+
+    /// Bytes of a receive buffer: the largest message, and the inline data
+    /// a request to this side may add.
+    pub(crate) fn recv_buf(&self) -> u32 {
+        self.max_msg
+            + if self.takes_requests {
+                self.inline_size
+            } else {
+                0
+            }
+    }
+
+    /// Bytes of a send buffer: the largest message, and the inline data a
+    /// request from this side may add.
+    pub(crate) fn send_buf(&self) -> u32 {
+        self.max_msg
+            + if self.sends_requests {
+                self.inline_size
+            } else {
+                0
+            }
+    }
+
+    /// The inline data this side announces it takes, in its hello or its
+    /// reply: none if it takes no requests.
+    pub(crate) fn inline_taken(&self) -> u32 {
+        if self.takes_requests {
+            self.inline_size
+        } else {
+            0
         }
     }
 
@@ -219,18 +272,24 @@ impl Params {
         index >= self.channels - self.poll_channels
     }
 
-    /// Estimated bytes one channel takes: a receive and a send buffer of a
-    /// message and its inline data per slot (each as much as the buffer
-    /// area gives it, see `qp::buf_stride`), the responder's entry per tag
-    /// that holds a request's header and inline data (vmalloc: whole
-    /// pages), and the driver's share of the work requests.
+    /// Estimated bytes one channel takes: a receive and a send buffer per
+    /// slot ([`Params::recv_buf`], [`Params::send_buf`], each as much as
+    /// the buffer area gives it, see `qp::buf_stride`), the responder's
+    /// entry per tag that holds a request's header and inline data
+    /// (vmalloc: whole pages) if this side takes requests, and the
+    /// driver's share of the work requests.
     pub(crate) fn channel_bytes(&self) -> u64 {
         let depth = u64::from(self.queue_depth);
-        let msg = u64::from(self.max_msg) + u64::from(self.inline_size);
-        // CAST: a buffer's size came from `u32`s; `usize` fits in `u64`.
-        let buf = buf_stride(msg as usize) as u64;
-        let entry = msg.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
-        2 * depth * buf + depth * entry + depth * WRS_PER_SLOT * WR_BYTES
+        // CAST: a buffer's size is a `u32`; `usize` fits in `u64`.
+        let stride = |len: u32| buf_stride(len as usize) as u64;
+        let rx = u64::from(self.recv_buf());
+        let entry = if self.takes_requests {
+            rx.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64
+        } else {
+            0
+        };
+        depth * (stride(self.recv_buf()) + stride(self.send_buf()) + entry)
+            + depth * WRS_PER_SLOT * WR_BYTES
     }
 
     /// [`Params::channel_bytes`] for every channel.
@@ -324,6 +383,8 @@ mod tests {
             channels: 2,
             max_msg: 65536,
             queue_depth: 1024,
+            no_inline: false,
+            no_requests: false,
             proof: None,
         };
         // 4 MiB of 68 KiB receive buffers: 60 of them.
@@ -333,6 +394,47 @@ mod tests {
         data.queue_depth = 0;
         let p = Params::server(&data);
         assert_eq!((p.max_msg, p.queue_depth), (4096, 128));
+        assert_eq!(p.inline_size, Params::DEFAULT.inline_size);
+        // A client without inline data: none, and more room for buffers.
+        data.max_msg = 65536;
+        data.no_inline = true;
+        let p = Params::server(&data);
+        assert_eq!((p.inline_size, p.queue_depth), (0, 64));
+    }
+
+    #[test]
+    fn a_client_that_takes_no_requests_needs_no_room_for_them() {
+        let flags = |f| Params::checked(1, 0, 1, 128, 4096, 0, 0, 0, 0, 0, f);
+        let all = flags(0).unwrap();
+        let none = flags(NO_REQUESTS).unwrap();
+        assert!(all.takes_requests && all.sends_requests);
+        assert!(!none.takes_requests && none.sends_requests);
+        assert_eq!(flags(NO_REQUESTS << 1).err(), Some(EINVAL));
+        // Its receive buffers hold a message alone, its send buffers the
+        // inline data too, and it keeps no responder's entries: 1.5 MiB of
+        // buffers at depth 128 where it took 3.
+        assert_eq!((none.recv_buf(), none.send_buf()), (4096, 8192));
+        assert_eq!((none.inline_taken(), all.inline_taken()), (0, 4096));
+        let wrs = 128 * WRS_PER_SLOT * WR_BYTES;
+        assert_eq!(all.channel_bytes() - wrs, 3 << 20);
+        assert_eq!(none.channel_bytes() - wrs, 3 << 19);
+        // Its server sends it none: send buffers of a message alone.
+        let data = ConnectData {
+            minor: wire::MINOR,
+            session_id: 1,
+            generation: 1,
+            channel: 0,
+            channels: 1,
+            max_msg: 4096,
+            queue_depth: 128,
+            no_inline: false,
+            no_requests: true,
+            proof: None,
+        };
+        let s = Params::server(&data);
+        assert!(s.takes_requests && !s.sends_requests);
+        assert_eq!((s.recv_buf(), s.send_buf()), (8192, 4096));
+        assert_eq!(s.channel_bytes() - wrs, 5 << 19);
     }
 
     #[test]

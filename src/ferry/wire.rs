@@ -280,7 +280,7 @@ pub(crate) struct JoinProof {
 /// |---|---|
 /// | 0..4 | magic `FRRY` |
 /// | 4, 5 | major, minor |
-/// | 6..8 | flags: bit 0, a [`JoinProof`] follows (1.2); others ignored |
+/// | 6..8 | flags: bit 0, a [`JoinProof`] follows (1.2); bit 1, [`ConnectData::no_inline`]; bit 2, [`ConnectData::no_requests`]; others ignored |
 /// | 8..16 | session id, random, not 0 |
 /// | 16..20 | generation: the client's connect attempt |
 /// | 20..22, 22..24 | channel index, channel count |
@@ -308,6 +308,12 @@ pub(crate) struct ConnectData {
     pub(crate) max_msg: u32,
     /// The client's queue depth (0: unspecified).
     pub(crate) queue_depth: u16,
+    /// The client sends and takes no request data inline
+    /// (`FERRY_NO_INLINE`): the server's buffers need no room for it.
+    pub(crate) no_inline: bool,
+    /// The client takes no requests (`FERRY_NO_REQUESTS`): the server
+    /// sends it none.
+    pub(crate) no_requests: bool,
     /// 1.2: the proof that the client knows the session's secret; none on
     /// a session's first connection.
     pub(crate) proof: Option<JoinProof>,
@@ -315,6 +321,13 @@ pub(crate) struct ConnectData {
 
 /// [`ConnectData`]'s flag: a [`JoinProof`] follows.
 const FLAG_PROOF: u16 = 1;
+/// [`ConnectData`]'s flag: [`ConnectData::no_inline`]. (A server that
+/// does not know it ignores it, and keeps room the client never uses.)
+const FLAG_NO_INLINE: u16 = 2;
+/// [`ConnectData`]'s flag: [`ConnectData::no_requests`]. (A server that
+/// does not know it may send requests, which the client takes for a
+/// breach of the protocol: only a consumer that knows its servers asks.)
+const FLAG_NO_REQUESTS: u16 = 4;
 
 impl ConnectData {
     /// The shortest request a server takes (1.0 and 1.1 sent no more).
@@ -334,11 +347,19 @@ impl ConnectData {
         put16(&mut b, 22, self.channels);
         put32(&mut b, 24, self.max_msg);
         put16(&mut b, 28, self.queue_depth);
+        let mut flags = 0;
+        if self.no_inline {
+            flags |= FLAG_NO_INLINE;
+        }
+        if self.no_requests {
+            flags |= FLAG_NO_REQUESTS;
+        }
         if let Some(p) = &self.proof {
-            put16(&mut b, 6, FLAG_PROOF);
+            flags |= FLAG_PROOF;
             put64(&mut b, 32, p.nonce);
             b[Self::MAC_COVERS..].copy_from_slice(&p.mac);
         }
+        put16(&mut b, 6, flags);
         b
     }
 
@@ -380,7 +401,8 @@ impl ConnectData {
         if b.len() < Self::LEN {
             return Err(Reason::Malformed);
         }
-        let proof = if le16(b, 6) & FLAG_PROOF != 0 {
+        let flags = le16(b, 6);
+        let proof = if flags & FLAG_PROOF != 0 {
             if b.len() < Self::ENCODED_LEN {
                 return Err(Reason::Malformed);
             }
@@ -402,6 +424,8 @@ impl ConnectData {
             channels: le16(b, 22),
             max_msg: le32(b, 24),
             queue_depth: le16(b, 28),
+            no_inline: flags & FLAG_NO_INLINE != 0,
+            no_requests: flags & FLAG_NO_REQUESTS != 0,
         };
         if d.session_id == 0 {
             return Err(Reason::Malformed);
@@ -914,7 +938,7 @@ impl Hello {
 /// | bytes | field |
 /// |---|---|
 /// | 0..2 | status: a [`Reason`], 0 if accepted |
-/// | 2..4 | flags (1.2): bit 0 a secret follows, bit 1 the server's MAC |
+/// | 2..4 | flags (1.2): bit 0 a secret follows, bit 1 the server's MAC; bit 2, [`HelloReply::no_requests`] (only to a client that set [`ConnectData::no_requests`]) |
 /// | 4..8 | queue depth: receive buffers the server posted |
 /// | 8..12 | largest message the server accepts |
 /// | 12..16 | the server's heartbeat interval, ms |
@@ -938,10 +962,15 @@ pub(crate) struct HelloReply {
     pub(crate) secret: Option<Secret>,
     /// The server's response to the client's challenge (1.2).
     pub(crate) mac: Option<[u8; crate::crypto::HMAC_SHA256_LEN]>,
+    /// The server sends no requests: it knew the client's
+    /// [`ConnectData::no_requests`]. (Sent only to a client that set it,
+    /// which knows the bit: older clients refuse unknown ones.)
+    pub(crate) no_requests: bool,
 }
 
 const REPLY_SECRET: u16 = 1;
 const REPLY_MAC: u16 = 2;
+const REPLY_NO_REQUESTS: u16 = 4;
 
 /// An encoding of up to `N` bytes.
 pub(crate) struct Encoded<const N: usize> {
@@ -989,6 +1018,9 @@ impl HelloReply {
             len += m.len();
             flags |= REPLY_MAC;
         }
+        if self.no_requests {
+            flags |= REPLY_NO_REQUESTS;
+        }
         put16(&mut b, 2, flags);
         Encoded { buf: b, len }
     }
@@ -1019,7 +1051,7 @@ impl HelloReply {
             v.copy_from_slice(s);
             v
         });
-        if at != b.len() || flags & !(REPLY_SECRET | REPLY_MAC) != 0 {
+        if at != b.len() || flags & !(REPLY_SECRET | REPLY_MAC | REPLY_NO_REQUESTS) != 0 {
             return Err(Reason::Malformed);
         }
         let r = Self {
@@ -1030,6 +1062,7 @@ impl HelloReply {
             max_msg: le32(b, 8),
             heartbeat_ms: le32(b, 12),
             inline_size: le32(b, 16),
+            no_requests: flags & REPLY_NO_REQUESTS != 0,
         };
         if r.status == Reason::None {
             check_limits(r.queue_depth, r.max_msg, r.heartbeat_ms, r.inline_size)?;
@@ -1062,6 +1095,8 @@ mod tests {
             channels: 4,
             max_msg: 65536,
             queue_depth: 32,
+            no_inline: false,
+            no_requests: false,
         }
     }
 
@@ -1081,6 +1116,21 @@ mod tests {
             ..connect()
         };
         assert_eq!(ConnectData::decode(&old[..ConnectData::LEN]), Ok(want));
+        // Without inline data, without requests, and with a proof too:
+        // each flag.
+        let mut d = ConnectData {
+            no_inline: true,
+            ..connect()
+        };
+        assert_eq!(le16(&d.encode(), 6), FLAG_NO_INLINE);
+        assert_eq!(ConnectData::decode(&d.encode()), Ok(d));
+        d.no_requests = true;
+        d.prove(&[3u8; SECRET_LEN]);
+        assert_eq!(
+            le16(&d.encode(), 6),
+            FLAG_NO_INLINE | FLAG_NO_REQUESTS | FLAG_PROOF
+        );
+        assert_eq!(ConnectData::decode(&d.encode()), Ok(d));
     }
 
     #[test]
@@ -1190,6 +1240,8 @@ mod tests {
             channels: MAX_CHANNELS,
             max_msg: MAX_MSG_SIZE,
             queue_depth: 1024,
+            no_inline: true,
+            no_requests: true,
         };
         assert_eq!(ConnectData::decode(&last.encode()), Ok(last));
         let unspecified = ConnectData {
@@ -1446,8 +1498,16 @@ mod tests {
             inline_size: MAX_INLINE,
             secret: None,
             mac: None,
+            no_requests: false,
         };
         assert_eq!(HelloReply::decode(&r.encode()), Ok(r));
+        // To a client that takes no requests.
+        let nr = HelloReply {
+            no_requests: true,
+            ..r
+        };
+        assert_eq!(le16(&nr.encode(), 2), REPLY_NO_REQUESTS);
+        assert_eq!(HelloReply::decode(&nr.encode()), Ok(nr));
         assert_eq!(r.encode().len(), HelloReply::LEN);
         // Channel 0's, with the session's secret.
         let with = HelloReply {
@@ -1477,7 +1537,7 @@ mod tests {
         long[..HelloReply::LEN].copy_from_slice(&r.encode());
         assert_eq!(HelloReply::decode(&long), Err(Reason::Malformed));
         let mut unknown = r.encode();
-        unknown[2] = 4;
+        unknown[2] = 8;
         assert_eq!(HelloReply::decode(&unknown), Err(Reason::Malformed));
         let big = HelloReply {
             inline_size: MAX_INLINE + 1,
@@ -1493,6 +1553,7 @@ mod tests {
             inline_size: 0,
             secret: None,
             mac: None,
+            no_requests: false,
         };
         assert_eq!(HelloReply::decode(&no.encode()), Ok(no));
         // An acceptance does.

@@ -3,7 +3,8 @@
 //! The client: a target's export mapped as a local disk, `/dev/ferryblkN`.
 //!
 //! A mapping is one ferry session to the target's service, opened with
-//! every FRWR region registered up front (`FERRY_PREREGISTER`), and one
+//! every FRWR region registered up front (`FERRY_PREREGISTER`) and no room
+//! for requests from the target (`FERRY_NO_REQUESTS`), and one
 //! blk-mq hardware queue per ferry channel: hardware queue `q` submits on
 //! channel `q` under its request's own tag, so the disk's queues and the
 //! session's QPs map one to one. `queue_rq` never sleeps and, once a tag
@@ -958,6 +959,9 @@ impl Mapping {
         params.channels = p.channels;
         params.queue_depth = p.depth;
         params.preregister = true;
+        // The target only answers and tells (messages): the channels keep
+        // no room for requests from it.
+        params.no_requests = true;
         params.net = Some(p.net);
         params.key = p.key.as_deref();
         // ferry_blk gives up by itself, after its own time (which may be

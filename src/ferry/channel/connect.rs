@@ -152,7 +152,8 @@ impl<O: Owner> Channel<O> {
             recv_slots: p.queue_depth,
             send_slots: p.queue_depth,
             // A message, and the inline data a request may add to it.
-            buf_size: p.max_msg + p.inline_size,
+            recv_buf_size: p.recv_buf(),
+            send_buf_size: p.send_buf(),
             comp_vector: u32::from(self.index) % vectors,
             tags: p.queue_depth,
             port: id.port_num(),
@@ -183,8 +184,10 @@ impl<O: Owner> Channel<O> {
         // client's hello is accepted (see `Channel::receive`): until then a
         // connection holds as little as it can.
         let responder = match self.session.role() {
-            Role::Client => Some(Responder::new(p).map_err(|_| Reason::NoResources)?),
-            Role::Server => None,
+            Role::Client if p.takes_requests => {
+                Some(Responder::new(p).map_err(|_| Reason::NoResources)?)
+            }
+            Role::Client | Role::Server => None,
         };
         let ctx = if p.polled(self.index) {
             PollCtx::Direct
@@ -295,6 +298,8 @@ impl<O: Owner> Channel<O> {
             max_msg: self.session.params().max_msg,
             // CAST: at most `MAX_QUEUE_DEPTH`, which fits.
             queue_depth: self.session.params().queue_depth as u16,
+            no_inline: self.session.params().inline_size == 0,
+            no_requests: !self.session.params().takes_requests,
         };
         if let Some(secret) = self.session.join_secret() {
             data.prove(&secret);

@@ -76,8 +76,9 @@ impl<O: Owner> Channel<O> {
         invalidated: Option<u32>,
     ) -> Result<bool, Refusal> {
         let (h, payload) = Header::parse(msg)?;
-        // The receive buffers have room for inline data beyond the largest
-        // message: nothing but a request's inline data may use it.
+        // The receive buffers may have room for inline data beyond the
+        // largest message (when this side takes requests): nothing but a
+        // request's inline data may use it.
         let max_msg = self.session.params().max_msg as usize;
         if h.kind != Kind::Request && msg.len() > max_msg {
             return Err(Refusal::breach("a message beyond the largest agreed"));
@@ -158,7 +159,8 @@ impl<O: Owner> Channel<O> {
                     queue_depth: p.queue_depth,
                     max_msg: p.max_msg,
                     heartbeat_ms: p.heartbeat_ms,
-                    inline_size: p.inline_size,
+                    inline_size: p.inline_taken(),
+                    no_requests: !p.sends_requests,
                     secret,
                     mac: auth.map(|(c, key)| {
                         let mut m = c.server_mac(key);
@@ -214,6 +216,12 @@ impl<O: Owner> Channel<O> {
                     self.session.learn_secret(secret);
                 }
                 let p = self.session.params();
+                if !p.takes_requests && !reply.no_requests && self.index == 0 {
+                    crate::ratelimit::pr_warn_limited!(
+                        "session {}: the server does not know FERRY_NO_REQUESTS: a request from it would fail the channel\n",
+                        inner.names.0
+                    );
+                }
                 inner.learn_peer(p, reply.queue_depth, reply.max_msg, reply.inline_size);
                 inner.credits.grant(h.credits)?;
                 self.come_up(inner);
@@ -237,7 +245,7 @@ impl<O: Owner> Channel<O> {
             (Kind::Request, ChanState::Up, _) => {
                 inner.credits.grant(h.credits)?;
                 let (head, hdr, data) =
-                    RequestHead::parse(payload, self.session.params().inline_size)
+                    RequestHead::parse(payload, self.session.params().inline_taken())
                         .map_err(|_| Refusal::breach("a malformed request"))?;
                 if msg.len() - data.len() > max_msg {
                     return Err(Refusal::breach(

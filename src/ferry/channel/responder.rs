@@ -153,18 +153,27 @@ pub(super) struct Responder<O: Owner> {
     waiting: KVec<Incoming<O>>,
     /// Where the search for a free tag starts.
     next: usize,
+    /// The bytes the entries' buffers hold.
+    bytes: u64,
 }
 
 impl<O: Owner> Responder<O> {
     /// For a queue of `p`'s depth, each entry with room for a receive
     /// buffer's bytes (a message and its inline data). May sleep.
     pub(super) fn new(p: &Params) -> Result<Self> {
-        let (tags, room) = (p.queue_depth, (p.max_msg + p.inline_size) as usize);
+        let (tags, room) = (p.queue_depth, p.recv_buf() as usize);
         Ok(Self {
             pool: Pool::new(tags as usize, |i| InData::new(i, room))?,
             waiting: KVec::with_capacity(tags as usize, GFP_KERNEL)?,
             next: 0,
+            // (vmalloc: whole pages.) CAST: `usize` fits in `u64`.
+            bytes: (tags as usize * room.next_multiple_of(kernel::page::PAGE_SIZE)) as u64,
         })
+    }
+
+    /// The bytes of memory its entries' buffers hold.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// A free tag's entry; `None` when the peer has the queue's depth in
@@ -196,7 +205,13 @@ impl<O: Owner> Channel<O> {
             .responder
             .as_mut()
             .and_then(Responder::take)
-            .ok_or(Refusal::breach("more requests than its queue depth"))?;
+            .ok_or_else(|| {
+                if inner.responder.is_some() {
+                    Refusal::breach("more requests than its queue depth")
+                } else {
+                    Refusal::breach("a request to a side that takes none")
+                }
+            })?;
         if let Some(x) = inner.xfer.as_mut() {
             x.arrived(inc.tag);
         }

@@ -176,7 +176,7 @@ impl<O: Owner> Channel<O> {
             queue_depth: p.queue_depth,
             max_msg: p.max_msg,
             heartbeat_ms: p.heartbeat_ms,
-            inline_size: p.inline_size,
+            inline_size: p.inline_taken(),
             auth,
         };
         self.send_locked(inner, Kind::Hello, 0, &hello.encode())

@@ -21,6 +21,10 @@ impl Session {
         data: Option<SgList>,
         nowait: bool,
     ) -> Result<(), Refused<Req>> {
+        if !self.params.sends_requests {
+            // The client said it takes none.
+            return Err((EOPNOTSUPP, req, data));
+        }
         if nowait {
             return self.try_request(on, own, req, data);
         }
@@ -222,7 +226,11 @@ impl Session {
             // CAST: a page is a few KiB.
             data: DataLimits::new(pages, kernel::page::PAGE_SIZE as u32),
             inline_size: inline,
-            incoming_depth: self.params.queue_depth,
+            incoming_depth: if self.params.takes_requests {
+                self.params.queue_depth
+            } else {
+                0
+            },
         })
     }
 

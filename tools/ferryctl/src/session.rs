@@ -24,6 +24,8 @@ pub struct Channel {
     pub comp_vector: Option<u32>,
     pub credits: Option<u32>,
     pub rtt_us: Option<u32>,
+    /// Bytes of memory its message buffers and responder entries hold.
+    pub mem_bytes: Option<u32>,
     /// The channel's counters, as for a session.
     pub stats: Option<Vec<(&'static str, u64)>>,
     /// The channel's completion queue.
@@ -248,8 +250,23 @@ impl Session {
         put("channel_list", Some(Value::Array(channels)));
         if stats {
             put("stats", self.stats.as_ref().map(|s| stats_json(s)));
+            put("mem_bytes", self.mem_bytes().map(|v| json!(v)));
         }
         Value::Object(o)
+    }
+
+    /// The bytes of memory the channels' buffers and entries hold, if the
+    /// kernel told any.
+    pub fn mem_bytes(&self) -> Option<u64> {
+        let mut any = false;
+        let sum = self
+            .channel_list
+            .iter()
+            .filter_map(|c| c.mem_bytes)
+            .inspect(|_| any = true)
+            .map(u64::from)
+            .sum();
+        any.then_some(sum)
     }
 
     /// The first text line, without its newline: `session 3 client connected
@@ -308,7 +325,11 @@ impl Session {
         let mut s = self.summary();
         s.push('\n');
         if let Some(counters) = self.stats.as_ref().filter(|_| stats) {
-            s += &counters_line("    ", counters);
+            let mut counters = counters.clone();
+            if let Some(v) = self.mem_bytes() {
+                counters.push(("mem_bytes", v));
+            }
+            s += &counters_line("    ", &counters);
         }
         if details {
             for c in &self.channel_list {
@@ -323,6 +344,7 @@ impl Session {
                     ("comp_vector", c.comp_vector),
                     ("credits", c.credits),
                     ("rtt_us", c.rtt_us),
+                    ("mem_bytes", c.mem_bytes.filter(|_| stats)),
                 ] {
                     if let Some(v) = v {
                         s += &format!(" {key} {v}");
@@ -371,6 +393,7 @@ fn decode_channel(p: &[u8]) -> Result<Channel, Error> {
             FERRY_A_CHANNEL_COMP_VECTOR => c.comp_vector = Some(val()?),
             FERRY_A_CHANNEL_CREDITS => c.credits = Some(val()?),
             FERRY_A_CHANNEL_RTT_US => c.rtt_us = Some(val()?),
+            FERRY_A_CHANNEL_MEM_BYTES => c.mem_bytes = Some(val()?),
             FERRY_A_CHANNEL_STATS => c.stats = Some(decode_stats(v)?),
             FERRY_A_CHANNEL_CQ => c.cq = Some(decode_cq(v)?),
             FERRY_A_CHANNEL_POLLED if v.is_empty() => c.polled = true,
@@ -445,6 +468,9 @@ fn channel_json(c: &Channel, stats: bool) -> Value {
     }
     if let Some(v) = c.rtt_us {
         o.insert("rtt_us".into(), json!(v));
+    }
+    if let Some(v) = c.mem_bytes {
+        o.insert("mem_bytes".into(), json!(v));
     }
     if let Some(cq) = &c.cq {
         o.insert("cq".into(), cq_json(cq));
@@ -871,6 +897,7 @@ pub mod tests {
                 comp_vector: Some(1),
                 credits: Some(127),
                 rtt_us: Some(201),
+                mem_bytes: None,
                 stats: Some(vec![("registrations", 7), ("inv_remote", 7)]),
                 cq: None,
                 polled: false,
@@ -1038,6 +1065,34 @@ pub mod tests {
             b.extend(nest(FERRY_A_SESSION_CHANNEL, &ch));
         }
         b
+    }
+
+    #[test]
+    fn memory_per_channel_and_in_all_with_stats() {
+        let mut b = Builder::new().u32(FERRY_A_SESSION_ID, 5).bytes().to_vec();
+        b.extend(nest(FERRY_A_SESSION_STATS, Builder::new().bytes()));
+        for (i, mem) in [(0, 3_149_824), (1, 1_052_672)] {
+            let ch = Builder::new()
+                .u32(FERRY_A_CHANNEL_INDEX, i)
+                .u32(FERRY_A_CHANNEL_MEM_BYTES, mem);
+            b.extend(nest(FERRY_A_SESSION_CHANNEL, ch.bytes()));
+        }
+        let s = Session::decode(&b).unwrap();
+        assert_eq!(s.channel_list[1].mem_bytes, Some(1_052_672));
+        assert_eq!(s.mem_bytes(), Some(4_202_496));
+        let text = s.to_text(true, true);
+        assert!(text.contains("    mem_bytes 4202496\n"), "{text}");
+        assert!(text.contains("channel 0 mem_bytes 3149824\n"), "{text}");
+        // Without -s, neither.
+        assert!(!s.to_text(true, false).contains("mem_bytes"));
+        assert_eq!(s.to_json(true)["mem_bytes"], json!(4_202_496));
+        assert_eq!(
+            s.to_json(true)["channel_list"][0]["mem_bytes"],
+            json!(3_149_824)
+        );
+        // An older kernel tells none: nothing is made up.
+        let old = Session::decode(&sample_with_cqs()).unwrap();
+        assert_eq!(old.mem_bytes(), None);
     }
 
     #[test]

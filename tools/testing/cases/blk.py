@@ -92,7 +92,9 @@ def blk_map_verify(t):
     with the export's, 32 MiB of random data written through the disk
     (direct I/O, 1 MiB and 4 KiB writes) read back identical, and the
     target's device holds the same bytes (sha256 on both sides); the target
-    counted the writes and lists its client (session and address).
+    counted the writes and lists its client (session and address). The
+    client's session takes no requests: its channels' memory (`mem_bytes`)
+    holds no room for them, and its server's no room for sending any.
     Exporting a device in use is refused with EBUSY, and so are unmapping
     an open disk and unloading the module while a disk is mapped; then the
     mapping goes, and unloading the module closes the export left. A RAM
@@ -133,6 +135,16 @@ def blk_map_verify(t):
     server = [x for x in t.ferryctl_json(vm, 'session show') if x['role'] == 'server']
     t.eq([(c['session'], c['addr'], c['read_only']) for c in export['clients']],
          [(server[0]['id'], '192.0.2.1', False)], 'the export\'s client: its session and address')
+    # The client takes no requests (FERRY_NO_REQUESTS): its channels keep
+    # no responder entries and its receive buffers no inline room (a 4 KiB
+    # message each, where its send buffers take the inline 4 KiB too), and
+    # the server's send buffers none either.
+    for s in t.ferryctl_json(vm, '-s session show'):
+        d = s['queue_depth']
+        want = {'client': d * (4096 + 8192), 'server': d * (8192 + 4096 + 8192)}[s['role']]
+        got = [c.get('mem_bytes') for c in s['channel_list']]
+        t.log(f'{s["role"]} session: depth {d}, mem_bytes per channel {got}')
+        t.eq(got, [want] * 2, f'{s["role"]} channels\' memory')
     r = vm.run('rmmod ferry_blk', check=False)
     t.check(r.rc != 0 and 'in use' in r.err, f'unloading ferry_blk with a disk mapped: {r}')
     # (The target answers an operation just before it stops counting it.)

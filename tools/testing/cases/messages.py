@@ -438,8 +438,9 @@ def requests_limits(t):
     exactly max_data, each way, with one page per scatterlist entry
     (max_segments less one), all succeed, checked byte for byte. Then
     writes at the inline limit go inline (no registration), one byte more
-    goes by FRWR, and a session that asks for no inline data gets none.
-    Last, requests of 6 MiB in entries of 3 pages each way: a region's page
+    goes by FRWR, and a session that asks for no inline data gets none;
+    each channel's memory (`mem_bytes`) is what its buffers and entries
+    hold, with and without room for inline data on both sides. Last, requests of 6 MiB in entries of 3 pages each way: a region's page
     list ends inside an entry, and the next region goes on from there."""
     vm = t.vm
     t.net_up(vm, 0, 1)
@@ -484,6 +485,8 @@ def requests_limits(t):
              f'writes of {size} bytes {extra}')
         t.eq(int(m.group(9)), want_limit, f'inline_size of a session {extra}')
         check_registrations(t, vm, n, n - want_inline, want_inline)
+        if size == 4096:
+            check_memory(t, vm, want_limit)
         vm.run('rmmod ferry_cecho')
     # Entries of 3 pages: a region's page list (512 pages) ends inside one,
     # which the next region takes on from where it stopped; each way.
@@ -656,6 +659,24 @@ def registrations(n, rq_max=4 << 20, inline=INLINE):
 def inlined(n, rq_max=4 << 20, inline=INLINE):
     """How many of the C client's first `n` requests go inline."""
     return sum(1 for write, size in client_sizes(n, rq_max) if write and size <= inline)
+
+
+def check_memory(t, vm, inline):
+    """Each channel of both sessions (the held client's and its server's,
+    4 KiB messages) reports the memory of its buffers and entries: at
+    depth D, D receive and D send buffers of the message and `inline`
+    bytes, and as many responder entries, in whole pages. A client without
+    inline data says so in its connect request, and its server keeps no
+    room for it either."""
+    sessions = t.ferryctl_json(vm, '-s session show')
+    t.eq(sorted(s['role'] for s in sessions), ['client', 'server'], 'the two sessions')
+    for s in sessions:
+        each = 3 * s['queue_depth'] * (4096 + inline)
+        got = [c.get('mem_bytes') for c in s['channel_list']]
+        t.log(f'{s["role"]}: depth {s["queue_depth"]}, inline {inline}: mem_bytes {got}, '
+              f'{s.get("mem_bytes")} in all')
+        t.eq(got, [each] * len(got), f'{s["role"]} channels\' memory (inline {inline})')
+        t.eq(s.get('mem_bytes'), each * len(got), f'{s["role"]} session\'s memory')
 
 
 def check_registrations(t, vm, n, regs, inline):
