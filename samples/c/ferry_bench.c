@@ -64,6 +64,9 @@ MODULE_PARM_DESC(depth, "Queue depth of the benchmark's session");
 static bool poll = true;
 module_param(poll, bool, 0644);
 MODULE_PARM_DESC(poll, "lat: poll for each answer (1) or sleep until it comes (0)");
+static bool inline_data = true;
+module_param(inline_data, bool, 0644);
+MODULE_PARM_DESC(inline_data, "Receive buffers with room for inline request data (1) or none (0)");
 
 #define MAX_DATA	(4U << 20)	/* largest request data */
 #define WAIT_MS		30000		/* longest wait for one answer */
@@ -426,6 +429,9 @@ static int bench_run(const char *mode)
 	/* Messages up to ferry's largest; the header rides in front. */
 	if (sysfs_streq(mode, "lat") || sysfs_streq(mode, "send"))
 		p.max_msg = clamp_t(u32, size + 16, 256, 65536);
+	/* Without inline room, a message's buffers are just its size. */
+	if (!inline_data)
+		p.inline_size = FERRY_NO_INLINE;
 	/* A polled channel for the ping-pong, after the others. */
 #ifdef FERRY_TAGGED
 	if (sysfs_streq(mode, "lat") && poll)

@@ -38,6 +38,8 @@ PAIRS = [
     ('latency 64 B', 'lat', 'ib_send_lat', 64, 2000, ('<=', 1.3), False, (16, 1)),
     ('latency 4 KiB', 'lat', 'ib_send_lat', 4096, 1000, None, False, (16, 1)),
     ('latency 64 B, asleep', 'lat', 'ib_send_lat', 64, 2000, None, True, (16, 1)),
+    # (ferry's receive buffers 256 bytes, not 4352: see NO_INLINE.)
+    ('latency 64 B, no inline', 'lat', 'ib_send_lat', 64, 2000, None, False, (16, 1)),
     ('send 64 B', 'send', 'ib_send_bw', 64, 5000, None, False, (16, 1)),
     ('send 4 KiB', 'send', 'ib_send_bw', 4096, 2000, None, False, (16, 1)),
     ('send 32 KiB', 'send', 'ib_send_bw', 32768, 500, None, False, (16, 1)),
@@ -73,12 +75,18 @@ def perftest(vm, tool, size, iters, sleeping):
     raise VMError(f'{tool}: no result in its output:\n{out}')
 
 
-def ferry(vm, mode, size, iters, sleeping, spread):
+# The rows whose session asks for no inline data (FERRY_NO_INLINE): its
+# buffers hold a message alone.
+NO_INLINE = {'latency 64 B, no inline'}
+
+
+def ferry(vm, name, mode, size, iters, sleeping, spread):
     """Runs one ferry_bench mode; latency in ns or bytes/s."""
     window, channels = spread
     vm.run(f'echo {size} >{PARAMS}/size && echo {iters} >{PARAMS}/iters && '
            f'echo {0 if sleeping else 1} >{PARAMS}/poll && '
-           f'echo {window} >{PARAMS}/window && echo {channels} >{PARAMS}/channels')
+           f'echo {window} >{PARAMS}/window && echo {channels} >{PARAMS}/channels && '
+           f'echo {0 if name in NO_INLINE else 1} >{PARAMS}/inline_data')
     r = vm.run(f'echo {mode} >{PARAMS}/run', timeout=600, check=False)
     got = vm.run(f'cat {PARAMS}/run').out
     fields = dict(f.split('=', 1) for f in got.split())
@@ -133,9 +141,9 @@ def main():
                f'{args.ferryctl} listener add {ADDR} port {FERRY_PORT}')
         loaded[0] = which
 
-    def measure(which, mode, size, iters, sleeping, spread):
+    def measure(which, name, mode, size, iters, sleeping, spread):
         load(which)
-        return ferry(vm, mode, size, iters, sleeping, spread)
+        return ferry(vm, name, mode, size, iters, sleeping, spread)
 
     try:
         print('booting the benchmark VM (QEMU/TCG, 2 vCPUs, 2 GiB)...', flush=True)
@@ -147,7 +155,7 @@ def main():
         for rnd in range(args.rounds):
             for name, mode, tool, size, iters, _, sleeping, spread in pairs:
                 runs = [('perftest', lambda: perftest(vm, tool, size, iters, sleeping))]
-                runs += [(b, lambda b=b: measure(b, mode, size, iters, sleeping, spread))
+                runs += [(b, lambda b=b: measure(b, name, mode, size, iters, sleeping, spread))
                          for b in builds]
                 # Each takes each place in turn.
                 turn = rnd % len(runs)
