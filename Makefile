@@ -24,7 +24,7 @@ ferry_kvars = $(if $(KDIR),bash $(ROOT)/tools/build/kdir.sh $(KDIR),\
 	. $(SETUP)/common.sh && kmake_vars && echo CLIPPY_DRIVER=$$FERRY_CLIPPY_DRIVER)
 ferry_setup = $(if $(KDIR),,setup)
 
-.PHONY: all modules modules-test setup kernel ferryctl test test-debug test-self demo bench blktests \
+.PHONY: all modules modules-test setup kernel ferryctl test test-debug test-self demo bench profile blktests \
 	clippy fmt nl-gen nl-check clean help
 
 all: modules ferryctl
@@ -84,6 +84,11 @@ blktests:
 # on one rxe device; ratios, figures and charts to tools/bench/out/.
 bench:
 	@bash $(ROOT)/tools/bench/bench.sh
+
+# Not a test: where a 4 KiB read at QD1 spends its CPU time, ferry_blk's and
+# nvme-rdma's (perf in the benchmark's VM), to tools/bench/out/profile.md.
+profile:
+	@BENCH_PART=profile bash $(ROOT)/tools/bench/bench.sh
 
 # Regenerate / check the netlink code generated from Documentation/netlink/specs.
 nl-gen nl-check: $(ferry_setup)

@@ -11,6 +11,9 @@
 # after a change); BENCH_ROWS="4k randread QD1|..." runs only those block rows,
 # BENCH_SCALING_ROUNDS the rounds of its scaling curves (default 3, 0: none),
 # BENCH_FERRY_ONLY=1 measures ferry_blk and the baseline alone (no peers).
+# BENCH_PART=profile (`make profile`) runs neither: tools/bench/profile.py
+# samples where a 4 KiB read at QD1 spends its CPU time, in ferry_blk and in
+# nvme-rdma (tools/bench/out/profile.md).
 set -euo pipefail
 . "$(dirname "$0")/../testing/setup/common.sh"
 cd "$FERRY_ROOT"
@@ -47,8 +50,15 @@ common=(--kernel "$KBUILD/arch/x86/boot/bzImage" --ferry-ko "$FERRY_ROOT/ferry.k
 	--ferryctl "$FERRY_ROOT/tools/ferryctl/target/release/ferryctl"
 	--rounds "${BENCH_ROUNDS:-5}" "${baseline[@]}")
 part=${BENCH_PART:-all}
-case $part in all | messages | block) ;; *) die "BENCH_PART must be messages or block: got '$part'" ;; esac
+case $part in all | messages | block | profile) ;; *) die "BENCH_PART must be messages, block or profile: got '$part'" ;; esac
 rc=0
+if [ "$part" = profile ]; then
+	python3 tools/bench/profile.py --kernel "$KBUILD/arch/x86/boot/bzImage" \
+		--ferry-ko "$FERRY_ROOT/ferry.ko" \
+		--ferryctl "$FERRY_ROOT/tools/ferryctl/target/release/ferryctl" \
+		--out "$FERRY_ROOT/tools/bench/out" || rc=1
+	exit $rc
+fi
 if [ "$part" != block ]; then
 	python3 tools/bench/bench.py "${common[@]}" --results "$FERRY_ROOT/tools/bench/out/results.md" || rc=1
 fi

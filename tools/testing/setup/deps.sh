@@ -16,6 +16,8 @@ PKGS=(
 	# guest: emulator and the userspace the tests run inside it
 	qemu-system-x86 iproute2 iputils-ping rdma-core ibverbs-providers ibverbs-utils
 	perftest fio python3-venv
+	# make profile: perf, inside the benchmark's VM
+	linux-perf
 	# ferry_blk cases: filesystems on the mapped disk, discards
 	e2fsprogs xfsprogs util-linux
 	# blk_identity: the udev rule, tried with `udevadm test`

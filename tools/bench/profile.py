@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""`make profile`: where a 4 KiB read at queue depth 1 spends its CPU time,
+in ferry_blk and in nvme-rdma, side by side.
+
+Boots the block benchmark's VM (see blkbench.py: QEMU/TCG, 2 vCPUs, rxe in
+loopback, each system on its own brd RAM disk) and, for each system, samples
+every CPU with perf (`cpu-clock`, the only clock a guest under TCG has: no
+PMU) while fio reads 4 KiB at random, one at a time. Reports, per system,
+the I/Os done, the samples per I/O, the share of samples by module (the
+kernel itself, ferry, ferry_blk, rdma_rxe, ib_core, nvme-rdma, ...) and the
+symbols that took the most, in tools/bench/out/profile.md, with perf's
+full reports beside it (profile-<system>.txt).
+
+Sampling by the clock under TCG charges the emulator's cost of each guest
+instruction to the guest code that runs it: the shares say where the
+guest's time goes, not what a real CPU would spend there.
+"""
+import argparse
+import datetime
+import os
+import re
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'testing', 'vm'))
+from blkbench import DISK_MIB, Bench  # noqa: E402
+from ferryvm import VM, VMError  # noqa: E402
+
+SYSTEMS = ['ferry_blk', 'nvme-rdma']
+SECONDS = 20
+FREQ = 999
+TOP = 30
+
+
+def profile(bench, system):
+    """Samples both CPUs while fio reads `system`'s disk: (I/Os, perf's
+    report by module, perf's report by symbol)."""
+    vm = bench.vm
+    bench.use(system)
+    disk = bench.disk[system]
+    data = f'/tmp/perf-{system}.data'
+    job = (f'fio --name=profile --filename={disk} --direct=1 --ioengine=libaio '
+           f'--rw=randread --bs=4096 --iodepth=1 --runtime={SECONDS} --time_based '
+           f'--norandommap --randrepeat=0 --output-format=terse --terse-version=3')
+    r = vm.run(f'perf record -q -a -e cpu-clock -F {FREQ} -o {data} -- {job}',
+               timeout=SECONDS * 10 + 120, check=False)
+    if r.rc != 0:
+        raise VMError(f'perf record on {disk} exited {r.rc}: {r.err.strip()[-300:]}')
+    # terse v3: field 6 is the reads' total I/Os.
+    ios = int(next(line for line in r.out.splitlines() if line.startswith('3;')).split(';')[5])
+    common = f'perf report -i {data} --stdio --no-children -q --percent-limit 0.3'
+    by_dso = vm.run(f'{common} --sort dso', timeout=600).out
+    by_sym = vm.run(f'{common} --sort dso,sym', timeout=600).out
+    samples = int(vm.run(f'perf script -i {data} -F ip 2>/dev/null | wc -l', timeout=600).out)
+    return ios, samples, by_dso, by_sym
+
+
+def table(rows, head):
+    out = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    out += ['| ' + ' | '.join(str(c) for c in r) + ' |' for r in rows]
+    return out
+
+
+def parse(report):
+    """perf's '  12.34%  name [...]' lines: (percent, the rest)."""
+    got = []
+    for line in report.splitlines():
+        m = re.match(r'\s*([\d.]+)%\s+(.*\S)', line)
+        if m:
+            got.append((float(m.group(1)), re.sub(r'\s+', ' ', m.group(2))))
+    return got
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--kernel', required=True)
+    ap.add_argument('--ferry-ko', required=True, help='ferry.ko, ferry_blk.ko beside it')
+    ap.add_argument('--ferryctl', required=True)
+    ap.add_argument('--out', required=True, help='the directory of the reports')
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix='ferry-profile.')
+    vm = VM('profile', args.kernel, tmp, memory='3G',
+            append=['tsc=reliable', f'brd.rd_size={DISK_MIB * 1024}'])
+    bench = Bench(vm, args.ferryctl, {'ferry_blk': args.ferry_ko})
+    results = {}
+    try:
+        print('booting the profiling VM (QEMU/TCG, 2 vCPUs, 3 GiB)...', flush=True)
+        vm.start()
+        vm.run('echo -1 > /proc/sys/kernel/perf_event_paranoid && '
+               'echo 0 > /proc/sys/kernel/kptr_restrict')
+        bench.setup()
+        for system in SYSTEMS:
+            print(f'profiling {system}: 4k randread QD1 for {SECONDS} s...', flush=True)
+            results[system] = profile(bench, system)
+            ios, samples, _, _ = results[system]
+            print(f'{system}: {ios} I/Os, {samples} samples', flush=True)
+        problems = vm.kernel_problems()
+    except (VMError, StopIteration, ValueError) as e:
+        print(f'ERROR: {e!r}\nconsole: {vm.console_path}', file=sys.stderr)
+        return 1
+    finally:
+        vm.stop()
+
+    os.makedirs(args.out, exist_ok=True)
+    when = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
+    text = ['# Where a 4 KiB read at QD1 spends its CPU time', '',
+            f'`make profile`, {when}, kernel {vm.info.get("kernel", "?")}: perf samples '
+            f'both CPUs ({FREQ} Hz, `cpu-clock`) while fio reads 4 KiB at random, one at a '
+            f'time, for {SECONDS} s on each system\'s disk (see tools/bench/profile.py; '
+            'under TCG the shares say where the guest\'s time goes, not what a real CPU '
+            'would spend).', '']
+    summary = []
+    for system, (ios, samples, by_dso, by_sym) in results.items():
+        summary.append((system, ios, samples, f'{samples / max(ios, 1):.2f}'))
+        with open(os.path.join(args.out, f'profile-{system}.txt'), 'w') as f:
+            f.write(f'# {system}: {ios} I/Os, {samples} samples\n\n# by module\n{by_dso}\n'
+                    f'# by module and symbol\n{by_sym}')
+    text += table(summary, ['system', 'I/Os', 'samples', 'samples per I/O']) + ['']
+    for system, (ios, samples, by_dso, by_sym) in results.items():
+        per_io = samples / max(ios, 1)
+        text += [f'## {system}', '', 'By module (share of all samples, and samples per I/O):', '']
+        text += table([(name, f'{p:.1f}%', f'{p / 100 * per_io:.3f}')
+                       for p, name in parse(by_dso)], ['module', 'share', 'per I/O'])
+        text += ['', f'The {TOP} symbols that took the most:', '']
+        text += table([(name, f'{p:.1f}%') for p, name in parse(by_sym)[:TOP]],
+                      ['module and symbol', 'share'])
+        text += ['']
+    if problems:
+        text += ['Kernel problems during the run:', '', *[f'    {p}' for p in problems]]
+    with open(os.path.join(args.out, 'profile.md'), 'w') as f:
+        f.write('\n'.join(text) + '\n')
+    print('\n'.join(text))
+    return 1 if problems else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
