@@ -18,6 +18,7 @@ guest's time goes, not what a real CPU would spend there.
 """
 import argparse
 import datetime
+import json
 import os
 import re
 import sys
@@ -35,26 +36,27 @@ TOP = 30
 
 
 def profile(bench, system):
-    """Samples both CPUs while fio reads `system`'s disk: (I/Os, perf's
-    report by module, perf's report by symbol)."""
+    """Samples both CPUs while fio reads `system`'s disk: (I/Os, samples,
+    perf's report by module, by symbol, and by symbol with its callees)."""
     vm = bench.vm
     bench.use(system)
     disk = bench.disk[system]
     data = f'/tmp/perf-{system}.data'
     job = (f'fio --name=profile --filename={disk} --direct=1 --ioengine=libaio '
            f'--rw=randread --bs=4096 --iodepth=1 --runtime={SECONDS} --time_based '
-           f'--norandommap --randrepeat=0 --output-format=terse --terse-version=3')
-    r = vm.run(f'perf record -q -a -e cpu-clock -F {FREQ} -o {data} -- {job}',
+           f'--norandommap --randrepeat=0 --output-format=json --output=/tmp/profile.json')
+    r = vm.run(f'perf record -q -a -g -e cpu-clock -F {FREQ} -o {data} -- {job}',
                timeout=SECONDS * 10 + 120, check=False)
     if r.rc != 0:
         raise VMError(f'perf record on {disk} exited {r.rc}: {r.err.strip()[-300:]}')
-    # terse v3: field 6 is the reads' total I/Os.
-    ios = int(next(line for line in r.out.splitlines() if line.startswith('3;')).split(';')[5])
-    common = f'perf report -i {data} --stdio --no-children -q --percent-limit 0.3'
-    by_dso = vm.run(f'{common} --sort dso', timeout=600).out
-    by_sym = vm.run(f'{common} --sort dso,sym', timeout=600).out
-    samples = int(vm.run(f'perf script -i {data} -F ip 2>/dev/null | wc -l', timeout=600).out)
-    return ios, samples, by_dso, by_sym
+    ios = json.loads(vm.run('cat /tmp/profile.json').out)['jobs'][0]['read']['total_ios']
+    common = f'perf report -i {data} --stdio -q -g none --percent-limit 0.3'
+    by_dso = vm.run(f'{common} --no-children --sort dso', timeout=900).out
+    by_sym = vm.run(f'{common} --no-children --sort dso,sym', timeout=900).out
+    # With what they call: the time under each function, the paths' costs.
+    under = vm.run(f'{common} --children --sort sym', timeout=900).out
+    samples = int(vm.run(f'perf script -i {data} -F ip 2>/dev/null | wc -l', timeout=900).out)
+    return ios, samples, by_dso, by_sym, under
 
 
 def table(rows, head):
@@ -67,7 +69,8 @@ def parse(report):
     """perf's '  12.34%  name [...]' lines: (percent, the rest)."""
     got = []
     for line in report.splitlines():
-        m = re.match(r'\s*([\d.]+)%\s+(.*\S)', line)
+        # (With --children, the self share follows: left out.)
+        m = re.match(r'\s*([\d.]+)%\s+(?:[\d.]+%\s+)?(.*\S)', line)
         if m:
             got.append((float(m.group(1)), re.sub(r'\s+', ' ', m.group(2))))
     return got
@@ -94,7 +97,7 @@ def main():
         for system in SYSTEMS:
             print(f'profiling {system}: 4k randread QD1 for {SECONDS} s...', flush=True)
             results[system] = profile(bench, system)
-            ios, samples, _, _ = results[system]
+            ios, samples = results[system][:2]
             print(f'{system}: {ios} I/Os, {samples} samples', flush=True)
         problems = vm.kernel_problems()
     except (VMError, StopIteration, ValueError) as e:
@@ -112,20 +115,39 @@ def main():
             'under TCG the shares say where the guest\'s time goes, not what a real CPU '
             'would spend).', '']
     summary = []
-    for system, (ios, samples, by_dso, by_sym) in results.items():
-        summary.append((system, ios, samples, f'{samples / max(ios, 1):.2f}'))
+    # A sample stands for 1/FREQ s of a CPU: microseconds of CPU per I/O.
+    us = 1e6 / FREQ
+    for system, (ios, samples, by_dso, by_sym, under) in results.items():
+        idle = sum(p for p, name in parse(by_sym) if name.endswith('default_idle'))
+        busy = samples * (1 - idle / 100)
+        summary.append((system, ios, samples, f'{100 - idle:.1f}%', f'{busy * us / max(ios, 1):.0f}'))
         with open(os.path.join(args.out, f'profile-{system}.txt'), 'w') as f:
             f.write(f'# {system}: {ios} I/Os, {samples} samples\n\n# by module\n{by_dso}\n'
-                    f'# by module and symbol\n{by_sym}')
-    text += table(summary, ['system', 'I/Os', 'samples', 'samples per I/O']) + ['']
-    for system, (ios, samples, by_dso, by_sym) in results.items():
-        per_io = samples / max(ios, 1)
-        text += [f'## {system}', '', 'By module (share of all samples, and samples per I/O):', '']
-        text += table([(name, f'{p:.1f}%', f'{p / 100 * per_io:.3f}')
-                       for p, name in parse(by_dso)], ['module', 'share', 'per I/O'])
-        text += ['', f'The {TOP} symbols that took the most:', '']
-        text += table([(name, f'{p:.1f}%') for p, name in parse(by_sym)[:TOP]],
-                      ['module and symbol', 'share'])
+                    f'# by module and symbol\n{by_sym}\n# with what they call\n{under}')
+    text += table(summary, ['system', 'I/Os', 'samples', 'busy', 'CPU us per I/O (busy)']) + ['']
+    text += ['Interrupts are off in much of the I/O path, and the sampling clock\'s interrupt '
+             'waits for them: the time of such a section lands on the function that turns '
+             'them back on (`_raw_spin_unlock_irqrestore`); the table of what each function '
+             'calls puts it under the paths it belongs to.', '']
+    for system, (ios, samples, by_dso, by_sym, under) in results.items():
+        per_io = samples * us / max(ios, 1)
+        text += [f'## {system}', '', 'By module (share of all samples, and CPU us per I/O):', '']
+        text += table([(name, f'{p:.1f}%', f'{p / 100 * per_io:.0f}')
+                       for p, name in parse(by_dso)], ['module', 'share', 'us per I/O'])
+        text += ['', f'The {TOP} symbols that took the most themselves:', '']
+        text += table([(name, f'{p:.1f}%', f'{p / 100 * per_io:.0f}')
+                       for p, name in parse(by_sym)[:TOP]],
+                      ['module and symbol', 'share', 'us per I/O'])
+        text += ['', f'The {TOP} functions with the most under them (what they call included; '
+                 'the idle loop and the sampling clock\'s own path left out):', '']
+        skip = ('default_idle', 'do_idle', 'cpu_startup_entry', 'start_secondary',
+                'common_startup_64', 'rest_init', 'start_kernel', 'x86_64_start',
+                'arch_cpu_idle', 'default_idle_call', 'cpuidle_idle_call', 'secondary_startup_64',
+                'call_cpuidle', 'pv_native_safe_halt', 'asm_sysvec_apic_timer_interrupt',
+                'sysvec_apic_timer_interrupt')
+        rows = [(name, f'{p:.1f}%', f'{p / 100 * per_io:.0f}') for p, name in parse(under)
+                if not any(k in name for k in skip)]
+        text += table(rows[:TOP], ['function', 'share', 'us per I/O'])
         text += ['']
     if problems:
         text += ['Kernel problems during the run:', '', *[f'    {p}' for p in problems]]
