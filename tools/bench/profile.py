@@ -50,13 +50,19 @@ def profile(bench, system):
     if r.rc != 0:
         raise VMError(f'perf record on {disk} exited {r.rc}: {r.err.strip()[-300:]}')
     ios = json.loads(vm.run('cat /tmp/profile.json').out)['jobs'][0]['read']['total_ios']
-    common = f'perf report -i {data} --stdio -q -g none --percent-limit 0.3'
+    # (Modules' symbols from the running kernel's table.)
+    report = f'perf report -i {data} --kallsyms=/proc/kallsyms --stdio -q'
+    common = f'{report} -g none --percent-limit 0.3'
     by_dso = vm.run(f'{common} --no-children --sort dso', timeout=900).out
     by_sym = vm.run(f'{common} --no-children --sort dso,sym', timeout=900).out
     # With what they call: the time under each function, the paths' costs.
     under = vm.run(f'{common} --children --sort sym', timeout=900).out
-    samples = int(vm.run(f'perf script -i {data} -F ip 2>/dev/null | wc -l', timeout=900).out)
-    return ios, samples, by_dso, by_sym, under
+    # Which paths the sections with interrupts off belong to.
+    irq = vm.run(f'{report} --no-children --sort sym -S _raw_spin_unlock_irqrestore '
+                 f'-g caller,2,callee,function,percent', timeout=900).out
+    samples = int(vm.run(f'perf script -i {data} -G -F ip 2>/dev/null | wc -l',
+                         timeout=900).out)
+    return ios, samples, by_dso, by_sym, under + '\n# what ends in _raw_spin_unlock_irqrestore\n' + irq
 
 
 def table(rows, head):
