@@ -45,11 +45,19 @@ def profile(bench, system):
     job = (f'fio --name=profile --filename={disk} --direct=1 --ioengine=libaio '
            f'--rw=randread --bs=4096 --iodepth=1 --runtime={SECONDS} --time_based '
            f'--norandommap --randrepeat=0 --output-format=json --output=/tmp/profile.json')
-    r = vm.run(f'perf record -q -a -g -e cpu-clock -F {FREQ} -o {data} -- {job}',
+    r = vm.run(f'grep -E "^(ctxt|intr)" /proc/stat; '
+               f'perf record -q -a -g -e cpu-clock -F {FREQ} -o {data} -- {job}; rc=$?; '
+               f'grep -E "^(ctxt|intr)" /proc/stat; exit $rc',
                timeout=SECONDS * 10 + 120, check=False)
     if r.rc != 0:
         raise VMError(f'perf record on {disk} exited {r.rc}: {r.err.strip()[-300:]}')
     ios = json.loads(vm.run('cat /tmp/profile.json').out)['jobs'][0]['read']['total_ios']
+    # Context switches and interrupts, before and after.
+    counts = {}
+    for line in r.out.splitlines():
+        if line.startswith(('ctxt ', 'intr ')):
+            counts.setdefault(line.split()[0], []).append(int(line.split()[1]))
+    switches = {k: (v[1] - v[0]) / max(ios, 1) for k, v in counts.items() if len(v) == 2}
     # (Modules' symbols from the running kernel's table.)
     report = f'perf report -i {data} --kallsyms=/proc/kallsyms --stdio -q'
     common = f'{report} -g none --percent-limit 0.3'
@@ -62,7 +70,8 @@ def profile(bench, system):
                  f'-g caller,2,callee,function,percent', timeout=900).out
     samples = int(vm.run(f'perf script -i {data} -G -F ip 2>/dev/null | wc -l',
                          timeout=900).out)
-    return ios, samples, by_dso, by_sym, under + '\n# what ends in _raw_spin_unlock_irqrestore\n' + irq
+    return (ios, samples, by_dso, by_sym,
+            under + '\n# what ends in _raw_spin_unlock_irqrestore\n' + irq, switches)
 
 
 def table(rows, head):
@@ -123,19 +132,21 @@ def main():
     summary = []
     # A sample stands for 1/FREQ s of a CPU: microseconds of CPU per I/O.
     us = 1e6 / FREQ
-    for system, (ios, samples, by_dso, by_sym, under) in results.items():
+    for system, (ios, samples, by_dso, by_sym, under, switches) in results.items():
         idle = sum(p for p, name in parse(by_sym) if name.endswith('default_idle'))
         busy = samples * (1 - idle / 100)
-        summary.append((system, ios, samples, f'{100 - idle:.1f}%', f'{busy * us / max(ios, 1):.0f}'))
+        summary.append((system, ios, samples, f'{100 - idle:.1f}%', f'{busy * us / max(ios, 1):.0f}',
+                        f'{switches.get("ctxt", 0):.2f}', f'{switches.get("intr", 0):.2f}'))
         with open(os.path.join(args.out, f'profile-{system}.txt'), 'w') as f:
             f.write(f'# {system}: {ios} I/Os, {samples} samples\n\n# by module\n{by_dso}\n'
                     f'# by module and symbol\n{by_sym}\n# with what they call\n{under}')
-    text += table(summary, ['system', 'I/Os', 'samples', 'busy', 'CPU us per I/O (busy)']) + ['']
+    text += table(summary, ['system', 'I/Os', 'samples', 'busy', 'CPU us per I/O (busy)',
+                            'context switches per I/O', 'interrupts per I/O']) + ['']
     text += ['Interrupts are off in much of the I/O path, and the sampling clock\'s interrupt '
              'waits for them: the time of such a section lands on the function that turns '
              'them back on (`_raw_spin_unlock_irqrestore`); the table of what each function '
              'calls puts it under the paths it belongs to.', '']
-    for system, (ios, samples, by_dso, by_sym, under) in results.items():
+    for system, (ios, samples, by_dso, by_sym, under, _) in results.items():
         per_io = samples * us / max(ios, 1)
         text += [f'## {system}', '', 'By module (share of all samples, and CPU us per I/O):', '']
         text += table([(name, f'{p:.1f}%', f'{p / 100 * per_io:.0f}')
