@@ -67,7 +67,7 @@ def profile(bench, system):
     under = vm.run(f'{common} --children --sort sym', timeout=900).out
     # Which paths the sections with interrupts off belong to.
     irq = vm.run(f'{report} --no-children --sort sym -S _raw_spin_unlock_irqrestore '
-                 f'-g caller,2,callee,function,percent', timeout=900).out
+                 f'-g caller,0.5,callee,function,percent', timeout=900).out
     samples = int(vm.run(f'perf script -i {data} -G -F ip 2>/dev/null | wc -l',
                          timeout=900).out)
     return (ios, samples, by_dso, by_sym,
