@@ -222,12 +222,7 @@ impl<O: Owner> Inner<O> {
         self.credits.set_peer_depth(depth);
         self.peer_depth = depth;
         self.peer_max_msg = max_msg.min(params.max_msg);
-        // (None without room for it in the send buffers.)
-        self.peer_inline = if params.sends_requests {
-            inline.min(params.inline_size)
-        } else {
-            0
-        };
+        self.peer_inline = inline.min(params.inline_sent());
     }
 
     /// Moves to `to` if the table allows it ([`ChanState::allows`]). A

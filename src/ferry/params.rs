@@ -238,29 +238,29 @@ impl Params {
     /// Bytes of a receive buffer: the largest message, and the inline data
     /// a request to this side may add.
     pub(crate) fn recv_buf(&self) -> u32 {
-        self.max_msg
-            + if self.takes_requests {
-                self.inline_size
-            } else {
-                0
-            }
+        self.max_msg + self.inline_taken()
     }
 
     /// Bytes of a send buffer: the largest message, and the inline data a
     /// request from this side may add.
     pub(crate) fn send_buf(&self) -> u32 {
-        self.max_msg
-            + if self.sends_requests {
-                self.inline_size
-            } else {
-                0
-            }
+        self.max_msg + self.inline_sent()
     }
 
     /// The inline data this side announces it takes, in its hello or its
     /// reply: none if it takes no requests.
     pub(crate) fn inline_taken(&self) -> u32 {
         if self.takes_requests {
+            self.inline_size
+        } else {
+            0
+        }
+    }
+
+    /// The most inline data this side sends in a request: none if it sends
+    /// no requests (its send buffers have no room for it).
+    pub(crate) fn inline_sent(&self) -> u32 {
+        if self.sends_requests {
             self.inline_size
         } else {
             0

@@ -1658,11 +1658,12 @@ fn end_op(
     let res = match (op, res) {
         // Its bios would have waited (or, never, the device no longer
         // takes bios that must not): submitted again on the target's
-        // queue, where they may.
-        (Some(_), r) if t.ctx.goes_again(&r) && from == Origin::Completion => {
-            return slot.run(Job::Ended { target, t, res: r });
-        }
+        // queue, where they may (from the completion's context, the job
+        // goes there first).
         (Some(_), r) if t.ctx.goes_again(&r) => {
+            if from == Origin::Completion {
+                return slot.run(Job::Ended { target, t, res: r });
+            }
             if let Some(busy) = t.ctx.busy.as_ref() {
                 busy.0.stats.deferred();
                 // (Counted as waiting where its bios ended.)

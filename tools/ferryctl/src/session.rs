@@ -258,15 +258,10 @@ impl Session {
     /// The bytes of memory the channels' buffers and entries hold, if the
     /// kernel told any.
     pub fn mem_bytes(&self) -> Option<u64> {
-        let mut any = false;
-        let sum = self
-            .channel_list
+        self.channel_list
             .iter()
             .filter_map(|c| c.mem_bytes)
-            .inspect(|_| any = true)
-            .map(u64::from)
-            .sum();
-        any.then_some(sum)
+            .fold(None, |sum, v| Some(sum.unwrap_or(0) + u64::from(v)))
     }
 
     /// The first text line, without its newline: `session 3 client connected
