@@ -166,6 +166,8 @@ pub mod map_attr {
     pub const GIVE_UP: u32 = bindings::FERRY_BLK_A_MAP_GIVE_UP;
     /// The longest wait between reconnect attempts, in seconds.
     pub const RECONNECT_DELAY: u32 = bindings::FERRY_BLK_A_MAP_RECONNECT_DELAY;
+    /// Polled hardware queues, after the others.
+    pub const POLL_QUEUES: u32 = bindings::FERRY_BLK_A_MAP_POLL_QUEUES;
 }
 
 /// Attributes of the counters (`FERRY_BLK_A_STATS_*`).
@@ -238,7 +240,7 @@ op_dumpit!(
 op_doit!(
     /// `FERRY_BLK_CMD_MAP_ADD`, do.
     ferry_blk_nl_map_add_doit => crate::netlink::map_add_doit,
-    maxattr FERRY_BLK_A_MAP_RECONNECT_DELAY
+    maxattr FERRY_BLK_A_MAP_POLL_QUEUES
 );
 op_doit!(
     /// `FERRY_BLK_CMD_MAP_SET`, do.

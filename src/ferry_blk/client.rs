@@ -68,6 +68,10 @@ const DMA_ALIGNMENT: u32 = 3;
 /// `ctrl_loss_tmo`.
 pub(crate) const GIVE_UP_S: u32 = 600;
 
+/// The most completions one poll of a polled queue processes, so that a
+/// busy queue still lets its poller see the requests it waits for.
+const POLL_BUDGET: u32 = 64;
+
 /// A mapping's longest wait between reconnect attempts by default, in
 /// seconds (nvme's `reconnect_delay` is 10 s by default too).
 pub(crate) const RECONNECT_DELAY_S: u32 = 10;
@@ -408,6 +412,16 @@ impl Operations for Blk {
                 }
             }
         }
+    }
+
+    fn poll(shared: ArcBorrow<'_, Shared>, hw_queue: u32) -> u32 {
+        // Polled hardware queue `q` is polled channel `q` (`Mapping::new`):
+        // its answers end their requests in this thread, as nvme-rdma's
+        // `ib_process_cq_direct`. (0 while another thread processes them.)
+        // CAST: as in `queue_rq`.
+        shared.session.as_ref().map_or(0, |s| {
+            s.poll_channel(hw_queue as u16, POLL_BUDGET).unwrap_or(0)
+        })
     }
 
     fn timeout(shared: ArcBorrow<'_, Shared>, rq: TimedOut) -> TimeoutAction {
@@ -878,8 +892,11 @@ pub(crate) struct MapParams<'a> {
     pub(crate) peer: Peer,
     pub(crate) export: ExportName,
     pub(crate) read_only: bool,
-    /// Channels, and so hardware queues (0: one per CPU).
+    /// Channels, and so hardware queues, besides the polled ones (0: one
+    /// per CPU).
     pub(crate) channels: u16,
+    /// Polled hardware queues after them, each on a polled channel.
+    pub(crate) poll_queues: u16,
     /// Requests in flight per queue (0: ferry's default).
     pub(crate) depth: u32,
     /// A pre-shared key's name, of the namespace's keys.
@@ -910,6 +927,8 @@ pub(crate) struct Mapping {
     pub(crate) export: ExportName,
     peer: Peer,
     read_only: bool,
+    /// Hardware queues, and how many of them (the last) are polled.
+    queues: (u16, u16),
     shared: Arc<Shared>,
     disk: Arc<Disk<Blk>>,
     session: Session<ClientHandler>,
@@ -957,6 +976,7 @@ impl Mapping {
         )?;
         let mut params = Params::new(p.peer, wire::SERVICE);
         params.channels = p.channels;
+        params.poll_channels = p.poll_queues;
         params.queue_depth = p.depth;
         params.preregister = true;
         // The target only answers and tells (messages): the channels keep
@@ -986,13 +1006,13 @@ impl Mapping {
             .store(opened.logical_block_size, Relaxed);
         shared.handle.store(opened.handle, Relaxed);
         let limits = session.limits()?;
-        // One hardware queue per channel (none polled: a mapping asks for
-        // none).
-        let queues = limits.channels - limits.poll_channels;
+        // One hardware queue per channel: hardware queue `q` submits on
+        // channel `q` alone, the polled ones last on both sides.
+        let queues = limits.channels;
         let tag_set = Arc::pin_init(
             TagSet::new(TagSetConfig {
-                hw_queues: u32::from(queues),
-                poll_queues: 0,
+                hw_queues: u32::from(queues - limits.poll_channels),
+                poll_queues: u32::from(limits.poll_channels),
                 depth: limits.queue_depth,
                 timeout_ms: TIMEOUT_MS,
             }),
@@ -1051,6 +1071,7 @@ impl Mapping {
             export: p.export,
             peer: p.peer,
             read_only: opened.read_only || p.read_only,
+            queues: (queues, limits.poll_channels),
             shared,
             disk,
             session,
@@ -1123,6 +1144,12 @@ impl Mapping {
     /// fast-failed, timeouts, fenced reopens, seconds disconnected.
     pub(crate) fn counters(&self) -> [u64; 6] {
         self.shared.counters.counts()
+    }
+
+    /// Its hardware queues: those whose requests complete by themselves,
+    /// and the polled ones after them.
+    pub(crate) fn queues(&self) -> (u16, u16) {
+        (self.queues.0 - self.queues.1, self.queues.1)
     }
 
     /// Its fast-fail, give-up and reconnect-delay times, in seconds.

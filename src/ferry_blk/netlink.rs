@@ -270,7 +270,10 @@ fn fill_map(w: &mut Writer<'_>, m: &Mapping) -> Result {
     let t = m.timers();
     w.put_u32(ma::FAST_FAIL, t.fast_fail_s)?;
     w.put_u32(ma::GIVE_UP, t.give_up_s)?;
-    w.put_u32(ma::RECONNECT_DELAY, t.reconnect_delay_s)
+    w.put_u32(ma::RECONNECT_DELAY, t.reconnect_delay_s)?;
+    let (queues, polled) = m.queues();
+    w.put_u32(ma::CHANNELS, queues.into())?;
+    w.put_u32(ma::POLL_QUEUES, polled.into())
 }
 
 /// Writes what identifies a mapping, its capacity (`sectors`) and state
@@ -337,6 +340,15 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
         req.bad_attr(ma::CHANNELS, c"channels must be 0 (one per CPU) to 64");
         return Err(EINVAL);
     };
+    // (The policy keeps it below 64.)
+    let poll_queues = req.u32(ma::POLL_QUEUES).unwrap_or(0) as u16;
+    if channels.saturating_add(poll_queues) > MAX_CHANNELS {
+        req.bad_attr(
+            ma::POLL_QUEUES,
+            c"channels and polled queues together must be at most 64",
+        );
+        return Err(EINVAL);
+    }
     let depth = req.u32(ma::DEPTH).unwrap_or(0);
     if depth != 0 && !(2..=1024).contains(&depth) {
         req.bad_attr(ma::DEPTH, c"depth must be 0 (ferry's default) or 2 to 1024");
@@ -353,6 +365,7 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
         export,
         read_only: req.has(ma::READ_ONLY),
         channels,
+        poll_queues,
         depth,
         key,
         fast_fail_s: req.u32(ma::FAST_FAIL).unwrap_or(0),

@@ -42,7 +42,7 @@ static const struct nla_policy ferry_blk_export_resize_nl_policy[FERRY_BLK_A_EXP
 };
 
 /* FERRY_BLK_CMD_MAP_ADD - do */
-static const struct nla_policy ferry_blk_map_add_nl_policy[FERRY_BLK_A_MAP_RECONNECT_DELAY + 1] = {
+static const struct nla_policy ferry_blk_map_add_nl_policy[FERRY_BLK_A_MAP_POLL_QUEUES + 1] = {
 	[FERRY_BLK_A_MAP_ADDR] = NLA_POLICY_MAX_LEN(16),
 	[FERRY_BLK_A_MAP_PORT] = { .type = NLA_U16, },
 	[FERRY_BLK_A_MAP_EXPORT] = { .type = NLA_NUL_STRING, .len = FERRY_BLK_EXPORT_NAME_LEN, },
@@ -53,6 +53,7 @@ static const struct nla_policy ferry_blk_map_add_nl_policy[FERRY_BLK_A_MAP_RECON
 	[FERRY_BLK_A_MAP_FAST_FAIL] = NLA_POLICY_FULL_RANGE(NLA_U32, &ferry_blk_a_map_fast_fail_range),
 	[FERRY_BLK_A_MAP_GIVE_UP] = NLA_POLICY_FULL_RANGE(NLA_U32, &ferry_blk_a_map_give_up_range),
 	[FERRY_BLK_A_MAP_RECONNECT_DELAY] = NLA_POLICY_RANGE(NLA_U32, 1, FERRY_BLK_MAX_RECONNECT_DELAY),
+	[FERRY_BLK_A_MAP_POLL_QUEUES] = NLA_POLICY_MAX(NLA_U32, FERRY_BLK_MAX_POLL_QUEUES),
 };
 
 /* FERRY_BLK_CMD_MAP_DEL - do */
@@ -101,7 +102,7 @@ static const struct genl_split_ops ferry_blk_nl_ops[] = {
 		.cmd		= FERRY_BLK_CMD_MAP_ADD,
 		.doit		= ferry_blk_nl_map_add_doit,
 		.policy		= ferry_blk_map_add_nl_policy,
-		.maxattr	= FERRY_BLK_A_MAP_RECONNECT_DELAY,
+		.maxattr	= FERRY_BLK_A_MAP_POLL_QUEUES,
 		.flags		= GENL_ADMIN_PERM | GENL_CMD_CAP_DO,
 	},
 	{

@@ -47,6 +47,7 @@ fn map_attr_name(ty: u16) -> Option<&'static str> {
         FERRY_BLK_A_MAP_FAST_FAIL => Some("fast-fail"),
         FERRY_BLK_A_MAP_GIVE_UP => Some("give-up"),
         FERRY_BLK_A_MAP_RECONNECT_DELAY => Some("reconnect-delay"),
+        FERRY_BLK_A_MAP_POLL_QUEUES => Some("poll-queues"),
         _ => None,
     }
 }
@@ -103,14 +104,15 @@ pub enum Cmd {
     ExportDel { name: String, force: bool },
     /// `blk export resize NAME`
     ExportResize { name: String },
-    /// `blk map ADDR [port P] export NAME [ro] [channels N] [depth N] [key K]
-    /// [fast-fail S] [give-up S] [reconnect-delay S]`
+    /// `blk map ADDR [port P] export NAME [ro] [channels N] [poll-queues N]
+    /// [depth N] [key K] [fast-fail S] [give-up S] [reconnect-delay S]`
     Map {
         addr: IpAddr,
         port: u16,
         export: String,
         ro: bool,
         channels: Option<u32>,
+        poll_queues: Option<u32>,
         depth: Option<u32>,
         key: Option<String>,
         timers: Timers,
@@ -231,7 +233,15 @@ impl Cmd {
             }
         } else if matches(command, "map") {
             let (rest, set) = flags(args, &["ro", "read-only"]);
-            let mut words = vec!["addr", "port", "export", "channels", "depth", "key"];
+            let mut words = vec![
+                "addr",
+                "port",
+                "export",
+                "channels",
+                "poll-queues",
+                "depth",
+                "key",
+            ];
             words.extend(Timers::WORDS);
             let kw = KwArgs::parse(&rest, &words, Some("addr"))?;
             Ok(Some(Cmd::Map {
@@ -240,6 +250,7 @@ impl Cmd {
                 export: export_name(kw.required("export")?)?,
                 ro: set.contains(&"ro"),
                 channels: kw.num("channels")?,
+                poll_queues: kw.num("poll-queues")?,
                 depth: kw.num("depth")?,
                 key: kw.get("key").map(crate::key::name).transpose()?,
                 timers: Timers::parse(&kw)?,
@@ -395,7 +406,8 @@ fn decode_export(p: &[u8]) -> Result<Value, Error> {
 /// A mapping as JSON: `index`, `addr`, `port`, `export`, `read_only`,
 /// `disk`, `session`, `sectors`, `state` (`live`, `connecting`,
 /// `failing-fast`, `dead`), `stats`, `inflight`, `uuid`, `fast_fail`,
-/// `give_up`, `reconnect_delay`.
+/// `give_up`, `reconnect_delay`, `channels` (hardware queues besides the
+/// polled ones), `poll_queues`.
 fn decode_map(p: &[u8]) -> Result<Value, Error> {
     let mut o = Map::new();
     o.insert("kind".into(), json!("map"));
@@ -447,6 +459,14 @@ fn decode_map(p: &[u8]) -> Result<Value, Error> {
             FERRY_BLK_A_MAP_RECONNECT_DELAY => (
                 "reconnect_delay",
                 json!(attr::u32(v).ok_or_else(|| bad("reconnect-delay"))?),
+            ),
+            FERRY_BLK_A_MAP_CHANNELS => (
+                "channels",
+                json!(attr::u32(v).ok_or_else(|| bad("channels"))?),
+            ),
+            FERRY_BLK_A_MAP_POLL_QUEUES => (
+                "poll_queues",
+                json!(attr::u32(v).ok_or_else(|| bad("poll-queues"))?),
             ),
             _ => continue,
         };
@@ -532,7 +552,7 @@ fn to_text(v: &Value, with_stats: bool) -> String {
         }
         s
     } else {
-        format!(
+        let mut s = format!(
             "{} addr {} port {} export {} uuid {} sectors {} state {} session {} inflight {} \
              fast-fail {} give-up {} reconnect-delay {}",
             get("disk").unwrap_or_default(),
@@ -547,7 +567,15 @@ fn to_text(v: &Value, with_stats: bool) -> String {
             get("fast_fail").unwrap_or_default(),
             get("give_up").unwrap_or_default(),
             get("reconnect_delay").unwrap_or_default()
-        )
+        );
+        // (Older modules say nothing of their queues.)
+        if let Some(c) = v.get("channels") {
+            s += &format!(" queues {c}");
+        }
+        if let Some(p) = v.get("poll_queues").filter(|p| **p != json!(0)) {
+            s += &format!(" poll-queues {p}");
+        }
+        s
     };
     if v["read_only"] == true {
         s += " ro";
@@ -633,6 +661,7 @@ pub fn exec(ctx: &mut Ctx, cmd: &Cmd) -> Result<Option<Output>, CliError> {
             export,
             ro,
             channels,
+            poll_queues,
             depth,
             key,
             timers,
@@ -646,6 +675,9 @@ pub fn exec(ctx: &mut Ctx, cmd: &Cmd) -> Result<Option<Output>, CliError> {
             }
             if let Some(c) = channels {
                 b = b.u32(FERRY_BLK_A_MAP_CHANNELS, *c);
+            }
+            if let Some(c) = poll_queues {
+                b = b.u32(FERRY_BLK_A_MAP_POLL_QUEUES, *c);
             }
             if let Some(d) = depth {
                 b = b.u32(FERRY_BLK_A_MAP_DEPTH, *d);
@@ -748,7 +780,7 @@ mod tests {
             }
         );
         assert_eq!(
-            parse("map 192.0.2.1 export ram0 channels 2 depth 64")
+            parse("map 192.0.2.1 export ram0 channels 2 poll-queues 1 depth 64")
                 .unwrap()
                 .unwrap(),
             Cmd::Map {
@@ -757,6 +789,7 @@ mod tests {
                 export: "ram0".into(),
                 ro: false,
                 channels: Some(2),
+                poll_queues: Some(1),
                 depth: Some(64),
                 key: None,
                 timers: Timers::default(),
@@ -772,6 +805,7 @@ mod tests {
                 export: "ram0".into(),
                 ro: false,
                 channels: None,
+                poll_queues: None,
                 depth: None,
                 key: None,
                 timers: Timers {

@@ -70,8 +70,9 @@ ferryctl blk export resize NAME
     device's own ID, else random); ro: clients may only read; shared:
     several clients may write; force: delete while mapped.
 
-ferryctl blk map ADDR [port PORT] export NAME [ro] [channels N] [depth N]
-        [key NAME] [fast-fail S] [give-up S] [reconnect-delay S]
+ferryctl blk map ADDR [port PORT] export NAME [ro] [channels N]
+        [poll-queues N] [depth N] [key NAME] [fast-fail S] [give-up S]
+        [reconnect-delay S]
 ferryctl blk set DEV [fast-fail S] [give-up S] [reconnect-delay S]
 ferryctl blk unmap DEV [force]
 ferryctl blk show
@@ -79,7 +80,8 @@ ferryctl blk show
     defaults to 4791); fast-fail: seconds disconnected before I/O fails at
     once (0, the default: never); give-up: before the disk is dead (600);
     reconnect-delay: the longest wait between reconnect attempts (10);
-    set changes them live. force: unmap while the disk is open, failing its
+    channels: hardware queues (one per CPU); poll-queues: polled queues
+    after them, for io_uring's polled I/O (0); set changes the times live. force: unmap while the disk is open, failing its
     I/O. show lists exports and mappings; -s adds their counters.
 
 ferryctl monitor

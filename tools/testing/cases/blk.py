@@ -198,13 +198,14 @@ def whole_blocks(mib, size):
     return -(-mib // step) * step
 
 
-def fio(t, vm, disk, bs, qd, verify_only=False, mib=None):
+def fio(t, vm, disk, bs, qd, verify_only=False, mib=None, engine='libaio'):
     """fio with crc32c verification of random writes of `bs` at depth `qd`,
     two jobs on disjoint ranges of `mib` MiB (`fio_mib`'s by default); with
     `verify_only`, the separate pass that reads back what the writes left.
-    Returns (bytes written, bytes verified)."""
+    `engine`: fio's ioengine and its options. Returns (bytes written, bytes
+    verified)."""
     mib = mib or fio_mib(t)
-    cmd = (f'fio --name=v --filename={disk} --direct=1 --ioengine=libaio --rw=randwrite '
+    cmd = (f'fio --name=v --filename={disk} --direct=1 --ioengine={engine} --rw=randwrite '
            f'--bs={bs} --iodepth={qd} --numjobs=2 --size={mib}M --offset_increment={mib}M '
            f'--verify=crc32c --verify_fatal=1 --do_verify=1 --randseed=7 '
            f'--group_reporting --output-format=json')
@@ -306,6 +307,78 @@ def blk_submission(t):
     vm.run(f'{t.ferryctl} blk unmap {disk}')
     vm.run(f'{t.ferryctl} blk export del s1')
     nullb_del(vm, 'ferry_onetag')
+    blk_teardown(t, vm, loop)
+
+
+def channel_counts(t, vm):
+    """Per channel of the client's session: (requests sent, completions
+    its consumer polled)."""
+    s = [x for x in t.ferryctl_json(vm, '-s -d session show') if x['role'] == 'client']
+    return [(c['stats']['requests_tx'], c['stats']['polled']) for c in s[0]['channel_list']]
+
+
+@case(timeout=400)
+def blk_poll_queues(t):
+    """A disk mapped with `channels 2 poll-queues 1` has three hardware
+    queues, the last polled (`io_poll` 1), and says so in `blk show`. fio
+    verifies (crc32c) random writes through io_uring with
+    IORING_SETUP_IOPOLL (`--hipri`) at depths 1 and 16: all of it goes on
+    the polled channel, the third, whose completions the submitter
+    processes (its `polled` count grows by at least half the requests: the
+    rest a tick's idle poll may have taken); libaio's I/O, which does not
+    poll, goes on the other two alone. The target's device holds what was
+    written. A mapping asking for 64 polled queues, or for 64 channels and
+    one polled queue, is refused with a clear error."""
+    vm = t.vm
+    loop = blk_setup(t, vm, size_mib=64)
+    vm.run(f'{t.ferryctl} blk export add p0 path {loop}')
+    for how, what in (('poll-queues 64', 'policy'), ('channels 64 poll-queues 1', 'at most 64')):
+        r = vm.run(f'{t.ferryctl} blk map 192.0.2.1 port {PORT} export p0 {how}', check=False)
+        t.log(f'map {how}: rc {r.rc}, {r.err.strip()!r}')
+        t.check(r.rc == 2 and 'poll-queues' in r.err and (what == 'policy' or what in r.err),
+                f'map {how} refused: {r.rc} {r.err!r}')
+    t.eq([x for x in show(t, vm) if x['kind'] == 'map'], [], 'no mapping made by a refused map')
+    m = t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export p0 channels 2 poll-queues 1')
+    t.eq((m[0]['channels'], m[0]['poll_queues']), (2, 1), 'the mapping\'s queues, and polled ones')
+    disk = '/dev/' + m[0]['disk']
+    name = m[0]['disk']
+    vm.wait_for(f'test -b {disk}', timeout=30)
+    slow_io_timeout(t, vm, disk)
+    t.check(f'queues 2 poll-queues 1' in vm.run(f'{t.ferryctl} blk show').out,
+            'blk show names the queues')
+    t.eq(vm.run(f'cat /sys/block/{name}/queue/io_poll').out.strip(), '1', 'io_poll')
+    t.eq(vm.run(f'ls /sys/block/{name}/mq').out.split(), ['0', '1', '2'], 'hardware queues')
+    before = channel_counts(t, vm)
+    t.eq(len(before), 3, 'client channels')
+    written = verified = 0
+    # (preadv2's RWF_HIPRI no longer polls: since Linux 5.16 only io_uring
+    # does.)
+    for engine, qd in (('io_uring --hipri', 1), ('io_uring --hipri', 16)):
+        w, v = fio(t, vm, disk, '4k', qd, mib=4, engine=engine)
+        t.log(f'{engine} qd {qd}: {w} bytes written, {v} verified')
+        t.check(w >= 8 * MIB and v >= 8 * MIB, f'{engine}: too few bytes ({w}, {v})')
+        written += w
+        verified += v
+    polled = channel_counts(t, vm)
+    t.log(f'per channel (requests, polled completions): {before} -> {polled}')
+    ios = (written + verified) // 4096
+    sent = polled[2][0] - before[2][0]
+    t.check(sent >= ios, f'polled I/O on the polled channel: {sent} requests for {ios} I/Os')
+    # (Not one of fio's: a stray read, as a probe of the new disk's, may.)
+    stray = sum(a[0] - b[0] for a, b in zip(polled[:2], before[:2]))
+    t.check(stray <= 16, f'requests on the other channels while only polled I/O ran: {stray}')
+    t.check(polled[2][1] - before[2][1] >= ios // 2,
+            f'completions the submitters polled: {polled[2][1] - before[2][1]} for {ios} I/Os')
+    w, v = fio(t, vm, disk, '64k', 8, mib=4)
+    after = channel_counts(t, vm)
+    t.log(f'after libaio: {after}')
+    t.eq(after[2], polled[2], 'the polled channel while libaio (not polled) ran')
+    sent = sum(a[0] - b[0] for a, b in zip(after[:2], polled[:2]))
+    t.check(sent >= (w + v) // 65536, f'libaio\'s requests on the other channels: {sent}')
+    vm.run('echo 3 > /proc/sys/vm/drop_caches')
+    t.eq(sha(vm, disk, 16 * MIB), sha(vm, loop, 16 * MIB), 'sha256 of the disk and the export')
+    vm.run(f'{t.ferryctl} blk unmap {disk}')
+    vm.run(f'{t.ferryctl} blk export del p0')
     blk_teardown(t, vm, loop)
 
 
