@@ -12,7 +12,11 @@ acknowledges a write only once its backing bio has ended (nvmet's bdev
 namespace, rnbd-server's bios, ferry_blk's).
 
 Each row is one fio job (libaio, O_DIRECT, 5 s); each system has as many
-queues as ferry_blk's disk has channels. For each of `--rounds` rounds,
+queues as ferry_blk's disk has channels, and one polled queue more: the
+polled rows read through io_uring with IORING_SETUP_IOPOLL (fio --hipri),
+whose I/O only the polled queues take (ferry_blk's `poll-queues`,
+nvme-rdma's and RNBD's `nr_poll_queues`); the RAM disk, which cannot be
+polled, reads through io_uring without it. For each of `--rounds` rounds,
 every row runs on every system, the systems' order rotating from round to
 round. Reported per row and system: the median and the min-max over the
 rounds of IOPS (4 KiB rows) or bandwidth, mean and p99 latency, and system
@@ -39,14 +43,18 @@ NQN = 'nqn.2014-08.org.example:ferry-bench'
 NVMET = '/sys/kernel/config/nvmet'
 DISK_MIB = 256
 QUEUES = 2
+POLL_QUEUES = 1
 SECONDS = 5
 
-# name, fio rw, block size, queue depth, read share of a mix (or None).
+# name, fio rw, block size, queue depth, read share of a mix (or None),
+# and whether polled (io_uring --hipri on the polled queues).
 ROWS = [
     ('4k randread QD1', 'randread', 4096, 1, None),
     ('4k randread QD32', 'randread', 4096, 32, None),
     ('4k randwrite QD32', 'randwrite', 4096, 32, None),
     ('4k randrw 70/30 QD16', 'randrw', 4096, 16, 70),
+    ('4k randread QD1, polled', 'randread', 4096, 1, None, True),
+    ('4k randread QD32, polled', 'randread', 4096, 32, None, True),
     ('128k read QD8', 'read', 128 << 10, 8, None),
     ('128k write QD8', 'write', 128 << 10, 8, None),
     ('1M read QD4', 'read', 1 << 20, 4, None),
@@ -114,15 +122,15 @@ class Bench:
                f'echo {NVME_PORT} > {NVMET}/ports/1/addr_trsvcid && '
                f'ln -s {ns} {NVMET}/ports/1/subsystems/{NQN}')
         vm.run(f'echo "transport=rdma,traddr={ADDR},trsvcid={NVME_PORT},nqn={NQN},'
-               f'nr_io_queues={QUEUES}" > /dev/nvme-fabrics')
+               f'nr_io_queues={QUEUES},nr_poll_queues={POLL_QUEUES}" > /dev/nvme-fabrics')
         ctrl = vm.run(f'grep -l {NQN} /sys/class/nvme/*/subsysnqn').out.split('/')[4]
         vm.wait_for(f'ls -d /sys/class/nvme/{ctrl}/nvme*n1', timeout=60)
         ns_name = vm.run(f'ls -d /sys/class/nvme/{ctrl}/nvme*n1').out.split()[0].rsplit('/', 1)[1]
         vm.wait_for(f'test -b /dev/{ns_name}', timeout=30)
         self.disk['nvme-rdma'] = f'/dev/{ns_name}'
         # rnbd-server listens on every address (built in); rnbd-client maps.
-        vm.run(f'echo "sessname=bench path=ip:{ADDR} device_path={self.backing["rnbd"]}" > '
-               '/sys/devices/virtual/rnbd-client/ctl/map_device')
+        vm.run(f'echo "sessname=bench path=ip:{ADDR} device_path={self.backing["rnbd"]} '
+               f'nr_poll_queues={POLL_QUEUES}" > /sys/devices/virtual/rnbd-client/ctl/map_device')
         vm.wait_for('ls -d /sys/block/rnbd*', timeout=60)
         rn = vm.run('ls -d /sys/block/rnbd*').out.split()[0].rsplit('/', 1)[1]
         vm.wait_for(f'test -b /dev/{rn}', timeout=30)
@@ -144,20 +152,30 @@ class Bench:
         vm.run(f'insmod {ko} && insmod {blk_ko} && '
                f'{ctl} listener add {ADDR} port {FERRY_PORT} && '
                f'{ctl} blk export add bench path {self.backing["ferry_blk"]}')
-        m = json.loads(vm.run(f'{ctl} -j blk map {ADDR} port {FERRY_PORT} export bench '
-                              f'channels {QUEUES}').out)
+        mapped = vm.run(f'{ctl} -j blk map {ADDR} port {FERRY_PORT} export bench '
+                        f'channels {QUEUES} poll-queues {POLL_QUEUES}', check=False)
+        if mapped.rc != 0:
+            # A build from before polled queues: its polled rows fail.
+            print(f'{system}: mapped without polled queues ({mapped.err.strip()[-200:]})',
+                  flush=True)
+            mapped = vm.run(f'{ctl} -j blk map {ADDR} port {FERRY_PORT} export bench '
+                            f'channels {QUEUES}')
+        m = json.loads(mapped.out)
         disk = '/dev/' + m[0]['disk']
         vm.wait_for(f'test -b {disk}', timeout=30)
         self.disk[system] = disk
         self.loaded = system
 
     # --- one figure ------------------------------------------------------
-    def fio(self, system, rw, bs, qd, mix=None, jobs=1):
+    def fio(self, system, rw, bs, qd, mix=None, polled=False, jobs=1):
         """Runs one fio job (`jobs` of them, pinned, reported as one) on
-        `system`'s disk: its figures."""
+        `system`'s disk, `polled` or not: its figures."""
         self.use(system)
         disk = self.disk[system]
-        job = (f'fio --name=row --filename={disk} --direct=1 --ioengine=libaio --rw={rw} '
+        engine = 'libaio'
+        if polled:
+            engine = 'io_uring' + (' --hipri' if system != LOCAL else '')
+        job = (f'fio --name=row --filename={disk} --direct=1 --ioengine={engine} --rw={rw} '
                f'--bs={bs} --iodepth={qd} --runtime={SECONDS} --time_based --norandommap '
                f'--randrepeat=0 --lat_percentiles=1 --output-format=json --output=/tmp/row.json'
                + (f' --rwmixread={mix}' if mix else '')
@@ -426,8 +444,10 @@ def report(data, results):
         f'{data.get("kernel", "?")}. Each system on its own {DISK_MIB} MiB RAM disk '
         '(brd), filled before '
         f'the rounds; {QUEUES} queues each (ferry_blk channels, nvme-rdma nr_io_queues; '
-        'RNBD has one per CPU); "local" is the RAM disk itself. fio: libaio, O_DIRECT, '
-        f'one job, {SECONDS} s a row; {data["rounds"]} rounds, the systems\' order rotating.',
+        f'RNBD has one per CPU) and {POLL_QUEUES} polled (ferry_blk poll-queues, nvme-rdma '
+        'and RNBD nr_poll_queues); "local" is the RAM disk itself. fio: libaio, O_DIRECT, '
+        f'one job, {SECONDS} s a row; the polled rows io_uring --hipri (the RAM disk: '
+        f'io_uring, not polled); {data["rounds"]} rounds, the systems\' order rotating.',
         'Figures: median (min-max) over the rounds; MB/s is 10^6 bytes a second. The best '
         'peer is the one with the better median; the ratios are the medians of the '
         'per-round ratios (above 1 is better for IOPS and MB/s, below 1 for latency and '
