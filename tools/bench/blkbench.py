@@ -50,6 +50,7 @@ SECONDS = 5
 # and whether polled (io_uring --hipri on the polled queues).
 ROWS = [
     ('4k randread QD1', 'randread', 4096, 1, None),
+    ('4k randwrite QD1', 'randwrite', 4096, 1, None),
     ('4k randread QD32', 'randread', 4096, 32, None),
     ('4k randwrite QD32', 'randwrite', 4096, 32, None),
     ('4k randrw 70/30 QD16', 'randrw', 4096, 16, 70),
