@@ -738,6 +738,14 @@ pub trait Transferred<P: Pages = Data>: Send + Sized + 'static {
     /// The data moved (`status` is `Ok`) or could not: `req` is back, to be
     /// answered, and `t` with it, its pages the caller's again.
     fn transferred(t: KBox<Transfer<Self, P>>, req: Incoming, status: Result);
+
+    /// The data of [`Incoming::write_respond`] went (`status` is `Ok`) or
+    /// could not, and the request is answered: `t` is back, its pages the
+    /// caller's again. By default `t` is dropped.
+    fn answered(t: KBox<Transfer<Self, P>>, status: Result) {
+        let _ = status;
+        drop(t);
+    }
 }
 
 /// A transfer of a request's data: the pages it moves to or from and the
@@ -827,6 +835,63 @@ impl Incoming {
     /// [`Dir::FromPeer`] request's pages; as for [`Incoming::read`].
     pub fn write<P: Pages, T: Transferred<P>>(self, t: KBox<Transfer<T, P>>) {
         self.transfer(t, Dir::FromPeer)
+    }
+
+    /// Writes `t`'s pages into a [`Dir::FromPeer`] request's pages, as
+    /// [`Incoming::write`], and answers with `status` and `header` right
+    /// behind the data; see `ferry_rdma_write_respond()`. Once the data
+    /// went (or could not), [`Transferred::answered`] is told; if the
+    /// transfer cannot start, [`Transferred::transferred`] is, with the
+    /// request back (unanswered).
+    pub fn write_respond<P: Pages, T: Transferred<P>>(
+        self,
+        t: KBox<Transfer<T, P>>,
+        status: Result,
+        header: &[u8],
+    ) {
+        let (sgl, nents) = t.data.sgl();
+        let sgl = sgl.cast::<ffi::scatterlist>();
+        let ptr = KBox::into_raw(t);
+        let this = ManuallyDrop::new(self);
+        let len = u32::try_from(header.len()).unwrap_or(u32::MAX);
+        let status = status.err().map_or(0, Error::to_errno);
+        // SAFETY: A live request with no transfer in flight (type
+        // invariant), which ferry takes unless this fails; `sgl` heads the
+        // scatterlist of `(*ptr).data`, valid and untouched until
+        // `answered_done` gives it back; `header` holds `len` bytes.
+        let ret = unsafe {
+            ffi::ferry_rdma_write_respond(
+                this.as_raw(),
+                sgl,
+                nents,
+                status,
+                header.as_ptr().cast(),
+                len,
+                Some(Self::answered_done::<P, T>),
+                ptr.cast(),
+            )
+        };
+        if ret != 0 {
+            // SAFETY: ferry did not take it: `done` will not run.
+            let t = unsafe { KBox::from_raw(ptr) };
+            // INVARIANT: nothing started; the request is still ours.
+            T::transferred(t, Incoming(this.0), Err(Error::from_errno(ret)));
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called by ferry only, once per transfer `write_respond` started,
+    /// with the context it gave.
+    unsafe extern "C" fn answered_done<P: Pages, T: Transferred<P>>(
+        _in: *mut ffi::ferry_incoming,
+        ctx: *mut c_void,
+        status: c_int,
+    ) {
+        // SAFETY: `ctx` is the box `write_respond` leaked; ferry gives it
+        // back.
+        let t = unsafe { KBox::from_raw(ctx.cast::<Transfer<T, P>>()) };
+        T::answered(t, to_result(status));
     }
 
     fn transfer<P: Pages, T: Transferred<P>>(self, t: KBox<Transfer<T, P>>, dir: Dir) {

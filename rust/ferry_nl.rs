@@ -252,6 +252,8 @@ pub mod stats {
     pub const INLINE: u32 = bindings::FERRY_A_STATS_INLINE;
     /// Zero-length RDMA WRITEs that checked the peer's adapter.
     pub const PROBES: u32 = bindings::FERRY_A_STATS_PROBES;
+    /// Answers sent right behind their data.
+    pub const EARLY_ANSWERS: u32 = bindings::FERRY_A_STATS_EARLY_ANSWERS;
 }
 
 /// Attribute numbers of the `wc-status` set.

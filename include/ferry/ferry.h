@@ -292,8 +292,10 @@ struct ferry_session_params {
  *	request message itself, with no registration (counted as "inline" in
  *	the session's statistics); 0 if the peer takes none (a version 1.0
  *	peer) or the session asked for none.
- * @incoming_depth: the most requests from the peer a channel holds at once
- *	(this side's own queue depth; 0 with %FERRY_NO_REQUESTS):
+ * @incoming_depth: the most requests from the peer a channel holds at once:
+ *	this side's own queue depth, and an eighth of it more (1 to 16) for
+ *	the answers that go before their data's completion
+ *	(ferry_rdma_write_respond()); 0 with %FERRY_NO_REQUESTS.
  *	ferry_incoming_tag() is below it.
  *
  * A request within @max_data, @max_segments and @virt_boundary_mask always
@@ -721,6 +723,47 @@ int ferry_rdma_write(struct ferry_incoming *in, struct scatterlist *sgl,
 		     unsigned int nents,
 		     void (*done)(struct ferry_incoming *in, void *ctx, int status),
 		     void *ctx);
+
+/**
+ * ferry_rdma_write_respond() - deliver a request's data and answer it
+ * @in: a %FERRY_FROM_PEER request whose data is not inline; ferry takes it
+ *	unless this fails.
+ * @sgl: the data: exactly ferry_incoming_data_len() bytes.
+ * @nents: entries of @sgl.
+ * @status: the answer's status, as for ferry_respond().
+ * @hdr: the answer's header, as for ferry_respond(); copied before this
+ *	returns.
+ * @len: its length.
+ * @done: called with @in NULL (the request is answered) once the data went
+ *	(@status 0) or could not: the caller owns @sgl's pages again then. In
+ *	process context, on the channel's completion work or its teardown.
+ * @ctx: passed to @done.
+ *
+ * As ferry_rdma_write() followed by ferry_respond() from its @done, but
+ * the answer goes right behind the data, as nvmet-rdma chains its RDMA
+ * WRITE and response: reliable connections deliver it after the data, so
+ * the requester's answer does not wait for this side to see the write
+ * complete. ferry posts it so when the transfer is posted whole at once
+ * (one registration, within the channel's transfer budget), a credit is
+ * there and fewer than an eighth of the queue depth (at most 16) answers
+ * wait for their data's completion; otherwise it answers once the data
+ * went. If the data cannot go, the connection fails and the requester
+ * sees -ECONNABORTED. The request's tag stays taken until @done
+ * (&ferry_limits.incoming_depth has room for it). Counted as
+ * ``early_answers`` in ``ferryctl -s session show``.
+ *
+ * Return: 0 if @done will run (the request is ferry's); -EINVAL for the
+ * wrong direction, inline data or a length that differs from the
+ * request's, -EMSGSIZE if @hdr does not fit, -EBUSY if a transfer of @in
+ * is in flight, -ENOMEM, or -ENOTCONN if the connection is gone: then
+ * nothing was sent, @done will not run and @in stays the caller's.
+ */
+int ferry_rdma_write_respond(struct ferry_incoming *in, struct scatterlist *sgl,
+			     unsigned int nents, int status, const void *hdr,
+			     u32 len,
+			     void (*done)(struct ferry_incoming *in, void *ctx,
+					  int status),
+			     void *ctx);
 
 /**
  * ferry_respond() - answer a request

@@ -440,7 +440,9 @@ static void serve_done(struct ferry_incoming *in, void *ctx, int status)
 	}
 	free_data(&sv->data);
 	kfree(sv);
-	ferry_respond(in, status, NULL, 0);
+	/* A read's answer went with its data (ferry_rdma_write_respond()). */
+	if (in)
+		ferry_respond(in, status, NULL, 0);
 }
 
 static void cecho_request(struct ferry_session *s, void *priv,
@@ -468,7 +470,9 @@ static void cecho_request(struct ferry_session *s, void *priv,
 		goto fail;
 	if (le32_to_cpu(h->op) == DATA_READ) {
 		pattern(&sv->data, sv->len, le64_to_cpu(h->seed), false, NULL);
-		ret = ferry_rdma_write(in, sv->data.sgl, sv->data.nents, serve_done, sv);
+		/* The answer goes right behind the data. */
+		ret = ferry_rdma_write_respond(in, sv->data.sgl, sv->data.nents, 0, NULL, 0,
+					       serve_done, sv);
 	} else {
 		ret = ferry_rdma_read(in, sv->data.sgl, sv->data.nents, serve_done, sv);
 	}

@@ -795,6 +795,61 @@ pub(crate) unsafe extern "C" fn ferry_rdma_write(
     rdma_started(sg.and_then(|sg| unsafe { rdma(inc, sg, cb, Dir::FromPeer) }))
 }
 
+/// See `ferry_rdma_write_respond()` in `include/ferry/ferry.h`.
+///
+/// # Safety
+///
+/// As for `ferry_rdma_read`; `hdr` holds `len` bytes.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn ferry_rdma_write_respond(
+    inc: *mut ferry_incoming,
+    sgl: *mut scatterlist,
+    nents: c_uint,
+    status: c_int,
+    hdr: *const c_void,
+    len: u32,
+    done: RdmaDoneFn,
+    ctx: *mut c_void,
+) -> c_int {
+    let Some(done) = done else {
+        return EINVAL.to_errno();
+    };
+    // SAFETY: The consumer lends `sgl`, and gives `inc` up (the request is
+    // answered) but for an error, when `done` is not called: it is called
+    // once at most, with no request.
+    let (sg, cb) = unsafe {
+        (
+            SgList::from_raw(sgl, nents),
+            RdmaCallback::new(done, core::ptr::null_mut(), ctx),
+        )
+    };
+    let sg = match sg {
+        Ok(sg) => sg,
+        Err(e) => return e.to_errno(),
+    };
+    // SAFETY: `hdr` holds `len` bytes (the contract); `write_respond`
+    // refuses one inside the request's entry. The consumer gives the
+    // request up unless this fails, when it is handed back below.
+    let (hdr, i) = unsafe {
+        (
+            ferry_abi::bytes(hdr, len as usize),
+            Incoming::from_foreign(inc.cast()),
+        )
+    };
+    let Some(chan) = i.channel().cloned() else {
+        let _ = i.into_foreign();
+        return ENOTCONN.to_errno();
+    };
+    match chan.write_respond(i, sg, status, hdr, cb) {
+        Ok(()) => 0,
+        Err((e, i, _)) => {
+            let _ = i.into_foreign();
+            e.to_errno()
+        }
+    }
+}
+
 /// See `ferry_respond()` in `include/ferry/ferry.h`.
 ///
 /// # Safety

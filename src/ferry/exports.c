@@ -29,6 +29,7 @@ EXPORT_SYMBOL_NS_GPL(ferry_incoming_data_len, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_incoming_tag, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_rdma_read, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_rdma_write, "FERRY");
+EXPORT_SYMBOL_NS_GPL(ferry_rdma_write_respond, "FERRY");
 EXPORT_SYMBOL_NS_GPL(ferry_respond, "FERRY");
 
 #ifdef CONFIG_FERRY_KUNIT_TEST

@@ -438,6 +438,7 @@ const COUNTER_ATTRS: [(Counter, u32); COUNTERS] = [
     (Counter::Polled, st_attr::POLLED),
     (Counter::Inline, st_attr::INLINE),
     (Counter::Probes, st_attr::PROBES),
+    (Counter::EarlyAnswers, st_attr::EARLY_ANSWERS),
 ];
 
 /// Writes the attributes of the `stats` set.

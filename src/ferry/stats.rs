@@ -52,10 +52,12 @@ pub(crate) enum Counter {
     Inline,
     /// Zero-length RDMA WRITEs that checked the peer's adapter.
     Probes,
+    /// Answers sent right behind their data (`Channel::write_respond`).
+    EarlyAnswers,
 }
 
 /// How many counters there are.
-pub(crate) const COUNTERS: usize = Counter::Probes as usize + 1;
+pub(crate) const COUNTERS: usize = Counter::EarlyAnswers as usize + 1;
 
 /// Failed work completions are also counted by status: `enum ib_wc_status`
 /// runs from 0 (success, never counted) to `IB_WC_GENERAL_ERR` (21), where

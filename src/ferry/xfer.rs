@@ -241,6 +241,22 @@ pub(crate) type Refused<R> = (Error, R, Option<SgList>);
 /// path's bandwidth-delay product.
 pub(crate) const RDMA_BUDGET: u64 = 1 << 20;
 
+/// Responder entries beyond the queue depth: a transfer to the requester
+/// that ends with its answer (`Channel::write_respond`) holds its entry
+/// until the transfer's completion, though the answer may go at once,
+/// right behind the data, and the requester reuse its tag. So many answers
+/// may go before their transfers' completions; beyond, an answer waits for
+/// its transfer's.
+pub(crate) fn early_answers(depth: u32) -> u32 {
+    (depth / 8).clamp(1, 16)
+}
+
+/// The responder tags of a channel of queue depth `depth`: one per request
+/// the requester may have in flight, and [`early_answers`].
+pub(crate) fn responder_tags(depth: u32) -> u32 {
+    depth + early_answers(depth)
+}
+
 /// A responder's RDMA in flight: the requester's regions are moved one after
 /// the other, each against its slice of the consumer's list.
 pub(crate) struct RdmaOp<D> {
@@ -320,6 +336,14 @@ impl<D: RdmaDone> RdmaOp<D> {
     }
 }
 
+impl<D> RdmaOp<D> {
+    /// Whether every region is posted: none waits for [`RDMA_BUDGET`] or
+    /// for the one before it to complete.
+    pub(crate) fn posted_whole(&self) -> bool {
+        self.first.is_none() && self.next >= self.head.ndesc
+    }
+}
+
 /// A channel's request state (under the channel's lock). Allocates nothing
 /// after [`Xfer::new`] and never sleeps, but for [`Xfer::take_pool`].
 pub(crate) struct Xfer<R, D> {
@@ -352,11 +376,13 @@ pub(crate) struct Xfer<R, D> {
 }
 
 impl<R: Request, D> Xfer<R, D> {
-    /// State for `tags` requests each way, with `first` regions of `pd`
-    /// that map up to `max_pages` pages each (none without a PD: then only
-    /// requests without data go). May sleep.
+    /// State for `tags` requests to the peer and [`responder_tags`] from
+    /// it, with `first` regions of `pd` that map up to `max_pages` pages
+    /// each (none without a PD: then only requests without data go). May
+    /// sleep.
     pub(crate) fn new(pd: Option<&Arc<Pd>>, tags: u32, max_pages: u32, first: u32) -> Result<Self> {
         let n = tags as usize;
+        let n_in = responder_tags(tags) as usize;
         let regions = pool_regions(tags) as usize;
         let dev = match pd {
             Some(pd) => Some(Arc::new(pd.device().clone(), GFP_KERNEL)?),
@@ -373,13 +399,15 @@ impl<R: Request, D> Xfer<R, D> {
             regions: 0,
             max_regions: 0,
             short: false,
-            incoming: KVec::with_capacity(n, GFP_KERNEL)?,
+            incoming: KVec::with_capacity(n_in, GFP_KERNEL)?,
             rdma_posted: 0,
-            waiting: KVec::with_capacity(n, GFP_KERNEL)?,
+            waiting: KVec::with_capacity(n_in, GFP_KERNEL)?,
         };
         for _ in 0..n {
             x.out.push(None, GFP_KERNEL)?;
             x.gens.push(0, GFP_KERNEL)?;
+        }
+        for _ in 0..n_in {
             x.incoming.push(InSlot::new(), GFP_KERNEL)?;
         }
         // The pool may hold more ids than asked for: those are never free.
@@ -778,6 +806,15 @@ impl<R: Request, D> Xfer<R, D> {
     /// Responder: tag `tag`'s RDMA in flight.
     pub(crate) fn rdma_op(&mut self, tag: u32) -> Option<&mut RdmaOp<D>> {
         self.incoming.get_mut(tag as usize)?.rdma.as_mut()
+    }
+
+    /// Responder: whether tag `tag` has an RDMA in flight, every region of
+    /// it posted (see [`RdmaOp::posted_whole`]).
+    pub(crate) fn rdma_posted_whole(&self, tag: u32) -> bool {
+        self.incoming
+            .get(tag as usize)
+            .and_then(|s| s.rdma.as_ref())
+            .is_some_and(RdmaOp::posted_whole)
     }
 
     /// Responder: whether tag `tag` has an RDMA in flight, or waiting.

@@ -1088,6 +1088,20 @@ impl Transferred for Stage {
             }
         }
     }
+
+    fn answered(mut t: KBox<Transfer<Self, Data>>, status: Result) {
+        // A read's data went with its answer, or could not (the client then
+        // sees its channel fail and sends the read again).
+        let Stage { slot, busy, io, .. } = core::mem::take(&mut t.ctx);
+        if let (Some(busy), Some(io)) = (busy.as_ref(), io.as_ref()) {
+            count(busy, io, &status);
+        }
+        if let Some(slot) = slot {
+            slot.give_back(Some(t));
+        }
+        // Last, as in `finish`.
+        drop(busy);
+    }
 }
 
 impl BioOwner for Transfer<Stage, Data> {
@@ -1121,16 +1135,8 @@ impl BioOwner for Transfer<Stage, Data> {
     }
 }
 
-/// Answers block operation `io` with `res`, and counts it; gives its slot
-/// back, with the box its data was in.
-fn finish(
-    slot: Option<&OpSlot>,
-    busy: Busy,
-    req: Incoming,
-    io: Io,
-    res: Result,
-    data: Option<KBox<Transfer<Stage, Data>>>,
-) {
+/// Counts block operation `io` as done, with `res`.
+fn count(busy: &Busy, io: &Io, res: &Result) {
     let op = match io.op {
         IoOp::Read => Op::Read,
         IoOp::Write => Op::Write,
@@ -1141,6 +1147,19 @@ fn finish(
     busy.0
         .stats
         .done(op, io.flags & wire::IO_FUA != 0, io.len, res.is_ok());
+}
+
+/// Answers block operation `io` with `res`, and counts it; gives its slot
+/// back, with the box its data was in.
+fn finish(
+    slot: Option<&OpSlot>,
+    busy: Busy,
+    req: Incoming,
+    io: Io,
+    res: Result,
+    data: Option<KBox<Transfer<Stage, Data>>>,
+) {
+    count(&busy, &io, &res);
     // Before the answer: ferry frees the tag inside `respond`, and the
     // tag's next operation may come on another CPU before it returns.
     if let Some(slot) = slot {
@@ -1712,14 +1731,16 @@ fn end_op(
         return finish(Some(&*slot), busy, req, io, Err(e), Some(t));
     }
     if io.op == IoOp::Read {
-        // The data goes to the client's pages now.
+        // The data goes to the client's pages now, and the answer right
+        // behind it, as nvmet-rdma's: the client need not wait for this
+        // side to see the write complete (`Stage::answered`).
         t.ctx = Stage {
             slot: Some(slot),
             busy: Some(busy),
             io: Some(io),
             ..Stage::default()
         };
-        return req.write(t);
+        return req.write_respond(t, Ok(()), &[]);
     }
     finish(Some(&*slot), busy, req, io, Ok(()), Some(t))
 }

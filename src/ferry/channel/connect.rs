@@ -155,7 +155,13 @@ impl<O: Owner> Channel<O> {
             recv_buf_size: p.recv_buf(),
             send_buf_size: p.send_buf(),
             comp_vector: u32::from(self.index) % vectors,
-            tags: p.queue_depth,
+            // Each responder tag has an rdma_rw context of its own; a
+            // requester's tags are fewer.
+            tags: if self.session.role() == Role::Server || p.takes_requests {
+                xfer::responder_tags(p.queue_depth)
+            } else {
+                p.queue_depth
+            },
             port: id.port_num(),
             whole_buffers: crate::params::whole_buffers(),
             // A server's connection holds one message buffer each way until

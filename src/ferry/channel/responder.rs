@@ -151,6 +151,14 @@ pub(super) struct Responder<O: Owner> {
     /// Answered requests whose response waits for a credit, oldest first,
     /// with room for all.
     waiting: KVec<Incoming<O>>,
+    /// By tag, the requests whose data goes to the requester with their
+    /// answer ([`Channel::write_respond`]) until the transfer completes:
+    /// the answer in the entry while it has not gone.
+    parked: KVec<Option<Incoming<O>>>,
+    /// How many of them answered already, at most
+    /// [`xfer::early_answers`]: the entries the requester may have reused
+    /// its tags for.
+    early: u32,
     /// Where the search for a free tag starts.
     next: usize,
     /// The bytes the entries' buffers hold.
@@ -161,10 +169,16 @@ impl<O: Owner> Responder<O> {
     /// For a queue of `p`'s depth, each entry with room for a receive
     /// buffer's bytes (a message and its inline data). May sleep.
     pub(super) fn new(p: &Params) -> Result<Self> {
-        let (tags, room) = (p.queue_depth, p.recv_buf() as usize);
+        let (tags, room) = (xfer::responder_tags(p.queue_depth), p.recv_buf() as usize);
+        let mut parked = KVec::with_capacity(tags as usize, GFP_KERNEL)?;
+        for _ in 0..tags {
+            parked.push(None, GFP_KERNEL)?;
+        }
         Ok(Self {
             pool: Pool::new(tags as usize, |i| InData::new(i, room))?,
             waiting: KVec::with_capacity(tags as usize, GFP_KERNEL)?,
+            parked,
+            early: 0,
             next: 0,
             // (vmalloc: whole pages.) CAST: `usize` fits in `u64`.
             bytes: (tags as usize * room.next_multiple_of(kernel::page::PAGE_SIZE)) as u64,
@@ -187,6 +201,15 @@ impl<O: Owner> Responder<O> {
     /// How many of the peer's requests are held here.
     pub(super) fn held(&self) -> usize {
         self.pool.lent()
+    }
+
+    /// The request of tag `tag` parked with its transfer, once that is over.
+    fn unpark(&mut self, tag: u32) -> Option<Incoming<O>> {
+        let inc = self.parked.get_mut(tag as usize)?.take()?;
+        if inc.response.is_none() {
+            self.early -= 1;
+        }
+        Some(inc)
     }
 }
 
@@ -319,6 +342,153 @@ impl<O: Owner> Channel<O> {
         Ok(())
     }
 
+    /// Responder: writes `sg` (exactly the data of `inc`, a request whose
+    /// data comes from this side) into the requester's regions and answers
+    /// `inc` with `status` and `hdr` behind it, as nvmet-rdma chains its
+    /// RDMA WRITE and response: the answer is posted right after the data
+    /// when the transfer could be posted whole at once, a credit is there
+    /// and fewer than [`xfer::early_answers`] such answers wait for their
+    /// transfers' completions; else once the transfer completes (and not at
+    /// all if it fails: the channel fails with it). `inc`'s entry stays
+    /// taken until the transfer is over, then `done` is told. On an error
+    /// nothing was posted, and all three come back. Process context, as
+    /// [`Channel::incoming_rdma`].
+    pub(crate) fn write_respond(
+        &self,
+        mut inc: Incoming<O>,
+        sg: SgList,
+        status: i32,
+        hdr: &[u8],
+        done: Done,
+    ) -> Result<(), (Error, Incoming<O>, Done)> {
+        let head = inc.head;
+        if head.dir != Dir::FromPeer || head.inline || sg.len() != u64::from(head.data_len) {
+            return Err((EINVAL, inc, done));
+        }
+        // The answer waits in the entry: the request's bytes are not needed
+        // any more. (Never more than a message, which the entry holds.)
+        if inc.holds(hdr.as_ptr(), hdr.len())
+            || hdr.len() > inc.bytes.capacity()
+            || Header::LEN + ResponseHead::FIXED + hdr.len() > inc.bytes.capacity()
+        {
+            return Err((EMSGSIZE, inc, done));
+        }
+        inc.bytes.clear();
+        if inc.bytes.extend_from_slice(hdr, GFP_NOWAIT).is_err() {
+            return Err((ENOMEM, inc, done));
+        }
+        let response = ResponseHead {
+            status: status.clamp(-4095, 0),
+            moved: head.data_len,
+        };
+        inc.response = Some((response, head.descs.first().map(|d| d.rkey)));
+        let tag = inc.tag;
+        let (op, first, mut remote) = match RdmaOp::start(done, sg, head, DmaDir::ToDevice) {
+            Ok(x) => x,
+            Err((e, done)) => return Err((e, inc, done)),
+        };
+        self.session.hostile().remote(&mut remote);
+        let mut inner = self.inner.lock();
+        let ready = inner.state == ChanState::Up
+            && inner.responder.is_some()
+            && inner.xfer.as_ref().is_some_and(|x| !x.rdma_pending(tag));
+        let (Some(x), true) = (inner.xfer.as_mut(), ready) else {
+            return Err((ENOTCONN, inc, op.done));
+        };
+        x.set_moved(tag, head.data_len);
+        let now = x.start_rdma(tag, op, first, remote);
+        if let Some(slot) = inner
+            .responder
+            .as_mut()
+            .and_then(|r| r.parked.get_mut(tag as usize))
+        {
+            *slot = Some(inc);
+        }
+        // Behind other transfers: `rdma_completed` answers.
+        let Some((first, remote)) = now else {
+            return Ok(());
+        };
+        // A channel closing: the teardown ends the transfer.
+        let Some(qp) = inner.lend_qp() else {
+            return Ok(());
+        };
+        drop(inner);
+        self.session.hostile().cut(&qp, true);
+        let res = qp.rdma(tag, first, remote, DmaDir::ToDevice);
+        let mut inner = self.inner.lock();
+        self.end_loan_locked(&mut inner, qp);
+        match res {
+            Ok(Posted::All) => {}
+            Ok(Posted::Part) => {
+                // The teardown ends the transfer.
+                drop(inner);
+                self.fail(Reason::TransportError);
+                return Ok(());
+            }
+            Err((e, _)) => {
+                // Never posted (the teardown waited for the loan: all is
+                // still here).
+                let done = inner.xfer.as_mut().and_then(|x| {
+                    x.set_moved(tag, 0);
+                    x.take_rdma(tag)
+                });
+                let inc = inner.responder.as_mut().and_then(|r| r.unpark(tag));
+                drop(inner);
+                return match (inc, done) {
+                    (Some(inc), Some(done)) => Err((e, inc, done)),
+                    // Never.
+                    _ => Ok(()),
+                };
+            }
+        }
+        self.stats.add(Counter::RdmaBytes, u64::from(head.data_len));
+        self.answer_early(&mut inner, tag);
+        Ok(())
+    }
+
+    /// Sends the answer parked with tag `tag`'s transfer now, behind its
+    /// data, if the transfer is still in flight with every region posted,
+    /// the answers that wait for credits are not before it, a credit is
+    /// there, and fewer than [`xfer::early_answers`] went before their
+    /// transfers' completions.
+    fn answer_early(&self, inner: &mut Inner<O>, tag: u32) {
+        if !inner
+            .xfer
+            .as_ref()
+            .is_some_and(|x| x.rdma_posted_whole(tag))
+        {
+            return;
+        }
+        let Some(r) = inner.responder.as_mut() else {
+            return;
+        };
+        if !r.waiting.is_empty()
+            || r.early >= xfer::early_answers(self.session.params().queue_depth)
+        {
+            return;
+        }
+        let Some(mut inc) = r.parked.get_mut(tag as usize).and_then(Option::take) else {
+            return;
+        };
+        if let Some((head, invalidate)) = inc.response {
+            if self
+                .send_response(inner, inc.cookie, &head, &inc.bytes, invalidate)
+                .is_ok()
+            {
+                inc.response = None;
+                self.stats.add(Counter::EarlyAnswers, 1);
+            }
+        }
+        if let Some(r) = inner.responder.as_mut() {
+            if inc.response.is_none() {
+                r.early += 1;
+            }
+            if let Some(slot) = r.parked.get_mut(tag as usize) {
+                *slot = Some(inc);
+            }
+        }
+    }
+
     /// Posts the transfers that waited for [`xfer::RDMA_BUDGET`], as far as it
     /// goes now, while the channel is up (its teardown ends the others).
     /// One that cannot be posted fails (its `done` is told). Process
@@ -416,7 +586,37 @@ impl<O: Owner> Channel<O> {
             Some(x) => (x.take_rdma(tag), ok && x.has_waiting()),
             None => (None, false),
         };
+        // A transfer that ends with its answer (`write_respond`): the
+        // answer goes now if it did not go with the data, behind those
+        // that wait for credits; the entry is free once it has gone.
+        let mut answer = false;
+        let mut free = None;
+        if let Some(mut inc) = inner.responder.as_mut().and_then(|r| r.unpark(tag)) {
+            match (inner.responder.as_mut(), inc.response.as_mut()) {
+                // Not answered yet: now, behind those that wait for credits
+                // (one per responder tag, which `inc` holds: there is room).
+                // If the data did not go, with the error, as its consumer
+                // would have. (A failed completion fails the channel too.)
+                (Some(r), Some((head, _))) => {
+                    if status != 0 {
+                        head.status = status;
+                        head.moved = 0;
+                    }
+                    match r.waiting.push_within_capacity(inc) {
+                        Ok(()) => answer = true,
+                        Err(e) => free = Some(e.0),
+                    }
+                }
+                // Answered already: the tag is free, after the lock (the
+                // requester did not reuse this entry: its tag took another).
+                _ => free = Some(inc),
+            }
+        }
         drop(inner);
+        drop(free);
+        if answer {
+            self.flush_responses();
+        }
         // Its answer first: what `done` sends must not queue behind the
         // transfers that start next.
         if let Some(cb) = cb {

@@ -227,7 +227,7 @@ impl Session {
             data: DataLimits::new(pages, kernel::page::PAGE_SIZE as u32),
             inline_size: inline,
             incoming_depth: if self.params.takes_requests {
-                self.params.queue_depth
+                crate::xfer::responder_tags(self.params.queue_depth)
             } else {
                 0
             },

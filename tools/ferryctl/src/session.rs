@@ -74,7 +74,7 @@ pub struct Session {
 }
 
 /// The counters of the `stats` nest and their keys.
-const STATS: [(u32, &str); 22] = [
+const STATS: [(u32, &str); 23] = [
     (FERRY_A_STATS_TX_MSGS, "tx_msgs"),
     (FERRY_A_STATS_RX_MSGS, "rx_msgs"),
     (FERRY_A_STATS_TX_BYTES, "tx_bytes"),
@@ -97,6 +97,7 @@ const STATS: [(u32, &str); 22] = [
     (FERRY_A_STATS_POLLED, "polled"),
     (FERRY_A_STATS_INLINE, "inline"),
     (FERRY_A_STATS_PROBES, "probes"),
+    (FERRY_A_STATS_EARLY_ANSWERS, "early_answers"),
 ];
 
 /// Keys of failed work completions by status (`enum ib_wc_status`, whose
@@ -900,7 +901,7 @@ pub mod tests {
         );
         assert_eq!(s.channel_list[0].stats, None);
         let stats = s.stats.as_ref().unwrap();
-        assert_eq!(stats.len(), 22);
+        assert_eq!(stats.len(), 23);
         assert_eq!(stats[0], ("tx_msgs", 0));
         assert_eq!(stats[9], ("flush_errors", 90));
         assert_eq!(stats[12], ("rx_unclaimed", 120));
@@ -954,7 +955,7 @@ pub mod tests {
                      heartbeats_rx 50 credit_updates 60 credit_stalls 70 wc_errors 80 \
                      flush_errors 90 data_tx 100 data_rx 110 rx_unclaimed 120 requests_tx 130 \
                      requests_rx 140 registrations 150 inv_remote 160 inv_local 170 \
-                     rdma_bytes 180 polled 190 inline 200 probes 210\n";
+                     rdma_bytes 180 polled 190 inline 200 probes 210 early_answers 220\n";
         assert_eq!(s.to_text(false, true), format!("{line}{stats}"));
         let channels = "    channel 0 qp 17 dev rxe0 comp_vector 0 credits 127 rtt_us 200\n    \
                         channel 1 qp 18 dev rxe0 comp_vector 1 credits 127 rtt_us 201\n";
@@ -1025,7 +1026,7 @@ pub mod tests {
         assert_eq!(j["stats"]["tx_bytes"], 20);
         assert_eq!(j["stats"]["flush_errors"], 90);
         assert_eq!(j["stats"]["data_rx"], 110);
-        assert_eq!(j["stats"].as_object().unwrap().len(), 22);
+        assert_eq!(j["stats"].as_object().unwrap().len(), 23);
         assert_eq!(j["stats"]["polled"], 190);
         assert_eq!(j["stats"]["inline"], 200);
 

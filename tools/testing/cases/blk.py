@@ -7,6 +7,7 @@ import time
 
 from ferryvm import ROOT
 from harness import case
+from messages import early_answers
 
 PORT = 7473
 MIB = 1 << 20
@@ -131,6 +132,11 @@ def blk_map_verify(t):
     export = [x for x in st if x['kind'] == 'export'][0]
     t.log(f'target counted: {export["stats"]}')
     t.check(export['stats']['bytes_written'] >= n, f'target bytes written: {export["stats"]}')
+    # Reads are answered right behind their data (the target's session).
+    early = [s for s in t.ferryctl_json(vm, '-s session show')
+             if s['role'] == 'server'][0]['stats']['early_answers']
+    t.log(f'{export["stats"]["reads"]} reads, {early} answered right behind their data')
+    t.check(0 < early <= export['stats']['reads'], f'reads answered with their data: {early}')
     t.eq(export['users'], 1, 'sessions using the export')
     server = [x for x in t.ferryctl_json(vm, 'session show') if x['role'] == 'server']
     t.eq([(c['session'], c['addr'], c['read_only']) for c in export['clients']],
@@ -138,10 +144,13 @@ def blk_map_verify(t):
     # The client takes no requests (FERRY_NO_REQUESTS): its channels keep
     # no responder entries and its receive buffers no inline room (a 4 KiB
     # message each, where its send buffers take the inline 4 KiB too), and
-    # the server's send buffers none either.
+    # the server's send buffers none either. (The server's entries: one per
+    # request in flight, and an eighth more for reads answered right behind
+    # their data.)
     for s in t.ferryctl_json(vm, '-s session show'):
         d = s['queue_depth']
-        want = {'client': d * (4096 + 8192), 'server': d * (8192 + 4096 + 8192)}[s['role']]
+        want = {'client': d * (4096 + 8192),
+                'server': d * (8192 + 4096) + (d + early_answers(d)) * 8192}[s['role']]
         got = [c.get('mem_bytes') for c in s['channel_list']]
         t.log(f'{s["role"]} session: depth {d}, mem_bytes per channel {got}')
         t.eq(got, [want] * 2, f'{s["role"]} channels\' memory')

@@ -527,6 +527,15 @@ def requests_zero_copy(t):
     t.eq((sent, done, wrong, failed), (n, n, 0, 0), 'requests')
     t.log(f'{n} requests moved {nbytes} bytes')
     check_registrations(t, vm, n, registrations(n), inlined(n))
+    # The service answers reads with their data (ferry_rdma_write_respond):
+    # right behind it when the transfer goes whole at once, else (two
+    # registrations) once it completed.
+    server = [s for s in t.ferryctl_json(vm, '-s session show') if s['role'] == 'server']
+    early = server[0]['stats']['early_answers']
+    whole = sum(1 for write, size in client_sizes(n, 4 << 20) if not write and size <= REG_BYTES)
+    t.log(f'the service answered {early} reads right behind their data '
+          f'({whole} of one registration)')
+    t.check(0 < early <= whole, f'answers sent with their data: {early} of {whole}')
     vm.run('rmmod ferry_cecho')
     t.eq(vm.run('rdma res show mr | wc -l').out.strip(), base, 'MRs back to the baseline')
     # FERRY_PREREGISTER: each client channel registers one region per tag,
@@ -661,17 +670,26 @@ def inlined(n, rq_max=4 << 20, inline=INLINE):
     return sum(1 for write, size in client_sizes(n, rq_max) if write and size <= inline)
 
 
+def early_answers(depth):
+    """Responder entries a channel of queue depth `depth` has beyond it:
+    for answers sent right behind their data (ferry's
+    `xfer::early_answers`)."""
+    return min(max(depth // 8, 1), 16)
+
+
 def check_memory(t, vm, inline):
     """Each channel of both sessions (the held client's and its server's,
     4 KiB messages) reports the memory of its buffers and entries: at
     depth D, D receive and D send buffers of the message and `inline`
-    bytes, and as many responder entries, in whole pages. A client without
-    inline data says so in its connect request, and its server keeps no
-    room for it either."""
+    bytes, and as many responder entries and D / 8 (1 to 16) more (for
+    answers sent before their data's completion), in whole pages. A client
+    without inline data says so in its connect request, and its server
+    keeps no room for it either."""
     sessions = t.ferryctl_json(vm, '-s session show')
     t.eq(sorted(s['role'] for s in sessions), ['client', 'server'], 'the two sessions')
     for s in sessions:
-        each = 3 * s['queue_depth'] * (4096 + inline)
+        d = s['queue_depth']
+        each = (3 * d + early_answers(d)) * (4096 + inline)
         got = [c.get('mem_bytes') for c in s['channel_list']]
         t.log(f'{s["role"]}: depth {s["queue_depth"]}, inline {inline}: mem_bytes {got}, '
               f'{s.get("mem_bytes")} in all')
