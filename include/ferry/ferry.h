@@ -660,7 +660,8 @@ u32 ferry_incoming_data_len(const struct ferry_incoming *in);
  * advance, as a block driver keeps one per blk-mq tag: the tag is below
  * &ferry_limits.incoming_depth, and no two requests of one connection of a
  * channel share it while the consumer holds them. The tag is free again
- * inside ferry_respond(), before it returns: a request with the same tag
+ * inside ferry_respond(), before it returns (after a
+ * ferry_rdma_write_respond(), just before its @done): a request with the same tag
  * may arrive on another CPU meanwhile, so give the context back before
  * answering (and take it again if the answer fails with -EBUSY or
  * -EINVAL, which leave the request the caller's). A request still held
@@ -731,8 +732,8 @@ int ferry_rdma_write(struct ferry_incoming *in, struct scatterlist *sgl,
  * @sgl: the data: exactly ferry_incoming_data_len() bytes.
  * @nents: entries of @sgl.
  * @status: the answer's status, as for ferry_respond().
- * @hdr: the answer's header, as for ferry_respond(); copied before this
- *	returns.
+ * @hdr: the answer's header, as for ferry_respond() (not in @in's own
+ *	bytes); copied before this returns.
  * @len: its length.
  * @done: called with @in NULL (the request is answered) once the data went
  *	(@status 0) or could not: the caller owns @sgl's pages again then. In
@@ -747,16 +748,21 @@ int ferry_rdma_write(struct ferry_incoming *in, struct scatterlist *sgl,
  * (one registration, within the channel's transfer budget), a credit is
  * there and fewer than an eighth of the queue depth (at most 16) answers
  * wait for their data's completion; otherwise it answers once the data
- * went. If the data cannot go, the connection fails and the requester
- * sees -ECONNABORTED. The request's tag stays taken until @done
+ * went, with the transfer's error if it could not go (a failed completion
+ * also fails the connection: the requester then sees -ECONNABORTED). The
+ * request's tag stays taken until just before @done
  * (&ferry_limits.incoming_depth has room for it). Counted as
- * ``early_answers`` in ``ferryctl -s session show``.
+ * ``early_answers`` in ``ferryctl -s session show``. A connection's
+ * teardown tells @done -ECONNABORTED for a transfer whose completion it did
+ * not see, answered or not.
  *
  * Return: 0 if @done will run (the request is ferry's); -EINVAL for the
- * wrong direction, inline data or a length that differs from the
- * request's, -EMSGSIZE if @hdr does not fit, -EBUSY if a transfer of @in
- * is in flight, -ENOMEM, or -ENOTCONN if the connection is gone: then
- * nothing was sent, @done will not run and @in stays the caller's.
+ * wrong direction, inline data, a length that differs from the request's
+ * or @hdr in @in's own bytes, -EMSGSIZE if @hdr does not fit the peer's
+ * messages, -EBUSY if a transfer of @in is in flight, -ENOMEM, or
+ * -ENOTCONN if the connection is gone: then nothing was sent, @done will
+ * not run and @in stays the caller's, to answer with ferry_respond() (its
+ * header, ferry_incoming_header(), may be gone).
  */
 int ferry_rdma_write_respond(struct ferry_incoming *in, struct scatterlist *sgl,
 			     unsigned int nents, int status, const void *hdr,

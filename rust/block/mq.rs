@@ -162,7 +162,9 @@ pub trait Operations: Sized + Send + Sync + 'static {
         build_error!(kernel::error::VTABLE_DEFAULT_ERROR)
     }
 
-    /// Polls polled hardware queue `hw_queue`: how many requests it ended.
+    /// Polls polled hardware queue `hw_queue`: how many completions it
+    /// processed (blk-mq only asks whether any), as nvme-rdma's
+    /// `ib_process_cq_direct` counts them.
     fn poll(_queue: <Self::QueueData as ForeignOwnable>::Borrowed<'_>, _hw_queue: u32) -> u32 {
         build_error!(kernel::error::VTABLE_DEFAULT_ERROR)
     }

@@ -275,20 +275,22 @@ impl Params {
     /// Estimated bytes one channel takes: a receive and a send buffer per
     /// slot ([`Params::recv_buf`], [`Params::send_buf`], each as much as
     /// the buffer area gives it, see `qp::buf_stride`), the responder's
-    /// entry per tag that holds a request's header and inline data
-    /// (vmalloc: whole pages) if this side takes requests, and the
-    /// driver's share of the work requests.
+    /// entry per tag (`xfer::responder_tags`) that holds a request's header
+    /// and inline data (vmalloc: whole pages) if this side takes requests,
+    /// and the driver's share of the work requests.
     pub(crate) fn channel_bytes(&self) -> u64 {
         let depth = u64::from(self.queue_depth);
         // CAST: a buffer's size is a `u32`; `usize` fits in `u64`.
         let stride = |len: u32| buf_stride(len as usize) as u64;
         let rx = u64::from(self.recv_buf());
-        let entry = if self.takes_requests {
-            rx.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64
+        let entries = if self.takes_requests {
+            u64::from(crate::xfer::responder_tags(self.queue_depth))
+                * (rx.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64)
         } else {
             0
         };
-        depth * (stride(self.recv_buf()) + stride(self.send_buf()) + entry)
+        depth * (stride(self.recv_buf()) + stride(self.send_buf()))
+            + entries
             + depth * WRS_PER_SLOT * WR_BYTES
     }
 
@@ -352,17 +354,17 @@ mod tests {
     #[test]
     fn channel_bytes_count_buffers_and_work_requests() {
         let p = Params::DEFAULT;
-        // 128 slots of two 8 KiB buffers and an 8 KiB entry, and 19 work
-        // requests of 512 bytes: 4.2 MiB.
-        assert_eq!(p.channel_bytes(), 4_390_912);
-        // 64 channels of depth 1024 and 64 KiB messages: 13.3 GiB.
+        // 128 slots of two 8 KiB buffers, 144 entries of 8 KiB, and 19
+        // work requests of 512 bytes a slot: 4.3 MiB.
+        assert_eq!(p.channel_bytes(), 4_521_984);
+        // 64 channels of depth 1024 and 64 KiB messages: 13.4 GiB.
         let big = Params {
             channels: 64,
             queue_depth: 1024,
             max_msg: 65536,
             ..p
         };
-        assert_eq!(big.session_bytes(), 14_327_742_464);
+        assert_eq!(big.session_bytes(), 14_399_045_632);
         // A buffer of a page or less costs a power of two: 2100 bytes, 4096.
         let odd = Params {
             queue_depth: 2,
@@ -370,7 +372,7 @@ mod tests {
             inline_size: 0,
             ..p
         };
-        assert_eq!(odd.channel_bytes(), 2 * 2 * 4096 + 2 * 4096 + 2 * 19 * 512);
+        assert_eq!(odd.channel_bytes(), 2 * 2 * 4096 + 3 * 4096 + 2 * 19 * 512);
     }
 
     #[test]
@@ -412,11 +414,11 @@ mod tests {
         assert_eq!(flags(NO_REQUESTS << 1).err(), Some(EINVAL));
         // Its receive buffers hold a message alone, its send buffers the
         // inline data too, and it keeps no responder's entries: 1.5 MiB of
-        // buffers at depth 128 where it took 3.
+        // buffers at depth 128 where it took 3 and 144 entries.
         assert_eq!((none.recv_buf(), none.send_buf()), (4096, 8192));
         assert_eq!((none.inline_taken(), all.inline_taken()), (0, 4096));
         let wrs = 128 * WRS_PER_SLOT * WR_BYTES;
-        assert_eq!(all.channel_bytes() - wrs, 3 << 20);
+        assert_eq!(all.channel_bytes() - wrs, (3 << 20) + 16 * 8192);
         assert_eq!(none.channel_bytes() - wrs, 3 << 19);
         // Its server sends it none: send buffers of a message alone.
         let data = ConnectData {
@@ -434,7 +436,7 @@ mod tests {
         let s = Params::server(&data);
         assert!(s.takes_requests && !s.sends_requests);
         assert_eq!((s.recv_buf(), s.send_buf()), (8192, 4096));
-        assert_eq!(s.channel_bytes() - wrs, 5 << 19);
+        assert_eq!(s.channel_bytes() - wrs, (5 << 19) + 16 * 8192);
     }
 
     #[test]

@@ -20,9 +20,12 @@
 //! **Responder.** A request that arrives takes one of the channel's responder
 //! tags; the consumer gets it as an `Incoming` (see `channel.rs`), moves
 //! the data with `Channel::incoming_rdma` (rdma_rw against the requester's
-//! regions) and answers with `Channel::respond`. A requester can have at most its queue
-//! depth in flight, which is this side's depth: a request without a free tag
-//! breaks the protocol.
+//! regions) and answers with `Channel::respond`, or writes the data and
+//! answers at once with `Channel::write_respond` (the answer posted right
+//! behind the data when the transfer goes whole, its tag held until the
+//! transfer's completion: [`early_answers`] more tags for those). A
+//! requester can have at most its queue depth in flight, which is this
+//! side's depth: a request beyond it breaks the protocol.
 //!
 //! **Failure.** The keys are only ever valid while the channel's QP lives.
 //! When a channel is shut down, its QP is drained and destroyed, then every

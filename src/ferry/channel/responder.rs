@@ -36,6 +36,9 @@ pub(crate) struct InData<O: Owner> {
     /// A response waiting for a credit, and the key it invalidates; its
     /// header is in `bytes`.
     response: Option<(ResponseHead, Option<u32>)>,
+    /// Counts the requests the entry held: which one a late look at the
+    /// tag finds (see [`Channel::answer_early`]).
+    serial: u64,
 }
 
 impl<O: Owner> Recycle for InData<O> {
@@ -56,6 +59,7 @@ impl<O: Owner> InData<O> {
             bytes: VVec::with_capacity(room, GFP_KERNEL)?,
             hdr_len: 0,
             response: None,
+            serial: 0,
         })
     }
 
@@ -82,6 +86,7 @@ impl<O: Owner> InData<O> {
         self.cookie = cookie;
         self.head = head;
         self.response = None;
+        self.serial = self.serial.wrapping_add(1);
         Ok(())
     }
 
@@ -159,6 +164,8 @@ pub(super) struct Responder<O: Owner> {
     /// [`xfer::early_answers`]: the entries the requester may have reused
     /// its tags for.
     early: u32,
+    /// The queue depth: the most requests the peer may have unanswered.
+    depth: u32,
     /// Where the search for a free tag starts.
     next: usize,
     /// The bytes the entries' buffers hold.
@@ -179,6 +186,7 @@ impl<O: Owner> Responder<O> {
             waiting: KVec::with_capacity(tags as usize, GFP_KERNEL)?,
             parked,
             early: 0,
+            depth: p.queue_depth,
             next: 0,
             // (vmalloc: whole pages.) CAST: `usize` fits in `u64`.
             bytes: (tags as usize * room.next_multiple_of(kernel::page::PAGE_SIZE)) as u64,
@@ -193,6 +201,10 @@ impl<O: Owner> Responder<O> {
     /// A free tag's entry; `None` when the peer has the queue's depth in
     /// flight already.
     fn take(&mut self) -> Option<Incoming<O>> {
+        // (The entries answered early are not the peer's any more.)
+        if self.pool.lent().saturating_sub(self.early as usize) >= self.depth as usize {
+            return None;
+        }
         let l = self.pool.lend_any(self.next)?;
         self.next = l.index() + 1;
         Some(l)
@@ -210,6 +222,29 @@ impl<O: Owner> Responder<O> {
             self.early -= 1;
         }
         Some(inc)
+    }
+
+    /// The transfer of the request parked with tag `tag` ended with
+    /// `status`: its answer joins those that wait for credits (with the
+    /// error if the data did not go; whether it may go then, `true`), or,
+    /// answered already, its entry comes back to be freed after the lock
+    /// (the requester's tag took another entry: this one's is not reused).
+    fn end_parked(&mut self, tag: u32, status: i32) -> (bool, Option<Incoming<O>>) {
+        let Some(mut inc) = self.unpark(tag) else {
+            return (false, None);
+        };
+        let Some((head, _)) = inc.response.as_mut() else {
+            return (false, Some(inc));
+        };
+        if status != 0 {
+            head.status = status.clamp(-4095, -1);
+            head.moved = 0;
+        }
+        // One per responder tag, which `inc` holds: there is room.
+        match self.waiting.push_within_capacity(inc) {
+            Ok(()) => (true, None),
+            Err(e) => (false, Some(e.0)),
+        }
     }
 }
 
@@ -348,10 +383,12 @@ impl<O: Owner> Channel<O> {
     /// RDMA WRITE and response: the answer is posted right after the data
     /// when the transfer could be posted whole at once, a credit is there
     /// and fewer than [`xfer::early_answers`] such answers wait for their
-    /// transfers' completions; else once the transfer completes (and not at
-    /// all if it fails: the channel fails with it). `inc`'s entry stays
+    /// transfers' completions; else once the transfer is over, with its
+    /// error if the data did not go (a failed completion fails the channel
+    /// too, and a failed channel answers nothing). `inc`'s entry stays
     /// taken until the transfer is over, then `done` is told. On an error
-    /// nothing was posted, and all three come back. Process context, as
+    /// nothing was posted, and all three come back (but `inc`'s header,
+    /// which the answer's may have replaced). Process context, as
     /// [`Channel::incoming_rdma`].
     pub(crate) fn write_respond(
         &self,
@@ -362,26 +399,13 @@ impl<O: Owner> Channel<O> {
         done: Done,
     ) -> Result<(), (Error, Incoming<O>, Done)> {
         let head = inc.head;
-        if head.dir != Dir::FromPeer || head.inline || sg.len() != u64::from(head.data_len) {
+        if head.dir != Dir::FromPeer
+            || head.inline
+            || sg.len() != u64::from(head.data_len)
+            || inc.holds(hdr.as_ptr(), hdr.len())
+        {
             return Err((EINVAL, inc, done));
         }
-        // The answer waits in the entry: the request's bytes are not needed
-        // any more. (Never more than a message, which the entry holds.)
-        if inc.holds(hdr.as_ptr(), hdr.len())
-            || hdr.len() > inc.bytes.capacity()
-            || Header::LEN + ResponseHead::FIXED + hdr.len() > inc.bytes.capacity()
-        {
-            return Err((EMSGSIZE, inc, done));
-        }
-        inc.bytes.clear();
-        if inc.bytes.extend_from_slice(hdr, GFP_NOWAIT).is_err() {
-            return Err((ENOMEM, inc, done));
-        }
-        let response = ResponseHead {
-            status: status.clamp(-4095, 0),
-            moved: head.data_len,
-        };
-        inc.response = Some((response, head.descs.first().map(|d| d.rkey)));
         let tag = inc.tag;
         let (op, first, mut remote) = match RdmaOp::start(done, sg, head, DmaDir::ToDevice) {
             Ok(x) => x,
@@ -389,12 +413,30 @@ impl<O: Owner> Channel<O> {
         };
         self.session.hostile().remote(&mut remote);
         let mut inner = self.inner.lock();
-        let ready = inner.state == ChanState::Up
-            && inner.responder.is_some()
-            && inner.xfer.as_ref().is_some_and(|x| !x.rdma_pending(tag));
-        let (Some(x), true) = (inner.xfer.as_mut(), ready) else {
+        if inner.state != ChanState::Up || inner.responder.is_none() {
+            return Err((ENOTCONN, inc, op.done));
+        }
+        if Header::LEN + ResponseHead::FIXED + hdr.len() > inner.peer_max_msg as usize {
+            return Err((EMSGSIZE, inc, op.done));
+        }
+        let Some(x) = inner.xfer.as_mut() else {
             return Err((ENOTCONN, inc, op.done));
         };
+        if x.rdma_pending(tag) {
+            return Err((EBUSY, inc, op.done));
+        }
+        // The answer waits in the entry: the request's bytes are not needed
+        // any more. (Within the entry's room, a message: no allocation.)
+        inc.bytes.clear();
+        if inc.bytes.extend_from_slice(hdr, GFP_NOWAIT).is_err() {
+            return Err((ENOMEM, inc, op.done));
+        }
+        let response = ResponseHead {
+            status: status.clamp(-4095, 0),
+            moved: head.data_len,
+        };
+        inc.response = Some((response, head.descs.first().map(|d| d.rkey)));
+        let serial = inc.serial;
         x.set_moved(tag, head.data_len);
         let now = x.start_rdma(tag, op, first, remote);
         if let Some(slot) = inner
@@ -404,7 +446,7 @@ impl<O: Owner> Channel<O> {
         {
             *slot = Some(inc);
         }
-        // Behind other transfers: `rdma_completed` answers.
+        // Behind other transfers: answered once it is over.
         let Some((first, remote)) = now else {
             return Ok(());
         };
@@ -426,14 +468,21 @@ impl<O: Owner> Channel<O> {
                 return Ok(());
             }
             Err((e, _)) => {
-                // Never posted (the teardown waited for the loan: all is
-                // still here).
-                let done = inner.xfer.as_mut().and_then(|x| {
-                    x.set_moved(tag, 0);
-                    x.take_rdma(tag)
-                });
+                // Never posted: still all here (the teardown waited for the
+                // loan, and nothing completed). Its budget goes to those
+                // that wait.
+                let (done, more) = match inner.xfer.as_mut() {
+                    Some(x) => {
+                        x.set_moved(tag, 0);
+                        (x.take_rdma(tag), x.has_waiting())
+                    }
+                    None => (None, false),
+                };
                 let inc = inner.responder.as_mut().and_then(|r| r.unpark(tag));
                 drop(inner);
+                if more {
+                    self.start_waiting();
+                }
                 return match (inc, done) {
                     (Some(inc), Some(done)) => Err((e, inc, done)),
                     // Never.
@@ -442,16 +491,17 @@ impl<O: Owner> Channel<O> {
             }
         }
         self.stats.add(Counter::RdmaBytes, u64::from(head.data_len));
-        self.answer_early(&mut inner, tag);
+        self.answer_early(&mut inner, tag, serial);
         Ok(())
     }
 
     /// Sends the answer parked with tag `tag`'s transfer now, behind its
-    /// data, if the transfer is still in flight with every region posted,
-    /// the answers that wait for credits are not before it, a credit is
-    /// there, and fewer than [`xfer::early_answers`] went before their
-    /// transfers' completions.
-    fn answer_early(&self, inner: &mut Inner<O>, tag: u32) {
+    /// data, if it is still that of request `serial` (the transfer may have
+    /// completed, and the tag taken another, since it was posted) with
+    /// every region posted, the answers that wait for credits are not
+    /// before it, a credit is there, and fewer than [`xfer::early_answers`]
+    /// went before their transfers' completions.
+    fn answer_early(&self, inner: &mut Inner<O>, tag: u32, serial: u64) {
         if !inner
             .xfer
             .as_ref()
@@ -459,28 +509,31 @@ impl<O: Owner> Channel<O> {
         {
             return;
         }
+        let limit = xfer::early_answers(self.session.params().queue_depth);
         let Some(r) = inner.responder.as_mut() else {
             return;
         };
-        if !r.waiting.is_empty()
-            || r.early >= xfer::early_answers(self.session.params().queue_depth)
-        {
+        let mine = r
+            .parked
+            .get(tag as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|inc| inc.serial == serial && inc.response.is_some());
+        if !mine || !r.waiting.is_empty() || r.early >= limit {
             return;
         }
         let Some(mut inc) = r.parked.get_mut(tag as usize).and_then(Option::take) else {
             return;
         };
-        if let Some((head, invalidate)) = inc.response {
-            if self
-                .send_response(inner, inc.cookie, &head, &inc.bytes, invalidate)
+        let sent = inc.response.is_some_and(|(head, invalidate)| {
+            self.send_response(inner, inc.cookie, &head, &inc.bytes, invalidate)
                 .is_ok()
-            {
-                inc.response = None;
-                self.stats.add(Counter::EarlyAnswers, 1);
-            }
+        });
+        if sent {
+            inc.response = None;
+            self.stats.add(Counter::EarlyAnswers, 1);
         }
         if let Some(r) = inner.responder.as_mut() {
-            if inc.response.is_none() {
+            if sent {
                 r.early += 1;
             }
             if let Some(slot) = r.parked.get_mut(tag as usize) {
@@ -513,14 +566,24 @@ impl<O: Owner> Channel<O> {
             let res = qp.rdma(tag, sg, remote, dir).map_err(|(e, _)| e);
             let mut inner = self.inner.lock();
             self.end_loan_locked(&mut inner, qp);
-            let cb = match res {
-                Ok(_) => None,
-                Err(_) => inner.xfer.as_mut().and_then(|x| {
-                    x.set_moved(tag, 0);
-                    x.take_rdma(tag)
-                }),
+            let (cb, (answer, free)) = match res {
+                Ok(_) => (None, (false, None)),
+                Err(e) => (
+                    inner.xfer.as_mut().and_then(|x| {
+                        x.set_moved(tag, 0);
+                        x.take_rdma(tag)
+                    }),
+                    inner
+                        .responder
+                        .as_mut()
+                        .map_or((false, None), |r| r.end_parked(tag, e.to_errno())),
+                ),
             };
             drop(inner);
+            drop(free);
+            if answer {
+                self.flush_responses();
+            }
             match (res, cb) {
                 (Ok(Posted::All), _) => {
                     self.stats.add(Counter::RdmaBytes, u64::from(len));
@@ -588,30 +651,13 @@ impl<O: Owner> Channel<O> {
         };
         // A transfer that ends with its answer (`write_respond`): the
         // answer goes now if it did not go with the data, behind those
-        // that wait for credits; the entry is free once it has gone.
-        let mut answer = false;
-        let mut free = None;
-        if let Some(mut inc) = inner.responder.as_mut().and_then(|r| r.unpark(tag)) {
-            match (inner.responder.as_mut(), inc.response.as_mut()) {
-                // Not answered yet: now, behind those that wait for credits
-                // (one per responder tag, which `inc` holds: there is room).
-                // If the data did not go, with the error, as its consumer
-                // would have. (A failed completion fails the channel too.)
-                (Some(r), Some((head, _))) => {
-                    if status != 0 {
-                        head.status = status;
-                        head.moved = 0;
-                    }
-                    match r.waiting.push_within_capacity(inc) {
-                        Ok(()) => answer = true,
-                        Err(e) => free = Some(e.0),
-                    }
-                }
-                // Answered already: the tag is free, after the lock (the
-                // requester did not reuse this entry: its tag took another).
-                _ => free = Some(inc),
-            }
-        }
+        // that wait for credits; the entry is free once it has gone. (The
+        // requester's next request on this channel comes through this
+        // same completion context, after this.)
+        let (answer, free) = inner
+            .responder
+            .as_mut()
+            .map_or((false, None), |r| r.end_parked(tag, status));
         drop(inner);
         drop(free);
         if answer {
