@@ -23,7 +23,7 @@ use core::{
     mem::{offset_of, ManuallyDrop},
     ops::{Deref, DerefMut},
     ptr::{addr_of, NonNull},
-    sync::atomic::{AtomicBool, Ordering},
+    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
 };
 use kernel::{prelude::*, sync::Arc, types::ForeignOwnable};
 
@@ -54,6 +54,8 @@ struct Entry<T: Recycle> {
 /// handle's drop clears.
 pub struct Pool<T: Recycle> {
     entries: KVVec<Entry<T>>,
+    /// How many entries are lent.
+    lent: AtomicUsize,
 }
 
 // SAFETY: A value is reached through one `Lent` at a time, on whatever
@@ -78,7 +80,13 @@ impl<T: Recycle> Pool<T> {
             )?;
         }
         // INVARIANT: complete; none lent.
-        Ok(Arc::new(Self { entries }, GFP_KERNEL)?)
+        Ok(Arc::new(
+            Self {
+                entries,
+                lent: AtomicUsize::new(0),
+            },
+            GFP_KERNEL,
+        )?)
     }
 
     /// How many entries it has.
@@ -98,6 +106,7 @@ impl<T: Recycle> Pool<T> {
         e.lent
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()?;
+        self.lent.fetch_add(1, Ordering::Relaxed);
         // SAFETY: This thread set the flag: the entry is its alone.
         unsafe { *e.home.get() = Some(self.clone()) };
         // INVARIANT: lent, with its pool held in `home`.
@@ -120,12 +129,10 @@ impl<T: Recycle> Pool<T> {
         })
     }
 
-    /// How many entries are lent now (a snapshot, for reports).
+    /// How many entries are lent now (a snapshot: a loan may begin or end
+    /// meanwhile, but for those its caller serializes).
     pub fn lent(&self) -> usize {
-        self.entries
-            .iter()
-            .filter(|e| e.lent.load(Ordering::Relaxed))
-            .count()
+        self.lent.load(Ordering::Relaxed)
     }
 }
 
@@ -227,6 +234,9 @@ impl<T: Recycle> Drop for Lent<T> {
             (*e.value.get()).recycle();
             (*e.home.get()).take()
         };
+        if let Some(pool) = home.as_ref() {
+            pool.lent.fetch_sub(1, Ordering::Relaxed);
+        }
         e.lent.store(false, Ordering::Release);
         // The entry may be lent again from here; the pool may go with
         // `home`, after the last touch of `e`.

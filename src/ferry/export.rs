@@ -753,19 +753,37 @@ pub(crate) unsafe extern "C" fn ferry_rdma_read(
     done: RdmaDoneFn,
     ctx: *mut c_void,
 ) -> c_int {
-    let Some(done) = done else {
-        return EINVAL.to_errno();
-    };
     // SAFETY: The consumer owns `inc`, lends `sgl` and may be called back
     // once with `inc` and `ctx` (the contract).
-    let (sg, cb) = unsafe {
-        (
-            SgList::from_raw(sgl, nents),
+    let lent = unsafe { lent_transfer(sgl, nents, done, inc, ctx) };
+    rdma_started(lent.and_then(|(sg, cb)| {
+        // SAFETY: As above.
+        unsafe { rdma(inc, sg, cb, Dir::ToPeer) }
+    }))
+}
+
+/// A transfer's list and callback, from the consumer's: `EINVAL` without
+/// a `done`.
+///
+/// # Safety
+///
+/// `sgl` heads `nents` entries the consumer lends until `done`, which may
+/// be called once, from any thread, with `inc` and `ctx`.
+unsafe fn lent_transfer(
+    sgl: *mut scatterlist,
+    nents: c_uint,
+    done: RdmaDoneFn,
+    inc: *mut ferry_incoming,
+    ctx: *mut c_void,
+) -> Result<(SgList, RdmaCallback)> {
+    let done = done.ok_or(EINVAL)?;
+    // SAFETY: The contract.
+    unsafe {
+        Ok((
+            SgList::from_raw(sgl, nents)?,
             RdmaCallback::new(done, inc, ctx),
-        )
-    };
-    // SAFETY: As above.
-    rdma_started(sg.and_then(|sg| unsafe { rdma(inc, sg, cb, Dir::ToPeer) }))
+        ))
+    }
 }
 
 /// See `ferry_rdma_write()` in `include/ferry/ferry.h`.
@@ -781,18 +799,12 @@ pub(crate) unsafe extern "C" fn ferry_rdma_write(
     done: RdmaDoneFn,
     ctx: *mut c_void,
 ) -> c_int {
-    let Some(done) = done else {
-        return EINVAL.to_errno();
-    };
     // SAFETY: As in `ferry_rdma_read`.
-    let (sg, cb) = unsafe {
-        (
-            SgList::from_raw(sgl, nents),
-            RdmaCallback::new(done, inc, ctx),
-        )
-    };
-    // SAFETY: As in `ferry_rdma_read`.
-    rdma_started(sg.and_then(|sg| unsafe { rdma(inc, sg, cb, Dir::FromPeer) }))
+    let lent = unsafe { lent_transfer(sgl, nents, done, inc, ctx) };
+    rdma_started(lent.and_then(|(sg, cb)| {
+        // SAFETY: As above.
+        unsafe { rdma(inc, sg, cb, Dir::FromPeer) }
+    }))
 }
 
 /// See `ferry_rdma_write_respond()` in `include/ferry/ferry.h`.
@@ -812,20 +824,11 @@ pub(crate) unsafe extern "C" fn ferry_rdma_write_respond(
     done: RdmaDoneFn,
     ctx: *mut c_void,
 ) -> c_int {
-    let Some(done) = done else {
-        return EINVAL.to_errno();
-    };
     // SAFETY: The consumer lends `sgl`, and gives `inc` up (the request is
     // answered) but for an error, when `done` is not called: it is called
     // once at most, with no request.
-    let (sg, cb) = unsafe {
-        (
-            SgList::from_raw(sgl, nents),
-            RdmaCallback::new(done, core::ptr::null_mut(), ctx),
-        )
-    };
-    let sg = match sg {
-        Ok(sg) => sg,
+    let (sg, cb) = match unsafe { lent_transfer(sgl, nents, done, core::ptr::null_mut(), ctx) } {
+        Ok(x) => x,
         Err(e) => return e.to_errno(),
     };
     // SAFETY: `hdr` holds `len` bytes (the contract); `write_respond`
