@@ -976,7 +976,11 @@ impl Mapping {
         )?;
         let mut params = Params::new(p.peer, wire::SERVICE);
         params.channels = p.channels;
-        params.poll_channels = p.poll_queues;
+        // As nvme-fabrics caps `nr_poll_queues`: a polled queue beyond the
+        // CPUs would have no CPU to submit or poll on it.
+        params.poll_channels = p
+            .poll_queues
+            .min(u16::try_from(crate::work::num_online_cpus()).unwrap_or(u16::MAX));
         params.queue_depth = p.depth;
         params.preregister = true;
         // The target only answers and tells (messages): the channels keep

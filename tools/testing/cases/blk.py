@@ -337,7 +337,8 @@ def blk_poll_queues(t):
     rest a tick's idle poll may have taken); libaio's I/O, which does not
     poll, goes on the other two alone. The target's device holds what was
     written. A mapping asking for 64 polled queues, or for 64 channels and
-    one polled queue, is refused with a clear error."""
+    one polled queue, is refused with a clear error; one asking for more
+    polled queues than CPUs gets one per CPU."""
     vm = t.vm
     loop = blk_setup(t, vm, size_mib=64)
     vm.run(f'{t.ferryctl} blk export add p0 path {loop}')
@@ -347,6 +348,14 @@ def blk_poll_queues(t):
         t.check(r.rc == 2 and 'poll-queues' in r.err and (what == 'policy' or what in r.err),
                 f'map {how} refused: {r.rc} {r.err!r}')
     t.eq([x for x in show(t, vm) if x['kind'] == 'map'], [], 'no mapping made by a refused map')
+    # More polled queues than CPUs: cut to one per online CPU, as nvme's.
+    cpus = int(vm.run('nproc').out)
+    m = t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export p0 channels 1 poll-queues {cpus + 3}')
+    t.eq((m[0]['channels'], m[0]['poll_queues']), (1, cpus), f'poll-queues {cpus + 3} on {cpus} CPUs')
+    vm.wait_for(f'test -b /dev/{m[0]["disk"]}', timeout=30)
+    t.eq(vm.run(f'ls /sys/block/{m[0]["disk"]}/mq').out.split(), [str(q) for q in range(1 + cpus)],
+         'hardware queues of the cut mapping')
+    vm.run(f'{t.ferryctl} blk unmap /dev/{m[0]["disk"]}')
     m = t.ferryctl_json(vm, f'blk map 192.0.2.1 port {PORT} export p0 channels 2 poll-queues 1')
     t.eq((m[0]['channels'], m[0]['poll_queues']), (2, 1), 'the mapping\'s queues, and polled ones')
     disk = '/dev/' + m[0]['disk']
