@@ -173,6 +173,11 @@ pub struct Params<'a> {
     /// This side takes no requests from the peer (`FERRY_NO_REQUESTS`):
     /// its channels keep no room for them, and its peer sends it none.
     pub no_requests: bool,
+    /// The channels that are not polled process their completions in
+    /// softirq (`FERRY_SOFTIRQ`, only with `no_requests`): the handler's
+    /// `message` and `writable`, and its requests' [`Done::done`], then
+    /// run in softirq and must never sleep.
+    pub softirq: bool,
 }
 
 impl<'a> Params<'a> {
@@ -194,6 +199,7 @@ impl<'a> Params<'a> {
             key: None,
             preregister: false,
             no_requests: false,
+            softirq: false,
         }
     }
 }
@@ -1246,7 +1252,7 @@ impl<H: Handler> Session<H> {
                 ffi::FERRY_NO_REQUESTS
             } else {
                 0
-            },
+            } | if p.softirq { ffi::FERRY_SOFTIRQ } else { 0 },
         };
         let priv_ = Arc::into_raw(handler).cast_mut().cast::<c_void>();
         // SAFETY: `raw` is valid for the call; the ops are static; `priv_`

@@ -12,7 +12,9 @@
  * Documentation/api.md is the guide, with examples in C and Rust.
  *
  * Calling contexts. Every function here may sleep unless it says otherwise,
- * and none may be called in atomic context. Callbacks run in process context:
+ * and none may be called in atomic context. Callbacks run in process context
+ * (but for a client session opened with %FERRY_SOFTIRQ, whose @message,
+ * @writable and requests' @done run in softirq):
  *
  * - @accept, @up, @message and @writable run on the completion work of the
  *   channel that caused them: ib_core's ``ib_comp_wq`` (per CPU, high
@@ -224,7 +226,7 @@ struct ferry_request {
  * @key: NULL, or the name of a pre-shared key of @net's (``ferryctl key
  *	add``): the peer's listener must prove it holds the same key, and this
  *	side proves it to the peer (a mismatch fails with -EACCES).
- * @flags: %FERRY_PREREGISTER, %FERRY_NO_REQUESTS, or 0. Unknown flags:
+ * @flags: %FERRY_PREREGISTER, %FERRY_NO_REQUESTS, %FERRY_SOFTIRQ, or 0. Unknown flags:
  *	-EINVAL.
  */
 struct ferry_session_params {
@@ -270,6 +272,20 @@ struct ferry_session_params {
  * takes for a breach of the protocol (the channel fails).
  */
 #define FERRY_NO_REQUESTS	(1U << 1)
+
+/*
+ * %FERRY_SOFTIRQ: this client's channels (all but the polled ones) process
+ * their completions in softirq, as nvme-rdma's host queues
+ * (``IB_POLL_SOFTIRQ``): an answer ends its request without waking a
+ * thread. The consumer promises that @message, @writable and its requests'
+ * @done never sleep, take no mutex and call no ferry function that may
+ * sleep (ferry_send() and ferry_submit() with %FERRY_NOWAIT are allowed),
+ * wherever they run: they run in softirq then, with bottom halves off.
+ * @accept, @up, @down and @gone keep process context (ferry's work queue).
+ * Only with %FERRY_NO_REQUESTS (a client that takes requests would run
+ * @accept there): -EINVAL without it.
+ */
+#define FERRY_SOFTIRQ		(1U << 2)
 
 /**
  * struct ferry_limits - what a session negotiated

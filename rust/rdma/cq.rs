@@ -9,14 +9,17 @@
 //!
 //! - [`PollCtx::Workqueue`]: ib_core polls it from `ib_comp_wq` after each
 //!   completion event, and nobody else may.
+//! - [`PollCtx::Softirq`]: ib_core polls it in softirq (`irq_poll`) after
+//!   each completion event, as nvme-rdma's host queues: no thread is woken,
+//!   and the handlers run in atomic context (they must not sleep).
 //! - [`PollCtx::Direct`]: nobody polls it but its users, through its
 //!   [`Poller`], as nvme-rdma's poll queues are polled by blk-mq's `.poll`. It
 //!   gets no completion events. An `Owner` word lets one thread at a time
 //!   process its completions (`ib_process_cq_direct` must not run twice at
 //!   once), so its handlers see them one by one, in order.
 //!
-//! Either way the completion handlers (`ib_cqe.done`) run in process
-//! context, one at a time per CQ. Of the CQ's fields only `event_handler`
+//! The completion handlers (`ib_cqe.done`) run one at a time per CQ, in
+//! process context but for [`PollCtx::Softirq`]. Of the CQ's fields only `event_handler`
 //! is written, once, right after allocation (`ib_alloc_cq` leaves it to its
 //! caller); ib_core's own (`poll_ctx`, `cq_context`, ...) never are.
 //!
@@ -49,6 +52,8 @@ pub enum PollCtx {
     Workqueue,
     /// The CQ's users, through its [`Poller`] (`IB_POLL_DIRECT`).
     Direct,
+    /// ib_core, in softirq (`IB_POLL_SOFTIRQ`): handlers must not sleep.
+    Softirq,
 }
 
 impl PollCtx {
@@ -56,6 +61,7 @@ impl PollCtx {
         match self {
             Self::Workqueue => bindings::ib_poll_context_IB_POLL_WORKQUEUE,
             Self::Direct => bindings::ib_poll_context_IB_POLL_DIRECT,
+            Self::Softirq => bindings::ib_poll_context_IB_POLL_SOFTIRQ,
         }
     }
 }
@@ -116,7 +122,7 @@ impl Cq {
         // would take it as an argument).
         unsafe { (*cq.as_ptr()).event_handler = Some(cq_event) };
         let poller = match ctx {
-            PollCtx::Workqueue => None,
+            PollCtx::Workqueue | PollCtx::Softirq => None,
             PollCtx::Direct => match Arc::new(
                 Poller {
                     cq,

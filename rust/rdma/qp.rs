@@ -149,8 +149,9 @@ const TAG_OPS: u32 = 4;
 ///
 /// Called from `ib_comp_wq`, or in a thread that polls the CQ
 /// ([`Qp::poller`]), never from two at once: process context, may take
-/// mutexes, should not block for long. Completions of one queue arrive in
-/// posting order.
+/// mutexes, should not block for long; or, on a QP made with
+/// [`PollCtx::Softirq`], in softirq, where nothing may sleep. Completions of
+/// one queue arrive in posting order.
 pub trait Completion: Send + Sync + 'static {
     /// Receive slot `slot` completed. `data` holds the bytes received (empty on
     /// failure). Return `true` to post the slot again at once.

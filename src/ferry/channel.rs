@@ -137,6 +137,9 @@ pub(crate) enum ChannelWork {
     IdlePoll,
     /// Grows the region pool (work item 1).
     Grow,
+    /// Tells the session what a softirq channel's completions could not
+    /// (work item 2): see [`Channel::fail_in_handler`].
+    Deferred,
 }
 
 /// The requests channels carry: consumers' `struct ferry_request`s.
@@ -213,6 +216,9 @@ struct Inner<O: Owner> {
     /// The handshake's nonces (see [`wire::Auth`]): the server's, from the
     /// CM accept, and the client's, from its hello.
     nonces: (Option<Nonce>, Nonce),
+    /// A softirq channel's news for the session, which its deferred work
+    /// tells in this order: it came up; it failed, for this reason.
+    deferred: (bool, Option<Reason>),
 }
 
 impl<O: Owner> Inner<O> {
@@ -294,11 +300,18 @@ pub(crate) struct Channel<O: Owner> {
     /// does it.
     #[pin]
     grow: Work<Channel<O>, 1>,
+    /// The channel's completions run in softirq (`FERRY_SOFTIRQ`): what
+    /// they would tell the session, which sleeps, goes to `deferred`.
+    softirq: bool,
+    /// Tells the session a softirq channel's news (`Inner::deferred`).
+    #[pin]
+    deferred: Work<Channel<O>, 2>,
 }
 
 impl_has_work! {
     impl{O: Owner} HasWork<Self> for Channel<O> { self.idle_poll }
     impl{O: Owner} HasWork<Self, 1> for Channel<O> { self.grow }
+    impl{O: Owner} HasWork<Self, 2> for Channel<O> { self.deferred }
 }
 
 /// A snapshot for netlink.
@@ -333,6 +346,9 @@ impl<O: Owner> Channel<O> {
     fn new(session: &Arc<O>, index: u16, generation: u32, state: ChanState) -> Result<Arc<Self>> {
         let now = Instant::now();
         let names = (O::id(session), index);
+        let softirq = session.role() == Role::Client
+            && session.params().softirq
+            && !session.params().polled(index);
         Arc::pin_init(
             pin_init!(Self {
                 session: session.clone(),
@@ -366,12 +382,15 @@ impl<O: Owner> Channel<O> {
                     xfer: None,
                     responder: None,
                     nonces: (None, [0; wire::NONCE_LEN]),
+                    deferred: (false, None),
                 }),
                 idle <- new_condvar!("ferry::Channel::idle"),
                 stats: Stats::default(),
                 cb_task: AtomicUsize::new(0),
                 idle_poll <- new_work!("ferry::Channel::idle_poll"),
                 grow <- new_work!("ferry::Channel::grow"),
+                softirq,
+                deferred <- new_work!("ferry::Channel::deferred"),
             }),
             GFP_KERNEL,
         )
@@ -473,6 +492,30 @@ impl<O: Owner> Channel<O> {
             self.end_loan(qp);
         }
         O::channel_failed(&self.session, self.index, self.generation, reason);
+    }
+
+    /// As [`Channel::fail`], from the channel's completion handlers: on a
+    /// softirq channel the channel is marked failed at once and the rest
+    /// (the QP's flush, which may sleep, and the session's news) goes to
+    /// the channel's deferred work.
+    pub(super) fn fail_in_handler(self: &Arc<Self>, reason: Reason) {
+        if !self.softirq {
+            return self.fail(reason);
+        }
+        let mut inner = self.inner.lock();
+        if matches!(inner.state, ChanState::Failed | ChanState::Closed) {
+            return;
+        }
+        inner.enter(ChanState::Failed);
+        inner.deferred.1 = Some(reason);
+        drop(inner);
+        self.session
+            .queue_channel(self.clone(), ChannelWork::Deferred);
+    }
+
+    /// Whether the channel's completions run in softirq.
+    pub(super) fn softirq(&self) -> bool {
+        self.softirq
     }
 
     /// Ends a loan of the QP (see the module docs).
@@ -593,6 +636,30 @@ impl<O: Owner> Channel<O> {
     /// Whether the current task is handling one of the channel's completions.
     pub(crate) fn in_callback(&self) -> bool {
         self.cb_task.load(Acquire) == current_task()
+    }
+}
+
+impl<O: Owner> WorkItem<2> for Channel<O> {
+    type Pointer = Arc<Channel<O>>;
+
+    fn run(this: Arc<Self>) {
+        let (up, failed, qp) = {
+            let mut inner = this.inner.lock();
+            let (up, failed) = core::mem::take(&mut inner.deferred);
+            // Closed meanwhile: its teardown flushes the QP.
+            let qp = failed.and_then(|_| inner.lend_qp());
+            (up, failed, qp)
+        };
+        if up {
+            O::channel_up(&this.session, this.index, this.generation);
+        }
+        if let Some(qp) = qp {
+            let _ = qp.set_error();
+            this.end_loan(qp);
+        }
+        if let Some(reason) = failed {
+            O::channel_failed(&this.session, this.index, this.generation, reason);
+        }
     }
 }
 

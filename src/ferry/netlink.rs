@@ -549,6 +549,7 @@ pub(crate) fn session_connect_doit(req: &mut Request<'_>) -> Result {
         preregister: false,
         takes_requests: true,
         sends_requests: true,
+        softirq: false,
     };
     let psk = named_key(req, &ferry, s_attr::KEY)?;
     if let Err(e) = params.check_memory(&peer) {

@@ -73,6 +73,10 @@ pub(crate) const PREREGISTER: u32 = crate::bindings::FERRY_PREREGISTER;
 /// (`FERRY_NO_REQUESTS`): see [`Params::takes_requests`].
 pub(crate) const NO_REQUESTS: u32 = crate::bindings::FERRY_NO_REQUESTS;
 
+/// [`Params::checked`]'s flag for a client whose channels process their
+/// completions in softirq (`FERRY_SOFTIRQ`): see [`Params::softirq`].
+pub(crate) const SOFTIRQ: u32 = crate::bindings::FERRY_SOFTIRQ;
+
 /// What a session was asked for (client) or runs with (server).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Params {
@@ -107,6 +111,10 @@ pub(crate) struct Params {
     /// This side may send the peer requests: its send buffers have room
     /// for inline data. Not for the server of a client that takes none.
     pub(crate) sends_requests: bool,
+    /// Client: the channels that are not polled process their completions
+    /// in softirq (`FERRY_SOFTIRQ`): ferry defers to its work queue what
+    /// may sleep, and the consumer's callbacks that run there never sleep.
+    pub(crate) softirq: bool,
 }
 
 /// What a session's longest wait between reconnect attempts may be, in
@@ -128,13 +136,15 @@ impl Params {
         preregister: false,
         takes_requests: true,
         sends_requests: true,
+        softirq: false,
     };
 
     /// Client parameters from a kernel caller: 0 picks the default (for
     /// `channels`, `default_channels`); `poll_channels` polled channels come
     /// after the others; an `inline_size` of [`NO_INLINE`] is none; `flags`
-    /// holds [`PREREGISTER`] and [`NO_REQUESTS`]; anything out of range, or
-    /// an unknown flag, is `EINVAL`.
+    /// holds [`PREREGISTER`], [`NO_REQUESTS`] and [`SOFTIRQ`] (only with
+    /// [`NO_REQUESTS`]); anything out of range, or an unknown flag, is
+    /// `EINVAL`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn checked(
         channels: u16,
@@ -173,6 +183,7 @@ impl Params {
             preregister: flags & PREREGISTER != 0,
             takes_requests: flags & NO_REQUESTS == 0,
             sends_requests: true,
+            softirq: flags & SOFTIRQ != 0,
         };
         let ok = (1..=wire::MAX_CHANNELS).contains(&p.channels)
             && p.poll_channels < p.channels
@@ -183,7 +194,9 @@ impl Params {
             && (p.heartbeat_ms.saturating_mul(2)..=600_000).contains(&p.timeout_ms)
             && p.give_up_s <= 7 * 86_400
             && RECONNECT_DELAY_RANGE_S.contains(&p.reconnect_delay_s)
-            && flags & !(PREREGISTER | NO_REQUESTS) == 0;
+            && flags & !(PREREGISTER | NO_REQUESTS | SOFTIRQ) == 0
+            // (A client that takes requests would run `accept` in softirq.)
+            && !(p.softirq && p.takes_requests);
         if ok {
             Ok(p)
         } else {
@@ -231,6 +244,7 @@ impl Params {
             inline_size,
             queue_depth,
             sends_requests: !data.no_requests,
+            softirq: false,
             ..d
         }
     }
@@ -411,7 +425,7 @@ mod tests {
         let none = flags(NO_REQUESTS).unwrap();
         assert!(all.takes_requests && all.sends_requests);
         assert!(!none.takes_requests && none.sends_requests);
-        assert_eq!(flags(NO_REQUESTS << 1).err(), Some(EINVAL));
+        assert_eq!(flags(SOFTIRQ << 1).err(), Some(EINVAL));
         // Its receive buffers hold a message alone, its send buffers the
         // inline data too, and it keeps no responder's entries: 1.5 MiB of
         // buffers at depth 128 where it took 3 and 144 entries.
@@ -437,6 +451,17 @@ mod tests {
         assert!(s.takes_requests && !s.sends_requests);
         assert_eq!((s.recv_buf(), s.send_buf()), (8192, 4096));
         assert_eq!(s.channel_bytes() - wrs, (5 << 19) + 16 * 8192);
+    }
+
+    #[test]
+    fn softirq_completions_only_for_a_client_that_takes_no_requests() {
+        let flags = |f| Params::checked(1, 0, 1, 128, 4096, 0, 0, 0, 0, 0, f);
+        assert!(!flags(NO_REQUESTS).unwrap().softirq);
+        let p = flags(NO_REQUESTS | SOFTIRQ).unwrap();
+        assert!(p.softirq && !p.takes_requests);
+        // `accept` would run in softirq.
+        assert_eq!(flags(SOFTIRQ).err(), Some(EINVAL));
+        assert!(!Params::DEFAULT.softirq);
     }
 
     #[test]

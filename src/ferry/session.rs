@@ -34,9 +34,9 @@ use core::sync::atomic::{
     Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 use kernel::{
-    new_condvar, new_mutex, new_spinlock, new_work,
+    new_condvar, new_mutex, new_spinlock, new_spinlock_irq, new_work,
     prelude::*,
-    sync::{aref::ARef, rcu, Arc, CondVar, CondVarTimeoutResult, Mutex, SpinLock},
+    sync::{aref::ARef, rcu, Arc, CondVar, CondVarTimeoutResult, Mutex, SpinLock, SpinLockIrq},
     time::{msecs_to_jiffies, Instant, Monotonic},
     workqueue::{impl_has_work, Work, WorkItem},
 };
@@ -266,9 +266,10 @@ pub(crate) struct Session {
     /// Signalled when a thread has told the consumer all there was to tell.
     #[pin]
     told: CondVar,
-    /// The lock senders waiting for a credit sleep under.
+    /// The lock senders waiting for a credit sleep under (taken by the
+    /// completions that wake them, which may run in softirq).
     #[pin]
-    wait: Mutex<()>,
+    wait: SpinLockIrq<()>,
     /// Signalled when credits return or the state changes.
     #[pin]
     credit_cv: CondVar,
@@ -293,9 +294,10 @@ pub(crate) struct Session {
     pub(crate) hostile: Hostile,
     /// The session's secret (see [`wire::Secret`]): a server's from its
     /// creation, a client's once channel 0's hello reply handed it. A leaf
-    /// lock; never shown.
+    /// lock (a client's channel 0 learns it in its completion, which may
+    /// run in softirq); never shown.
     #[pin]
-    secret: SpinLock<Option<wire::Secret>>,
+    secret: SpinLockIrq<Option<wire::Secret>>,
     /// Server: the client's minor version (1.2 takes the secret).
     peer_minor: u8,
     /// Server: the client showed it has the secret (it proved it, or spoke
@@ -388,7 +390,7 @@ impl Session {
                     ..Events::default()
                 }),
                 told <- new_condvar!(),
-                wait <- new_mutex!(()),
+                wait <- new_spinlock_irq!(()),
                 credit_cv <- new_condvar!(),
                 waiters: AtomicU32::new(0),
                 want_writable: AtomicU64::new(0),
@@ -397,7 +399,7 @@ impl Session {
                 rx_dropped: AtomicU64::new(0),
                 retired: Stats::default(),
                 hostile: Hostile::default(),
-                secret <- new_spinlock!(secret),
+                secret <- new_spinlock_irq!(secret),
                 peer_minor,
                 confirmed: AtomicBool::new(false),
                 psk,

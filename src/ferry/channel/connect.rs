@@ -197,6 +197,8 @@ impl<O: Owner> Channel<O> {
         };
         let ctx = if p.polled(self.index) {
             PollCtx::Direct
+        } else if self.softirq() {
+            PollCtx::Softirq
         } else {
             PollCtx::Workqueue
         };

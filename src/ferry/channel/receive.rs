@@ -58,11 +58,19 @@ impl<O: Owner> Channel<O> {
 
     /// The handshake is over: the channel carries traffic, and its session
     /// hears of it (without the channel's lock).
-    fn come_up(&self, mut inner: SpinLockIrqGuard<'_, Inner<O>>) {
+    fn come_up(self: &Arc<Self>, mut inner: SpinLockIrqGuard<'_, Inner<O>>) {
         if !inner.enter(ChanState::Up) {
             return;
         }
         inner.last_heartbeat = Instant::now();
+        if self.softirq() {
+            // The session's news sleeps: told from the deferred work.
+            inner.deferred.0 = true;
+            drop(inner);
+            self.session
+                .queue_channel(self.clone(), ChannelWork::Deferred);
+            return;
+        }
         drop(inner);
         O::channel_up(&self.session, self.index, self.generation);
     }
@@ -328,7 +336,7 @@ impl<O: Owner> Channel<O> {
 
     /// A failed work completion: the first one that is not a flush is logged
     /// and fails the channel; flushes are only counted.
-    pub(super) fn wc_failed(&self, wc: &Wc) {
+    pub(super) fn wc_failed(self: &Arc<Self>, wc: &Wc) {
         self.stats.add_wc(wc.status());
         if wc.flushed() {
             // A flush is the echo of a failure that came first, unless the
@@ -361,7 +369,7 @@ impl<O: Owner> Channel<O> {
                 );
             }
         }
-        self.fail(Reason::TransportError);
+        self.fail_in_handler(Reason::TransportError);
     }
 
     pub(super) fn recv_done(self: &Arc<Self>, wc: &Wc, data: &[u8]) -> bool {
@@ -386,7 +394,7 @@ impl<O: Owner> Channel<O> {
                         data.len()
                     );
                 }
-                self.fail(r.reason);
+                self.fail_in_handler(r.reason);
                 false
             }
         }
@@ -404,8 +412,8 @@ impl<O: Owner> Completion for Channel<O> {
             // Registrations are unsignaled: this is a failure.
             // Both complete only on failure: the transfer's own completion
             // follows, flushed.
-            TagOp::Reg | TagOp::RdmaStep => this.wc_failed(wc),
-            TagOp::Inv if !wc.ok() => this.wc_failed(wc),
+            TagOp::Reg | TagOp::RdmaStep => Arc::<Self>::from(this).wc_failed(wc),
+            TagOp::Inv if !wc.ok() => Arc::<Self>::from(this).wc_failed(wc),
             TagOp::Inv => {
                 let (f, grow) = {
                     let mut inner = this.inner.lock();
@@ -426,7 +434,7 @@ impl<O: Owner> Completion for Channel<O> {
             TagOp::Rdma => {
                 this.rdma_completed(tag, wc.ok());
                 if !wc.ok() {
-                    this.wc_failed(wc);
+                    Arc::<Self>::from(this).wc_failed(wc);
                 }
             }
         }
@@ -451,7 +459,7 @@ impl<O: Owner> Completion for Channel<O> {
 
     fn send_done(this: ArcBorrow<'_, Self>, _slot: u32, wc: &Wc) {
         if !wc.ok() {
-            this.wc_failed(wc);
+            Arc::<Self>::from(this).wc_failed(wc);
             return;
         }
         let mut inner = this.inner.lock();
@@ -459,7 +467,7 @@ impl<O: Owner> Completion for Channel<O> {
         let state = inner.state;
         drop(inner);
         if let ChanState::Refusing(reason) = state {
-            this.fail(reason);
+            Arc::<Self>::from(this).fail_in_handler(reason);
             return;
         }
         // Send slots came free: what found none may go on.

@@ -14,9 +14,9 @@ use core::sync::atomic::{
     Ordering::{Acquire, Relaxed, Release},
 };
 use kernel::{
-    new_mutex,
+    new_mutex, new_spinlock_irq,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, SpinLockIrq},
     workqueue::{HasWork, WorkItem},
 };
 
@@ -50,8 +50,9 @@ pub(crate) struct Transport {
     /// The pre-shared keys, by namespace and name.
     #[pin]
     keys: Mutex<Keys<()>>,
+    /// Taken by completions that queue work, which may run in softirq.
     #[pin]
-    queue: Mutex<Option<OwnedQueue>>,
+    queue: SpinLockIrq<Option<OwnedQueue>>,
     ticker: Arc<Ticker>,
     #[pin]
     services: Services,
@@ -79,7 +80,7 @@ impl Transport {
                 (super::secrets::MAX_PER_PEER, super::secrets::MAX_RECORDS)
             )),
             keys <- new_mutex!(Keys::default()),
-            queue <- new_mutex!(Some(queue)),
+            queue <- new_spinlock_irq!(Some(queue)),
             ticker,
             services <- Services::new(),
             next_session: AtomicU32::new(1),
@@ -458,6 +459,7 @@ impl Ferry {
             s.close(Reason::LocalClose);
             self.remove_session(&s);
         }
+        // (Destroyed out of the lock: that sleeps.)
         let queue = t.queue.lock().take();
         drop(queue);
     }
@@ -497,6 +499,7 @@ impl session::Host for Ferry {
         match w {
             ChannelWork::IdlePoll => self.queue_work::<_, 0>(c),
             ChannelWork::Grow => self.queue_work::<_, 1>(c),
+            ChannelWork::Deferred => self.queue_work::<_, 2>(c),
         }
     }
 
