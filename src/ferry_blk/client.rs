@@ -20,10 +20,10 @@ use core::sync::atomic::{
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 use kernel::{
-    new_condvar, new_mutex, new_work,
+    new_condvar, new_mutex, new_spinlock_irq, new_work,
     prelude::*,
     str::CString,
-    sync::{Arc, ArcBorrow, CondVar, CondVarTimeoutResult, Mutex, SetOnce},
+    sync::{Arc, ArcBorrow, CondVar, CondVarTimeoutResult, Mutex, SetOnce, SpinLockIrq},
     time::{msecs_to_jiffies, Instant, Monotonic},
     workqueue::{impl_has_work, Work, WorkItem},
 };
@@ -153,6 +153,13 @@ pub(crate) struct Shared {
     deleted: AtomicBool,
     /// The disk is being removed: `notices` leaves it alone.
     removing: AtomicBool,
+    /// The answer to a reopen, which `notices` acts on (the request ends
+    /// in softirq, and acting on it sleeps).
+    #[pin]
+    reopen_answer: SpinLockIrq<Option<(u32, Result<Opened>)>>,
+    /// Hardware queues (bit `q`) whose channel had room again (`writable`,
+    /// in softirq): `notices` runs them.
+    run_queues: AtomicU64,
     /// Seconds disconnected before requests fail at once while it
     /// reconnects (0: never), as nvme's `fast_io_fail_tmo`.
     fast_fail_s: AtomicU32,
@@ -200,6 +207,25 @@ impl WorkItem for Shared {
     type Pointer = Arc<Shared>;
 
     fn run(this: Arc<Shared>) {
+        // What the session's softirq callbacks left (the removal still wants
+        // them: a request waiting for room or for the reopen goes or fails).
+        let answer = this.reopen_answer.lock().take();
+        if let Some((attempt, res)) = answer {
+            this.reopened(attempt, res);
+        }
+        if this.reopen_pending.load(Relaxed) {
+            if let Some(s) = this.session.as_ref() {
+                this.reopen(s);
+            }
+        }
+        let queues = this.run_queues.swap(0, AcqRel);
+        if queues != 0 {
+            if let Some(d) = this.disk() {
+                (0..64)
+                    .filter(|q| queues & (1 << q) != 0)
+                    .for_each(|q| d.run_queue(q, true));
+            }
+        }
         // The disk is being removed: nothing to tell it.
         if this.removing.load(Acquire) {
             return;
@@ -780,18 +806,18 @@ impl Handler for ClientHandler {
         }
     }
 
-    fn writable(&self, s: &SessionRef, qid: u16) {
-        if self.shared.reopen_pending.load(Relaxed) {
-            self.shared.reopen(s);
+    fn writable(&self, _s: &SessionRef, qid: u16) {
+        // In softirq (`softirq` in the session's parameters): the open that
+        // waits for room and the queue go from `notices`. Hardware queue
+        // `qid` submits on channel `qid` alone (`queue_rq`): the others did
+        // not wait for this one's room. (A refusal of the session's, while
+        // it reconnected, is told with the first channel that has room: the
+        // reconnect runs every queue, and blk-mq runs a queue whose request
+        // found no room again within 3 ms.)
+        if let Some(bit) = 1u64.checked_shl(u32::from(qid)) {
+            self.shared.run_queues.fetch_or(bit, AcqRel);
         }
-        // Hardware queue `qid` submits on channel `qid` alone (`queue_rq`):
-        // the others did not wait for this one's room. (A refusal of the
-        // session's, while it reconnected, is told with the first channel
-        // that has room: the reconnect runs every queue, and blk-mq runs a
-        // queue whose request found no room again within 3 ms.)
-        if let Some(d) = self.shared.disk() {
-            d.run_queue(u32::from(qid), true);
-        }
+        self.shared.notice();
     }
 
     fn message(&self, s: &SessionRef, data: &[u8]) {
@@ -851,8 +877,9 @@ impl core::fmt::Debug for Uuid<'_> {
 /// What an [`Open`] request's answer is awaited with.
 #[pin_data]
 struct OpenWait {
+    /// Written by the open's `done`, in softirq.
     #[pin]
-    answer: Mutex<Option<Result<Opened>>>,
+    answer: SpinLockIrq<Option<Result<Opened>>>,
     #[pin]
     done: CondVar,
 }
@@ -880,7 +907,12 @@ impl Done for OpenCtx {
                 *w.answer.lock() = Some(answer);
                 w.done.notify_all();
             }
-            OpenCtx::Reopen(shared, attempt) => shared.reopened(*attempt, answer),
+            // (In softirq: acted on by `notices`; a later answer replaces
+            // an earlier one, which `reopened` would have ignored.)
+            OpenCtx::Reopen(shared, attempt) => {
+                *shared.reopen_answer.lock() = Some((*attempt, answer));
+                shared.notice();
+            }
         }
     }
 }
@@ -965,6 +997,8 @@ impl Mapping {
                 resize: AtomicU64::new(NO_RESIZE),
                 deleted: AtomicBool::new(false),
                 removing: AtomicBool::new(false),
+                reopen_answer <- new_spinlock_irq!(None),
+                run_queues: AtomicU64::new(0),
                 fast_fail_s: AtomicU32::new(p.fast_fail_s),
                 give_up_s: AtomicU32::new(p.give_up_s.max(1)),
                 reconnect_delay_s: AtomicU32::new(p.reconnect_delay_s),
@@ -986,6 +1020,9 @@ impl Mapping {
         // The target only answers and tells (messages): the channels keep
         // no room for requests from it.
         params.no_requests = true;
+        // Answers end their requests in softirq, as nvme-rdma's: no thread
+        // is woken per I/O (the callbacks below never sleep).
+        params.softirq = true;
         params.net = Some(p.net);
         params.key = p.key.as_deref();
         // ferry_blk gives up by itself, after its own time (which may be
@@ -1247,7 +1284,7 @@ impl Drop for Mapping {
 fn open_export(session: &SessionRef, open: &Open) -> Result<Opened> {
     let wait = Arc::pin_init(
         pin_init!(OpenWait {
-            answer <- new_mutex!(None),
+            answer <- new_spinlock_irq!(None),
             done <- new_condvar!(),
         }),
         GFP_KERNEL,

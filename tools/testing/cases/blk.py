@@ -338,7 +338,8 @@ def blk_poll_queues(t):
     poll, goes on the other two alone. The target's device holds what was
     written. A mapping asking for 64 polled queues, or for 64 channels and
     one polled queue, is refused with a clear error; one asking for more
-    polled queues than CPUs gets one per CPU."""
+    polled queues than CPUs gets one per CPU. The client's other channels
+    process their completions in softirq, the target's on ib_comp_wq."""
     vm = t.vm
     loop = blk_setup(t, vm, size_mib=64)
     vm.run(f'{t.ferryctl} blk export add p0 path {loop}')
@@ -368,6 +369,12 @@ def blk_poll_queues(t):
     t.eq(vm.run(f'ls /sys/block/{name}/mq').out.split(), ['0', '1', '2'], 'hardware queues')
     before = channel_counts(t, vm)
     t.eq(len(before), 3, 'client channels')
+    # ferry_blk's client asks for softirq completions (FERRY_SOFTIRQ), as
+    # nvme-rdma's host queues; its polled channel's nobody but blk-mq polls.
+    ctx = {s['role']: [c['cq']['poll_ctx'] for c in s['channel_list']]
+           for s in t.ferryctl_json(vm, '-s -d session show')}
+    t.eq(ctx, {'client': ['softirq', 'softirq', 'direct'], 'server': ['workqueue'] * 3},
+         'CQ poll contexts of the client and the target')
     written = verified = 0
     # (preadv2's RWF_HIPRI no longer polls: since Linux 5.16 only io_uring
     # does.)
