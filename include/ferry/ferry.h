@@ -155,7 +155,8 @@ enum ferry_dir {
  * @done: called once the request is over, exactly once for each request
  *	ferry_submit() accepted. By then every key the peer had for the pages
  *	is invalid and the pages are unmapped: the caller owns them again. Runs
- *	in process context, on the channel's completion work, or on ferry's
+ *	in process context (softirq with %FERRY_SOFTIRQ), on the channel's
+ *	completion work, or on ferry's
  *	work queue or the closing thread when the session fails (the
  *	channel's teardown): both are ferry callbacks, where a wait for room
  *	fails with -EDEADLK.
@@ -192,7 +193,8 @@ struct ferry_request {
  * @service: the peer's service name: 1 to 31 bytes of [a-z0-9._-].
  * @channels: channels (RDMA connections) to open, 1 to 64; 0: one per
  *	online CPU, at most 64. Channels share the device's completion vectors
- *	round robin. Their completions run on ib_core's ``ib_comp_wq``.
+ *	round robin. Their completions run on ib_core's ``ib_comp_wq`` (in
+ *	softirq with %FERRY_SOFTIRQ).
  * @poll_channels: polled channels to open after them (0 to 63; channels and
  *	polled channels together at most 64): channels @channels to
  *	@channels + @poll_channels - 1, whose completions nobody processes but
@@ -281,9 +283,11 @@ struct ferry_session_params {
  * @done never sleep, take no mutex and call no ferry function that may
  * sleep (ferry_send() and ferry_submit() with %FERRY_NOWAIT are allowed),
  * wherever they run: they run in softirq then, with bottom halves off.
- * @accept, @up, @down and @gone keep process context (ferry's work queue).
- * Only with %FERRY_NO_REQUESTS (a client that takes requests would run
- * @accept there): -EINVAL without it.
+ * @up, @down and @gone keep process context (@up comes from ferry's work
+ * queue then, or the opener's thread). Only with %FERRY_NO_REQUESTS (a
+ * client that takes requests would run @request and the RDMA's @done
+ * there): -EINVAL without it. Where a callback runs in softirq, a wait for
+ * room is not allowed at all (not merely -EDEADLK).
  */
 #define FERRY_SOFTIRQ		(1U << 2)
 

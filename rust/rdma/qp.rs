@@ -1655,7 +1655,7 @@ unsafe extern "C" fn qp_event(ev: *mut bindings::ib_event, _ctx: *mut c_void) {
 ///
 /// # Safety
 ///
-/// Only the CQ's polling (ib_core's `ib_comp_wq` work, or
+/// Only the CQ's polling (ib_core's `ib_comp_wq` work or softirq, or
 /// `ib_process_cq_direct`) calls this, with a valid `wc` whose `wr_cqe` is
 /// the `cqe` field of a [`Cqe<H>`] of a live [`Inner<H>`].
 unsafe extern "C" fn done<H: Completion>(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {

@@ -3,12 +3,14 @@
 //! One channel of a session: an RC connection, its QP, credits and heartbeats.
 //!
 //! A channel is driven from three contexts: rdma_cm events (its [`Handler`]),
-//! completions (its [`Completion`], never two at once: on `ib_comp_wq`, or for
-//! a polled channel in a consumer's thread or the channel's idle-poll work)
-//! and the session's tick.
+//! completions (its [`Completion`], never two at once: on `ib_comp_wq`, in
+//! softirq for a client's `FERRY_SOFTIRQ` channel, or for a polled channel
+//! in a consumer's thread or the channel's idle-poll work) and the session's
+//! tick.
 //! All of them take the channel's lock briefly; none of them tears anything
 //! down. A failure only marks the channel failed, moves its QP to the error
-//! state and tells the session, whose work item later calls
+//! state and tells the session (the last two from the channel's deferred
+//! work when its completions run in softirq), whose work item later calls
 //! [`Channel::shutdown`]. That is the only place the QP and the CM id are
 //! destroyed, always without the lock held: destroying them waits for the
 //! handlers, which take the lock.
@@ -477,7 +479,8 @@ impl<O: Owner> Channel<O> {
 
     /// Marks the channel failed for `reason` (the first reason wins), makes its
     /// QP flush and tells the session. Callable from any of the channel's
-    /// contexts; tears nothing down itself.
+    /// contexts but softirq (may sleep: [`Channel::fail_in_handler`] there);
+    /// tears nothing down itself.
     pub(crate) fn fail(&self, reason: Reason) {
         let mut inner = self.inner.lock();
         if matches!(inner.state, ChanState::Failed | ChanState::Closed) {
@@ -650,15 +653,17 @@ impl<O: Owner> WorkItem<2> for Channel<O> {
             let qp = failed.and_then(|_| inner.lend_qp());
             (up, failed, qp)
         };
-        if up {
-            O::channel_up(&this.session, this.index, this.generation);
-        }
         if let Some(qp) = qp {
             let _ = qp.set_error();
             this.end_loan(qp);
         }
-        if let Some(reason) = failed {
-            O::channel_failed(&this.session, this.index, this.generation, reason);
+        match failed {
+            // Failed since it came up: the session hears of the failure
+            // alone (an `up` would start the next channels of a doomed
+            // attempt).
+            Some(reason) => O::channel_failed(&this.session, this.index, this.generation, reason),
+            None if up => O::channel_up(&this.session, this.index, this.generation),
+            None => {}
         }
     }
 }

@@ -195,7 +195,8 @@ impl Params {
             && p.give_up_s <= 7 * 86_400
             && RECONNECT_DELAY_RANGE_S.contains(&p.reconnect_delay_s)
             && flags & !(PREREGISTER | NO_REQUESTS | SOFTIRQ) == 0
-            // (A client that takes requests would run `accept` in softirq.)
+            // (A client that takes requests would run its consumer's
+            // `request`, and the responder's RDMA, in softirq.)
             && !(p.softirq && p.takes_requests);
         if ok {
             Ok(p)
@@ -459,7 +460,7 @@ mod tests {
         assert!(!flags(NO_REQUESTS).unwrap().softirq);
         let p = flags(NO_REQUESTS | SOFTIRQ).unwrap();
         assert!(p.softirq && !p.takes_requests);
-        // `accept` would run in softirq.
+        // `request` would run in softirq.
         assert_eq!(flags(SOFTIRQ).err(), Some(EINVAL));
         assert!(!Params::DEFAULT.softirq);
     }

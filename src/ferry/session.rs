@@ -77,7 +77,9 @@ pub(crate) const HELLO_DEADLINE_MS: u32 = 4000;
 ///
 /// The callbacks and their contexts are those the C header states:
 /// [`Consumer::up`], [`Consumer::message`] and [`Consumer::writable`] run on
-/// the completion work of a channel; [`Consumer::down`] and
+/// the completion work of a channel (`message` and `writable` in softirq for
+/// a client opened with `FERRY_SOFTIRQ`, `up` then on ferry's work queue);
+/// [`Consumer::down`] and
 /// [`Consumer::gone`] on ferry's work queue or in the thread that closes the
 /// session.
 pub(crate) trait Consumer: Send + Sync {

@@ -130,7 +130,8 @@ pub(crate) struct Shared {
     /// Where the connection stands (see [`Conn`]).
     #[pin]
     conn: Mutex<Conn>,
-    /// An open waits for room on the session (`writable` sends it).
+    /// An open waits for room on the session (`notices` sends it, woken
+    /// by `writable`).
     reopen_pending: AtomicBool,
     /// No more I/O: unmapped, or the export or the session is gone.
     dead: AtomicBool,
@@ -708,7 +709,9 @@ impl Shared {
         let mut conn = self.conn.lock();
         // An answer on a connection lost since, or to an open sent again
         // since: the last one's answer decides.
-        if conn.reopen.map(|(a, _)| a) != Some(attempt) {
+        // (Dead meanwhile: an answer that waited for `notices` changes
+        // nothing.)
+        if conn.reopen.map(|(a, _)| a) != Some(attempt) || self.dead.load(Acquire) {
             return;
         }
         conn.reopen = None;
@@ -1010,11 +1013,7 @@ impl Mapping {
         )?;
         let mut params = Params::new(p.peer, wire::SERVICE);
         params.channels = p.channels;
-        // As nvme-fabrics caps `nr_poll_queues`: a polled queue beyond the
-        // CPUs would have no CPU to submit or poll on it.
-        params.poll_channels = p
-            .poll_queues
-            .min(u16::try_from(crate::work::num_online_cpus()).unwrap_or(u16::MAX));
+        params.poll_channels = p.poll_queues;
         params.queue_depth = p.depth;
         params.preregister = true;
         // The target only answers and tells (messages): the channels keep
@@ -1239,7 +1238,8 @@ impl Mapping {
     /// waiting or in flight first (the target may be gone); otherwise the
     /// disk's requests drain. Sleeps.
     pub(crate) fn remove(&self, force: bool) {
-        // No notice acts on the disk from here on: one at work ends first.
+        // No notice acts on the disk from here on (but the queue reruns and
+        // the reopen's answer, as the callbacks did): one at work ends first.
         self.shared.removing.store(true, Release);
         if let Ok(state) = crate::State::get() {
             state.notices.flush();

@@ -340,8 +340,13 @@ pub(crate) fn map_add_doit(req: &mut Request<'_>) -> Result {
         req.bad_attr(ma::CHANNELS, c"channels must be 0 (one per CPU) to 64");
         return Err(EINVAL);
     };
-    // (The policy keeps it below 64.)
-    let poll_queues = req.u32(ma::POLL_QUEUES).unwrap_or(0) as u16;
+    // (The policy keeps it below 64.) As nvme-fabrics caps
+    // `nr_poll_queues`, first: a polled queue beyond the CPUs would have no
+    // CPU to submit or poll on it.
+    let poll_queues = req
+        .u32(ma::POLL_QUEUES)
+        .unwrap_or(0)
+        .min(crate::work::num_online_cpus()) as u16;
     if channels.saturating_add(poll_queues) > MAX_CHANNELS {
         req.bad_attr(
             ma::POLL_QUEUES,

@@ -318,8 +318,9 @@ impl Session {
 
     /// A channel failed: handled on the transport's work queue, by the
     /// session's own work item (nothing to allocate, so no failure is lost
-    /// for want of memory). Callable from CM and completion handlers: takes
-    /// a spinlock and ferry's work-queue mutex. A failure of a newer
+    /// for want of memory). Callable from CM and completion handlers in
+    /// process context (a softirq channel's comes from its deferred work):
+    /// takes a spinlock and ferry's work-queue spinlock. A failure of a newer
     /// generation replaces one not yet handled, never one of an older; of
     /// one generation, the first counts (the rest would find the session
     /// changed already).
@@ -334,8 +335,8 @@ impl Session {
     }
 
     /// Closes the session on ferry's work queue, for `reason` (the first
-    /// asked for counts). Callable from CM and completion handlers, like
-    /// [`Session::channel_failed`], and allocates nothing.
+    /// asked for counts). Callable where [`Session::channel_failed`] is,
+    /// and allocates nothing.
     pub(crate) fn close_later(self: &Arc<Self>, reason: Reason) {
         self.close_asked.store(true, Release);
         self.pending.lock().close.get_or_insert(reason);
