@@ -9,8 +9,8 @@
 //! tick.
 //! All of them take the channel's lock briefly; none of them tears anything
 //! down. A failure only marks the channel failed, moves its QP to the error
-//! state and tells the session (the last two from the channel's deferred
-//! work when its completions run in softirq), whose work item later calls
+//! state (from the channel's deferred work when its completions run in
+//! softirq) and tells the session, whose work item later calls
 //! [`Channel::shutdown`]. That is the only place the QP and the CM id are
 //! destroyed, always without the lock held: destroying them waits for the
 //! handlers, which take the lock.
@@ -218,9 +218,9 @@ struct Inner<O: Owner> {
     /// The handshake's nonces (see [`wire::Auth`]): the server's, from the
     /// CM accept, and the client's, from its hello.
     nonces: (Option<Nonce>, Nonce),
-    /// A softirq channel's news for the session, which its deferred work
-    /// tells in this order: it came up; it failed, for this reason.
-    deferred: (bool, Option<Reason>),
+    /// A softirq channel's deferred work: tell the session it came up;
+    /// move the failed QP to the error state.
+    deferred: (bool, bool),
 }
 
 impl<O: Owner> Inner<O> {
@@ -384,7 +384,7 @@ impl<O: Owner> Channel<O> {
                     xfer: None,
                     responder: None,
                     nonces: (None, [0; wire::NONCE_LEN]),
-                    deferred: (false, None),
+                    deferred: (false, false),
                 }),
                 idle <- new_condvar!("ferry::Channel::idle"),
                 stats: Stats::default(),
@@ -498,9 +498,10 @@ impl<O: Owner> Channel<O> {
     }
 
     /// As [`Channel::fail`], from the channel's completion handlers: on a
-    /// softirq channel the channel is marked failed at once and the rest
-    /// (the QP's flush, which may sleep, and the session's news) goes to
-    /// the channel's deferred work.
+    /// softirq channel the QP's move to the error state, which may sleep,
+    /// goes to the channel's deferred work; the session hears at once (it
+    /// takes spinlocks only), so the first failure's reason is the one it
+    /// keeps.
     pub(super) fn fail_in_handler(self: &Arc<Self>, reason: Reason) {
         if !self.softirq {
             return self.fail(reason);
@@ -510,10 +511,11 @@ impl<O: Owner> Channel<O> {
             return;
         }
         inner.enter(ChanState::Failed);
-        inner.deferred.1 = Some(reason);
+        inner.deferred.1 = true;
         drop(inner);
         self.session
             .queue_channel(self.clone(), ChannelWork::Deferred);
+        O::channel_failed(&self.session, self.index, self.generation, reason);
     }
 
     /// Whether the channel's completions run in softirq.
@@ -646,24 +648,21 @@ impl<O: Owner> WorkItem<2> for Channel<O> {
     type Pointer = Arc<Channel<O>>;
 
     fn run(this: Arc<Self>) {
-        let (up, failed, qp) = {
+        let (up, qp) = {
             let mut inner = this.inner.lock();
             let (up, failed) = core::mem::take(&mut inner.deferred);
             // Closed meanwhile: its teardown flushes the QP.
-            let qp = failed.and_then(|_| inner.lend_qp());
-            (up, failed, qp)
+            let qp = if failed { inner.lend_qp() } else { None };
+            // Failed since it came up (the session heard): no `up`, which
+            // would start the next channels of a doomed attempt.
+            (up && inner.state == ChanState::Up, qp)
         };
         if let Some(qp) = qp {
             let _ = qp.set_error();
             this.end_loan(qp);
         }
-        match failed {
-            // Failed since it came up: the session hears of the failure
-            // alone (an `up` would start the next channels of a doomed
-            // attempt).
-            Some(reason) => O::channel_failed(&this.session, this.index, this.generation, reason),
-            None if up => O::channel_up(&this.session, this.index, this.generation),
-            None => {}
+        if up {
+            O::channel_up(&this.session, this.index, this.generation);
         }
     }
 }

@@ -34,9 +34,9 @@ use core::sync::atomic::{
     Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 use kernel::{
-    new_condvar, new_mutex, new_spinlock, new_spinlock_irq, new_work,
+    new_condvar, new_mutex, new_spinlock_irq, new_work,
     prelude::*,
-    sync::{aref::ARef, rcu, Arc, CondVar, CondVarTimeoutResult, Mutex, SpinLock, SpinLockIrq},
+    sync::{aref::ARef, rcu, Arc, CondVar, CondVarTimeoutResult, Mutex, SpinLockIrq},
     time::{msecs_to_jiffies, Instant, Monotonic},
     workqueue::{impl_has_work, Work, WorkItem},
 };
@@ -246,9 +246,10 @@ pub(crate) struct Session {
     /// answered.
     #[pin]
     changed: CondVar,
-    /// What the session's work item has to do; a leaf lock.
+    /// What the session's work item has to do; a leaf lock, with interrupts
+    /// off (a softirq channel's failure is told from its completion).
     #[pin]
-    pending: SpinLock<Pending>,
+    pending: SpinLockIrq<Pending>,
     /// Handles `pending` on ferry's work queue: embedded, so that nothing
     /// asked of it is lost for want of memory.
     #[pin]
@@ -382,7 +383,7 @@ impl Session {
                     answer: None,
                 }),
                 changed <- new_condvar!(),
-                pending <- new_spinlock!(Pending::default()),
+                pending <- new_spinlock_irq!(Pending::default()),
                 work <- new_work!("ferry::Session::work"),
                 close_asked: AtomicBool::new(false),
                 queues,

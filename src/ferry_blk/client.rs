@@ -23,7 +23,7 @@ use kernel::{
     new_condvar, new_mutex, new_spinlock_irq, new_work,
     prelude::*,
     str::CString,
-    sync::{Arc, ArcBorrow, CondVar, CondVarTimeoutResult, Mutex, SetOnce, SpinLockIrq},
+    sync::{rcu, Arc, ArcBorrow, CondVar, CondVarTimeoutResult, Mutex, SetOnce, SpinLockIrq},
     time::{msecs_to_jiffies, Instant, Monotonic},
     workqueue::{impl_has_work, Work, WorkItem},
 };
@@ -43,6 +43,7 @@ use crate::{
     },
     ferry_blk_nl::map_attr as ma,
     indices::DiskIndex,
+    slot::RcuCell,
     stats::{IoCounts, IoStats, MapCounters, Op},
     wire::{self, ExportName, Io, IoOp, Notice, Open, Opened},
 };
@@ -137,9 +138,10 @@ pub(crate) struct Shared {
     dead: AtomicBool,
     /// `map-add-ntf` went out: changes are told from then on.
     announced: AtomicBool,
-    /// The disk, once added (taken out again at unmap, once it is deleted).
-    #[pin]
-    disk: Mutex<Option<Arc<Disk<Blk>>>>,
+    /// The disk, once added (taken out again at unmap, once it is deleted):
+    /// read under RCU by `writable`, in softirq, which must not hold the
+    /// last reference.
+    disk: RcuCell<Disk<Blk>>,
     /// The counters, one set per hardware queue (once the disk is made).
     stats: SetOnce<KVec<IoStats>>,
     /// The target's notices, acted on by `notices` (a disk's capacity and
@@ -158,9 +160,7 @@ pub(crate) struct Shared {
     /// in softirq, and acting on it sleeps).
     #[pin]
     reopen_answer: SpinLockIrq<Option<(u32, Result<Opened>)>>,
-    /// Hardware queues (bit `q`) whose channel had room again (`writable`,
-    /// in softirq): `notices` runs them.
-    run_queues: AtomicU64,
+
     /// Seconds disconnected before requests fail at once while it
     /// reconnects (0: never), as nvme's `fast_io_fail_tmo`.
     fast_fail_s: AtomicU32,
@@ -217,14 +217,6 @@ impl WorkItem for Shared {
         if this.reopen_pending.load(Relaxed) {
             if let Some(s) = this.session.as_ref() {
                 this.reopen(s);
-            }
-        }
-        let queues = this.run_queues.swap(0, AcqRel);
-        if queues != 0 {
-            if let Some(d) = this.disk() {
-                (0..64)
-                    .filter(|q| queues & (1 << q) != 0)
-                    .for_each(|q| d.run_queue(q, true));
             }
         }
         // The disk is being removed: nothing to tell it.
@@ -500,7 +492,7 @@ impl Shared {
     /// The disk, while it has one (taken out of the lock: what is done
     /// with it may sleep, or reach a callback that takes the lock).
     fn disk(&self) -> Option<Arc<Disk<Blk>>> {
-        self.disk.lock().clone()
+        self.disk.get_arc()
     }
 
     /// Runs the disk's queues (requests that found no room go again).
@@ -811,16 +803,21 @@ impl Handler for ClientHandler {
 
     fn writable(&self, _s: &SessionRef, qid: u16) {
         // In softirq (`softirq` in the session's parameters): the open that
-        // waits for room and the queue go from `notices`. Hardware queue
-        // `qid` submits on channel `qid` alone (`queue_rq`): the others did
-        // not wait for this one's room. (A refusal of the session's, while
-        // it reconnected, is told with the first channel that has room: the
-        // reconnect runs every queue, and blk-mq runs a queue whose request
-        // found no room again within 3 ms.)
-        if let Some(bit) = 1u64.checked_shl(u32::from(qid)) {
-            self.shared.run_queues.fetch_or(bit, AcqRel);
+        // waits for room goes from `notices`.
+        if self.shared.reopen_pending.load(Relaxed) {
+            self.shared.notice();
         }
-        self.shared.notice();
+        // Hardware queue `qid` submits on channel `qid` alone (`queue_rq`):
+        // the others did not wait for this one's room. (A refusal of the
+        // session's, while it reconnected, is told with the first channel
+        // that has room: the reconnect runs every queue, and blk-mq runs a
+        // queue whose request found no room again within 3 ms.) blk-mq's
+        // worker runs it; the disk is borrowed under RCU (a reference
+        // dropped here could be the last).
+        let guard = rcu::read_lock();
+        if let Some(d) = self.shared.disk.get(&guard) {
+            d.run_queue(u32::from(qid), true);
+        }
     }
 
     fn message(&self, s: &SessionRef, data: &[u8]) {
@@ -994,14 +991,13 @@ impl Mapping {
                 reopen_pending: AtomicBool::new(false),
                 dead: AtomicBool::new(false),
                 announced: AtomicBool::new(false),
-                disk <- new_mutex!(None),
+                disk: RcuCell::new(),
                 stats: SetOnce::new(),
                 notices <- new_work!("ferry_blk::Shared::notices"),
                 resize: AtomicU64::new(NO_RESIZE),
                 deleted: AtomicBool::new(false),
                 removing: AtomicBool::new(false),
                 reopen_answer <- new_spinlock_irq!(None),
-                run_queues: AtomicU64::new(0),
                 fast_fail_s: AtomicU32::new(p.fast_fail_s),
                 give_up_s: AtomicU32::new(p.give_up_s.max(1)),
                 reconnect_delay_s: AtomicU32::new(p.reconnect_delay_s),
@@ -1105,7 +1101,7 @@ impl Mapping {
             )?,
             GFP_KERNEL,
         )?;
-        *shared.disk.lock() = Some(disk.clone());
+        shared.disk.set(Some(disk.clone()));
         Ok(Self {
             index,
             export: p.export,
@@ -1238,8 +1234,8 @@ impl Mapping {
     /// waiting or in flight first (the target may be gone); otherwise the
     /// disk's requests drain. Sleeps.
     pub(crate) fn remove(&self, force: bool) {
-        // No notice acts on the disk from here on (but the queue reruns and
-        // the reopen's answer, as the callbacks did): one at work ends first.
+        // No notice acts on the disk from here on (but the reopen's answer,
+        // as the callback did): one at work ends first.
         self.shared.removing.store(true, Release);
         if let Ok(state) = crate::State::get() {
             state.notices.flush();
@@ -1250,7 +1246,7 @@ impl Mapping {
         // The callbacks still reach the disk while it is deleted: a request
         // that waits for room, or for the session, can go or fail.
         self.disk.delete();
-        self.shared.disk.lock().take();
+        self.shared.disk.set(None);
         // Then, when the mapping is dropped, the fields go: the disk's
         // memory, then the session.
     }
@@ -1270,11 +1266,11 @@ impl Mapping {
 impl Drop for Mapping {
     fn drop(&mut self) {
         // Not removed (a failed map's end): by force.
-        if self.shared.disk.lock().is_some() {
+        if self.shared.disk.get_arc().is_some() {
             self.shared.removing.store(true, Release);
             self.fail_all();
             self.disk.delete();
-            self.shared.disk.lock().take();
+            self.shared.disk.set(None);
         }
     }
 }

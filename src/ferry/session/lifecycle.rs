@@ -318,9 +318,9 @@ impl Session {
 
     /// A channel failed: handled on the transport's work queue, by the
     /// session's own work item (nothing to allocate, so no failure is lost
-    /// for want of memory). Callable from CM and completion handlers in
-    /// process context (a softirq channel's comes from its deferred work):
-    /// takes a spinlock and ferry's work-queue spinlock. A failure of a newer
+    /// for want of memory). Callable from CM and completion handlers, in
+    /// softirq too: takes two spinlocks that disable interrupts (`pending`,
+    /// ferry's work queue). A failure of a newer
     /// generation replaces one not yet handled, never one of an older; of
     /// one generation, the first counts (the rest would find the session
     /// changed already).
