@@ -139,8 +139,9 @@ pub(crate) enum ChannelWork {
     IdlePoll,
     /// Grows the region pool (work item 1).
     Grow,
-    /// Tells the session what a softirq channel's completions could not
-    /// (work item 2): see [`Channel::fail_in_handler`].
+    /// Does what a softirq channel's completions may not, as they sleep
+    /// (work item 2): tells the session the channel came up, moves a failed
+    /// QP to the error state (see [`Channel::fail_in_handler`]).
     Deferred,
 }
 
@@ -303,9 +304,9 @@ pub(crate) struct Channel<O: Owner> {
     #[pin]
     grow: Work<Channel<O>, 1>,
     /// The channel's completions run in softirq (`FERRY_SOFTIRQ`): what
-    /// they would tell the session, which sleeps, goes to `deferred`.
+    /// they would do that sleeps goes to `deferred`.
     softirq: bool,
-    /// Tells the session a softirq channel's news (`Inner::deferred`).
+    /// Does what `Inner::deferred` holds, for a softirq channel.
     #[pin]
     deferred: Work<Channel<O>, 2>,
 }

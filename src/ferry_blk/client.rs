@@ -160,7 +160,6 @@ pub(crate) struct Shared {
     /// in softirq, and acting on it sleeps).
     #[pin]
     reopen_answer: SpinLockIrq<Option<(u32, Result<Opened>)>>,
-
     /// Seconds disconnected before requests fail at once while it
     /// reconnects (0: never), as nvme's `fast_io_fail_tmo`.
     fast_fail_s: AtomicU32,
@@ -209,7 +208,7 @@ impl WorkItem for Shared {
 
     fn run(this: Arc<Shared>) {
         // What the session's softirq callbacks left (the removal still wants
-        // them: a request waiting for room or for the reopen goes or fails).
+        // it: the requests wait for the reopen).
         let answer = this.reopen_answer.lock().take();
         if let Some((attempt, res)) = answer {
             this.reopened(attempt, res);
@@ -489,8 +488,8 @@ impl Shared {
         self.stats.as_ref().and_then(|s| s.get(q as usize))
     }
 
-    /// The disk, while it has one (taken out of the lock: what is done
-    /// with it may sleep, or reach a callback that takes the lock).
+    /// The disk, while it has one: a reference to keep past the RCU
+    /// section (what is done with it may sleep).
     fn disk(&self) -> Option<Arc<Disk<Blk>>> {
         self.disk.get_arc()
     }
