@@ -2063,4 +2063,22 @@ mod tests {
         assert!(last.spare.lock().is_none());
         Ok(())
     }
+
+    #[test]
+    fn only_bios_not_to_wait_that_would_have_go_again() {
+        let mut stage = Stage::default();
+        // Submitted to wait (on the target's queue): whatever they ended
+        // with is the operation's answer.
+        for res in [Ok(()), Err(EAGAIN), Err(EOPNOTSUPP), Err(EIO)] {
+            assert!(!stage.goes_again(&res));
+        }
+        // Not to wait: again on the queue if they would have waited (or
+        // the device refused such bios), else their end is the answer.
+        stage.nowait = true;
+        assert!(stage.goes_again(&Err(EAGAIN)));
+        assert!(stage.goes_again(&Err(EOPNOTSUPP)));
+        assert!(!stage.goes_again(&Ok(())));
+        assert!(!stage.goes_again(&Err(EIO)));
+        assert!(!stage.goes_again(&Err(ENOSPC)));
+    }
 }
