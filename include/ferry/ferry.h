@@ -228,8 +228,8 @@ struct ferry_request {
  * @key: NULL, or the name of a pre-shared key of @net's (``ferryctl key
  *	add``): the peer's listener must prove it holds the same key, and this
  *	side proves it to the peer (a mismatch fails with -EACCES).
- * @flags: %FERRY_PREREGISTER, %FERRY_NO_REQUESTS, %FERRY_SOFTIRQ, or 0. Unknown flags:
- *	-EINVAL.
+ * @flags: %FERRY_PREREGISTER, %FERRY_NO_REQUESTS, %FERRY_SOFTIRQ, or 0.
+ *	Unknown flags: -EINVAL.
  */
 struct ferry_session_params {
 	struct net *net;

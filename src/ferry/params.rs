@@ -245,7 +245,6 @@ impl Params {
             inline_size,
             queue_depth,
             sends_requests: !data.no_requests,
-            softirq: false,
             ..d
         }
     }
